@@ -1,0 +1,71 @@
+"""autograd_lens: see PyTorch's autograd graph and step through the backward pass, hooks included.
+
+In Jupyter::
+
+    %load_ext autograd_lens
+    %lens_graph out          # draw the graph behind `out`
+
+    %%lens                   # run a cell and record every backward pass in it
+    out.backward()
+
+From Python::
+
+    import autograd_lens as al
+    al.graph(out)                      # a Graph that displays itself
+    with al.Lens() as lens:
+        out.backward()
+    lens.passes[0].hook_calls
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .api import graph
+from .model import BackwardPass, Edge, Graph, GradWritten, HookCall, Node, NodeRun, PassError, TensorSummary
+from .views.render import GraphvizUnavailableError, RenderError, RenderTimeoutError
+
+if TYPE_CHECKING:
+    from .capture.tracer import Lens
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackwardPass",
+    "Edge",
+    "Graph",
+    "GradWritten",
+    "GraphvizUnavailableError",
+    "HookCall",
+    "Lens",
+    "Node",
+    "NodeRun",
+    "PassError",
+    "RenderError",
+    "RenderTimeoutError",
+    "TensorSummary",
+    "graph",
+    "load_ipython_extension",
+    "unload_ipython_extension",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Lens":
+        from .capture.tracer import Lens
+
+        return Lens
+    raise AttributeError(f"module 'autograd_lens' has no attribute {name!r}")
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext autograd_lens``: register ``%lens_graph`` and ``%%lens``."""
+    from .magics import load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    from .magics import unload
+
+    unload(ipython)

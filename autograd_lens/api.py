@@ -1,0 +1,53 @@
+"""The Python doors: ``graph()`` here, ``Lens`` in :mod:`autograd_lens.capture.tracer`."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from .capture.names import caller_namespace, names_from, user_frame
+from .capture.walk import walk
+from .model import Graph, GraphOptions
+
+
+def graph(
+    *roots: torch.Tensor,
+    names: Mapping[str, Any] | None = None,
+    max_elements: int = 16,
+    max_nodes: int = 300,
+    direction: str = "forward",
+    legend: bool = False,
+    show_saved: bool = True,
+    split_leaf_uses: int = 4,
+) -> Graph:
+    """The autograd graph behind ``roots``, labelled with your variable names.
+
+    ``names`` is the namespace used for labels (default: the caller's globals
+    and locals).  Tensors with at most ``max_elements`` entries show their
+    values; at most ``max_nodes`` backward functions are drawn.
+
+    >>> import torch, autograd_lens
+    >>> x = torch.tensor(2.0, requires_grad=True)
+    >>> y = x ** 2
+    >>> g = autograd_lens.graph(y)
+    >>> g.find("x").value
+    tensor(2.)
+    >>> "PowBackward0" in g.to_dot()
+    True
+    """
+    if not roots:
+        raise TypeError("graph() needs at least one tensor, e.g. graph(loss)")
+    options = GraphOptions(
+        max_elements=max_elements,
+        max_nodes=max_nodes,
+        direction=direction,
+        legend=legend,
+        show_saved=show_saved,
+        split_leaf_uses=split_leaf_uses,
+    )
+    if names is None:
+        names = caller_namespace(user_frame(sys._getframe(1)))
+    return walk(roots, names_from(names), options).graph

@@ -1,0 +1,1 @@
+"""torch in, plain records out: graph walk, variable names, backward observers."""

@@ -1,0 +1,130 @@
+"""Find the Python names of tensors and modules, so the drawing says ``y`` and ``model.0.weight``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+import torch
+
+# IPython keeps every displayed output under names like ``_``, ``_3`` and ``Out``:
+# those are aliases, never the name a student gave.
+_SKIPPED = {"In", "Out", "exit", "quit", "get_ipython"}
+
+
+@dataclass
+class Names:
+    """Names of the tensors and modules of one namespace.
+
+    Keys are object identities, so the objects are kept alive here (in
+    ``_keep``) for as long as the lookup is used: an id can then not be
+    reused by another object.
+    """
+
+    leaves: dict[int, str] = field(default_factory=dict)  # id(leaf tensor) -> name
+    outputs: dict[tuple[int, int], str] = field(default_factory=dict)  # (id(grad_fn), output_nr) -> name
+    tensors: dict[int, str] = field(default_factory=dict)  # id(any tensor) -> name
+    modules: dict[int, str] = field(default_factory=dict)  # id(module) -> name
+    _keep: list[Any] = field(default_factory=list, repr=False)
+
+    def add_tensor(self, name: str, tensor: torch.Tensor) -> None:
+        if id(tensor) in self.tensors:
+            return
+        self.tensors[id(tensor)] = name
+        self._keep.append(tensor)
+        if tensor.grad_fn is not None:
+            key = (id(tensor.grad_fn), tensor.output_nr)
+            self.outputs.setdefault(key, name)
+            self._keep.append(tensor.grad_fn)
+        elif tensor.requires_grad:
+            self.leaves.setdefault(id(tensor), name)
+
+    def add_module(self, name: str, module: torch.nn.Module) -> None:
+        if id(module) in self.modules:
+            return
+        for sub_name, sub in module.named_modules(prefix=name, remove_duplicate=True):
+            if id(sub) not in self.modules:
+                self.modules[id(sub)] = sub_name
+                self._keep.append(sub)
+        for param_name, param in module.named_parameters(prefix=name, remove_duplicate=True):
+            self.add_tensor(param_name, param)
+
+    def tensor_name(self, tensor: torch.Tensor) -> str | None:
+        return self.tensors.get(id(tensor))
+
+    def module_name(self, module: Any) -> str | None:
+        return self.modules.get(id(module))
+
+
+def names_from(namespace: Mapping[str, Any] | None) -> Names:
+    """Collect names from a namespace: tensors, parameters of modules, and tensors
+    one level inside lists, tuples and dicts (``params[0]``, ``grads['w']``).
+
+    >>> w = torch.ones(2, requires_grad=True)
+    >>> names_from({"w": w, "_": w}).tensor_name(w)
+    'w'
+    """
+    names = Names()
+    if not namespace:
+        return names
+    containers = []
+    for name, value in list(namespace.items()):
+        if not isinstance(name, str) or name.startswith("_") or name in _SKIPPED:
+            continue
+        if isinstance(value, torch.Tensor):
+            names.add_tensor(name, value)
+        elif isinstance(value, torch.nn.Module):
+            names.add_module(name, value)
+        elif isinstance(value, (list, tuple, dict)):
+            containers.append((name, value))
+    for name, value in containers:
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for index, (key, item) in enumerate(items):
+            if index >= 64:
+                break
+            label = f"{name}[{key!r}]" if isinstance(value, dict) else f"{name}[{key}]"
+            if isinstance(item, torch.Tensor):
+                names.add_tensor(label, item)
+            elif isinstance(item, torch.nn.Module):
+                names.add_module(label, item)
+    return names
+
+
+def caller_namespace(frame: FrameType | None) -> dict[str, Any]:
+    """The globals and locals a frame sees, locals winning."""
+    if frame is None:
+        return {}
+    namespace = dict(frame.f_globals)
+    if frame.f_locals is not frame.f_globals:
+        namespace.update(frame.f_locals)
+    return namespace
+
+
+_INTERNAL_PREFIXES: tuple[str, ...] = ()
+
+
+def _internal_prefixes() -> tuple[str, ...]:
+    global _INTERNAL_PREFIXES
+    if not _INTERNAL_PREFIXES:
+        import os
+
+        import autograd_lens
+
+        _INTERNAL_PREFIXES = (
+            os.path.dirname(torch.__file__) + os.sep,
+            os.path.dirname(autograd_lens.__file__) + os.sep,
+            os.path.dirname(__import__("contextlib").__file__) + os.sep + "contextlib.py",
+        )
+    return _INTERNAL_PREFIXES
+
+
+def user_frame(start: FrameType | None = None) -> FrameType | None:
+    """The innermost frame that is neither torch's nor this package's: the student's code."""
+    frame = start if start is not None else sys._getframe(1)
+    prefixes = _internal_prefixes()
+    while frame is not None and frame.f_code.co_filename.startswith(prefixes):
+        frame = frame.f_back
+    return frame

@@ -1,0 +1,389 @@
+"""Walk the real autograd graph (``grad_fn`` → ``next_functions``) into a :class:`Graph`.
+
+The walk is iterative (a 1000-layer network must not hit Python's recursion
+limit) and numbers nodes in the order it meets them, so the same code always
+gives the same ids.  Besides the graph it returns an index from torch's node
+objects to the drawing's ids, which the backward tracer uses to place each
+gradient on its arrow.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+from torch.autograd.graph import GradientEdge
+
+from ..model import Edge, Graph, GraphOptions, Node, Value
+from .names import Names
+from .snapshot import snapshot
+
+_BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
+# Saved values that describe layout rather than maths: never drawn.
+_STRUCTURAL = re.compile(
+    r"(size|stride|dim|sym|storage_offset|split|chunk|index|start|end|step|length|reduction|"
+    r"padding|dilation|groups|shape|options|dtype|layout|device|memory_format|indices|ignore)",
+)
+_saved_names_cache: dict[type, tuple[str, ...]] = {}
+
+
+def op_label(name: str) -> str:
+    """A readable op for a backward function name.
+
+    >>> op_label("MulBackward0"), op_label("AddmmBackward0"), op_label("torch::autograd::CopySlices")
+    ('mul', 'addmm', 'copyslices')
+    """
+    if name == "BackwardHookFunctionBackward":
+        return "module hook"
+    short = name.rsplit("::", 1)[-1]
+    short = _BACKWARD_SUFFIX.sub("", short) or short
+    return short.lower()
+
+
+def saved_names(fn: Any) -> tuple[str, ...]:
+    """The ``_saved_*`` attributes of a backward function (cached per node type)."""
+    kind = type(fn)
+    names = _saved_names_cache.get(kind)
+    if names is None:
+        names = tuple(sorted(name for name in dir(fn) if name.startswith("_saved_")))
+        _saved_names_cache[kind] = names
+    return names
+
+
+def root_edges(roots: Sequence[Any]) -> list[tuple[Any, int]]:
+    """``(node, output_nr)`` where the gradient of each root enters the graph."""
+    edges = []
+    for index, root in enumerate(roots):
+        if isinstance(root, GradientEdge):
+            edges.append((root.node, root.output_nr))
+            continue
+        if not isinstance(root, torch.Tensor):
+            raise TypeError(
+                f"root {index} is a {type(root).__name__}, not a tensor: pass the tensor whose graph you "
+                "want to see, e.g. graph(loss)"
+            )
+        if not root.requires_grad:
+            raise ValueError(
+                f"root {index} (shape {tuple(root.shape)}) does not require grad, so it has no autograd graph. "
+                "Create the inputs with requires_grad=True (e.g. torch.tensor(2.0, requires_grad=True))."
+            )
+        edge = torch.autograd.graph.get_gradient_edge(root)
+        edges.append((edge.node, edge.output_nr))
+    return edges
+
+
+@dataclass
+class Walk:
+    """A graph plus the index the tracer needs to map torch's nodes onto it.
+
+    ``function_ids`` maps ``id(grad_fn)`` to the function node drawn for it (for
+    ``AccumulateGrad``: the leaf tensor node); ``input_edges`` maps
+    ``(id(grad_fn), j)`` to the arrow carrying the gradient it sends to its
+    j-th input; ``output_edges`` maps ``(id(grad_fn), k)`` to the arrow from
+    the function to the tensor node of its k-th output; ``tensor_ids`` maps
+    ``(id(grad_fn), k)`` to the tensor node of that output.  ``nodes`` keeps
+    the torch objects alive while the ids are in use.
+    """
+
+    graph: Graph
+    nodes: list[Any]
+    function_ids: dict[int, str] = field(default_factory=dict)
+    input_edges: dict[tuple[int, int], str] = field(default_factory=dict)
+    output_edges: dict[tuple[int, int], str] = field(default_factory=dict)
+    tensor_ids: dict[tuple[int, int], str] = field(default_factory=dict)
+    labels: dict[int, str] = field(default_factory=dict)  # id(grad_fn) -> label
+    leaf_names: dict[int, str] = field(default_factory=dict)  # id(AccumulateGrad) -> leaf label
+    consumers: dict[tuple[int, int], list[tuple[Any, int]]] = field(default_factory=dict)
+
+    def output_label(self, fn: Any, output_nr: int) -> str:
+        """What a student calls output ``output_nr`` of ``fn``: its tensor's name, or the op."""
+        tensor_id = self.tensor_ids.get((id(fn), output_nr))
+        if tensor_id is not None:
+            return self.graph.node(tensor_id).label
+        return self.labels.get(id(fn), fn.name())
+
+
+def _hook_badges(tensor: torch.Tensor) -> tuple[str, ...]:
+    badges = []
+    for hook in getattr(tensor, "_backward_hooks", None) and tensor._backward_hooks.values() or ():
+        badges.append(f"hook {hook_name(hook)}")
+    for hook in (getattr(tensor, "_post_accumulate_grad_hooks", None) or {}).values():
+        badges.append(f"post-accumulate hook {hook_name(hook)}")
+    if tensor.grad_fn is not None and tensor.retains_grad:
+        badges.append("retain_grad")
+    return tuple(badges)
+
+
+def hook_name(hook: Any) -> str:
+    """The name a hook is shown by: its ``__qualname__`` without ``<locals>`` noise."""
+    target = getattr(hook, "func", None) or getattr(hook, "hook", None) or hook  # partial / _WrappedHook
+    name = getattr(target, "__qualname__", None) or type(target).__qualname__
+    return name.split("<locals>.")[-1]
+
+
+class _Builder:
+    """Numbers nodes and edges in the order they are added."""
+
+    def __init__(self, options: GraphOptions) -> None:
+        self.options = options
+        self.nodes: list[Node] = []
+        self.edges: list[Edge] = []
+
+    def node(self, **fields: Any) -> str:
+        node_id = f"n{len(self.nodes)}"
+        self.nodes.append(Node(id=node_id, **fields))
+        return node_id
+
+    def edge(self, src: str, dst: str, kind: str = "data", label: str = "") -> str:
+        edge_id = f"e{len(self.edges)}"
+        self.edges.append(Edge(id=edge_id, src=src, dst=dst, kind=kind, label=label))
+        return edge_id
+
+
+def _reachable(starts: list[Any]) -> list[Any]:
+    """Every backward function reachable from ``starts``, breadth first, each once."""
+    order: list[Any] = []
+    seen: set[int] = set()
+    queue = deque(node for node in starts if node is not None)
+    while queue:
+        fn = queue.popleft()
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        order.append(fn)
+        for next_fn, _ in fn.next_functions:
+            if next_fn is not None and id(next_fn) not in seen:
+                queue.append(next_fn)
+    return order
+
+
+def _output_shape(fn: Any, output_nr: int) -> tuple[int, ...] | None:
+    try:
+        return tuple(fn._input_metadata[output_nr].shape)
+    except (AttributeError, IndexError, RuntimeError, TypeError):
+        return None
+
+
+def walk(
+    roots: Sequence[Any],
+    names: Names,
+    options: GraphOptions,
+    root_names: Sequence[str] | None = None,
+    store_limit: int = 4096,
+) -> Walk:
+    """Build the model of the graph behind ``roots`` (tensors or ``GradientEdge``s)."""
+    starts = root_edges(roots)
+    everything = _reachable([fn for fn, _ in starts])
+    kept = everything[: options.max_nodes]
+    kept_ids = {id(fn) for fn in kept}
+    build = _Builder(options)
+    result = Walk(graph=None, nodes=list(kept))  # type: ignore[arg-type]
+    tensors_by_node = {}
+    for tensor in names._keep:
+        if isinstance(tensor, torch.Tensor) and tensor.grad_fn is not None:
+            tensors_by_node.setdefault((id(tensor.grad_fn), tensor.output_nr), tensor)
+
+    # Which (node, output) each root is, and its label.
+    root_label: dict[tuple[int, int], str] = {}
+    for index, (fn, output_nr) in enumerate(starts):
+        if root_names and index < len(root_names) and root_names[index]:
+            label = root_names[index]
+        else:
+            label = names.outputs.get((id(fn), output_nr)) or ("output" if index == 0 else f"output_{index}")
+        root_label.setdefault((id(fn), output_nr), label)
+
+    # Who consumes each (node, output): needed to split widely shared leaves.
+    uses: dict[int, int] = {}
+    for fn in kept:
+        for slot, (next_fn, output_nr) in enumerate(fn.next_functions):
+            if next_fn is not None:
+                result.consumers.setdefault((id(next_fn), output_nr), []).append((fn, slot))
+                uses[id(next_fn)] = uses.get(id(next_fn), 0) + 1
+    storage_names = _storage_names(names) if options.show_saved else {}
+
+    unnamed_leaves = 0
+    leaf_copies: dict[int, list[str]] = {}
+    for fn in kept:
+        name = fn.name()
+        if name.endswith("AccumulateGrad"):
+            variable = fn.variable
+            label = names.leaves.get(id(variable)) or root_label.get((id(fn), 0))
+            if label is None:
+                unnamed_leaves += 1
+                label = "leaf" if unnamed_leaves == 1 else f"leaf_{unnamed_leaves}"
+            count = uses.get(id(fn), 0)
+            copies = count if count > options.split_leaf_uses else 1
+            fields = dict(
+                kind="output" if (id(fn), 0) in root_label else "leaf",
+                label=label,
+                op=name,
+                shape=tuple(variable.shape),
+                value=_small(variable, options),
+                grad=_small(variable.grad, options),
+                hooks=_hook_badges(variable),
+                sequence_nr=None,
+            )
+            ids = [
+                build.node(**fields, detail=f"use {copy + 1} of {copies}" if copies > 1 else "")
+                for copy in range(copies)
+            ]
+            leaf_copies[id(fn)] = ids
+            result.function_ids[id(fn)] = ids[0]
+            result.labels[id(fn)] = label
+            result.leaf_names[id(fn)] = label
+            result.tensor_ids[(id(fn), 0)] = ids[0]
+            continue
+        named_output = names.outputs.get((id(fn), 0))
+        label = op_label(name)
+        node_id = build.node(
+            kind="function",
+            label=label,
+            op=name,
+            shape=_output_shape(fn, 0),
+            detail=_saved_summary(fn, names, storage_names, options) if options.show_saved else "",
+            sequence_nr=fn._sequence_nr(),
+        )
+        result.function_ids[id(fn)] = node_id
+        result.labels[id(fn)] = label if named_output is None else f"{label} → {named_output}"
+        # A tensor node for every output that has a name, is a root, or is one of several outputs.
+        outputs = len(getattr(fn, "_input_metadata", ()) or ()) or 1
+        for output_nr in range(outputs):
+            key = (id(fn), output_nr)
+            tensor_label = root_label.get(key) or names.outputs.get(key)
+            if tensor_label is None and outputs > 1 and key in result.consumers:
+                tensor_label = f"{label}[{output_nr}]"
+            if tensor_label is None:
+                continue
+            live = tensors_by_node.get(key)
+            tensor_id = build.node(
+                kind="output" if key in root_label else "tensor",
+                label=tensor_label,
+                shape=_output_shape(fn, output_nr),
+                value=_small(live, options) if live is not None else None,
+                grad=_small(live.grad, options) if live is not None and live.retains_grad else None,
+                hooks=_hook_badges(live) if live is not None else (),
+            )
+            result.tensor_ids[key] = tensor_id
+            result.output_edges[key] = build.edge(node_id, tensor_id)
+        if options.show_saved:
+            _add_constants(build, fn, node_id)
+
+    # Arrows from each input (tensor node, or the function standing for an unnamed result) to its user.
+    use_counter: dict[int, int] = {}
+    for fn in kept:
+        if fn.name().endswith("AccumulateGrad"):
+            continue
+        dst = result.function_ids[id(fn)]
+        for slot, (next_fn, output_nr) in enumerate(fn.next_functions):
+            if next_fn is None or id(next_fn) not in kept_ids:
+                continue
+            if id(next_fn) in leaf_copies:
+                copies = leaf_copies[id(next_fn)]
+                index = use_counter.get(id(next_fn), 0)
+                use_counter[id(next_fn)] = index + 1
+                src = copies[min(index, len(copies) - 1)]
+            else:
+                src = result.tensor_ids.get((id(next_fn), output_nr)) or result.function_ids[id(next_fn)]
+            result.input_edges[(id(fn), slot)] = build.edge(src, dst)
+
+    hidden = len(everything) - len(kept)
+    if hidden:
+        note = build.node(
+            kind="hidden",
+            label=f"{hidden} more backward functions not drawn",
+            detail=f"pass max_nodes={len(everything)} (or more) to draw all of them",
+        )
+        for fn in kept:
+            if any(n is not None and id(n) not in kept_ids for n, _ in fn.next_functions):
+                build.edge(note, result.function_ids[id(fn)], kind="hidden")
+    result.graph = Graph(nodes=tuple(build.nodes), edges=tuple(build.edges), hidden_nodes=hidden, options=options)
+    return result
+
+
+def _small(tensor: torch.Tensor | None, options: GraphOptions) -> Value:
+    """A value for a label: clone when small enough to print, otherwise a summary."""
+    if tensor is None:
+        return None
+    return snapshot(tensor, store_limit=options.max_elements)
+
+
+def _is_constant_name(attribute: str) -> bool:
+    return not _STRUCTURAL.search(attribute[len("_saved_"):])
+
+
+def _saved_values(fn: Any) -> list[tuple[str, Any]]:
+    values = []
+    for attribute in saved_names(fn):
+        if attribute.startswith("_saved_") and not attribute.startswith("_saved_raw"):
+            try:
+                values.append((attribute[len("_saved_"):], getattr(fn, attribute)))
+            except RuntimeError:  # freed by an earlier backward()
+                continue
+    return values
+
+
+def _add_constants(build: _Builder, fn: Any, node_id: str) -> None:
+    """Draw the numbers an op was called with (the 3 in ``y * 3``) as small input nodes."""
+    for name, value in _saved_values(fn):
+        if not _is_constant_name("_saved_" + name):
+            continue
+        if isinstance(value, torch.Tensor):
+            if value.dim() != 0 or value.requires_grad:
+                continue
+            number: Any = value.item()
+        elif isinstance(value, (bool, int, float)):
+            number = value
+        else:
+            continue
+        if name in ("alpha", "beta") and number == 1:
+            continue  # the implicit factor of add/addmm: noise in a drawing
+        const_id = build.node(kind="constant", label=_number(number), detail=name)
+        build.edge(const_id, node_id, kind="saved", label=name)
+
+
+def _number(number: Any) -> str:
+    from ..format import format_number
+
+    return format_number(number)
+
+
+def _saved_summary(fn: Any, names: Names, storage_names: dict, options: GraphOptions) -> str:
+    """``saves self=y`` style text: which tensors this backward function keeps."""
+    from ..format import format_value
+
+    parts = []
+    for name, value in _saved_values(fn):
+        if not isinstance(value, torch.Tensor) or value.dim() == 0 and not value.requires_grad:
+            continue
+        known = names.tensor_name(value) or storage_names.get(_storage_key(value))
+        if known is not None:
+            parts.append(f"{name}={known}")
+        elif value.numel() <= options.max_elements:
+            parts.append(f"{name}={format_value(value.detach(), 24)}")
+        else:
+            parts.append(f"{name}=[{'x'.join(map(str, value.shape))}]")
+    return ("saves " + ", ".join(parts)) if parts else ""
+
+
+def _storage_key(tensor: torch.Tensor) -> tuple | None:
+    """Where a tensor's numbers live: saved tensors are new objects over the same memory."""
+    try:
+        pointer = tensor.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
+    if pointer == 0:
+        return None
+    return (pointer, tensor.storage_offset(), tuple(tensor.shape), tensor.stride(), tensor.dtype)
+
+
+def _storage_names(names: Names) -> dict[tuple, str]:
+    found: dict[tuple, str] = {}
+    for kept in names._keep:
+        if isinstance(kept, torch.Tensor) and id(kept) in names.tensors:
+            key = _storage_key(kept)
+            if key is not None:
+                found.setdefault(key, names.tensors[id(kept)])
+    return found

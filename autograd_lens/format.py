@@ -1,0 +1,70 @@
+"""Short, deterministic text for recorded values: what labels, cards and tables print."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .model import TensorSummary
+
+
+def format_number(number: float | int | bool | None) -> str:
+    """A number as a student reads it: ``2``, ``0.5``, ``1.2346e-05``, ``nan``.
+
+    >>> format_number(20.0), format_number(0.123456789), format_number(-3)
+    ('20', '0.1235', '-3')
+    """
+    if number is None:
+        return "None"
+    if isinstance(number, bool):
+        return str(number)
+    if isinstance(number, int):
+        return str(number)
+    if math.isnan(number):
+        return "nan"
+    if math.isinf(number):
+        return "inf" if number > 0 else "-inf"
+    if number == int(number) and abs(number) < 1e15:
+        return str(int(number)) if number != 0 or math.copysign(1, number) > 0 else "-0"
+    return f"{number:.4g}"
+
+
+def format_shape(shape: tuple[int, ...]) -> str:
+    return "x".join(str(size) for size in shape) if shape else "scalar"
+
+
+def _nested(values: Any) -> str:
+    if isinstance(values, list):
+        return "[" + ", ".join(_nested(item) for item in values) + "]"
+    return format_number(values)
+
+
+def format_value(value: Any, max_chars: int = 60) -> str:
+    """A recorded value (tensor clone, summary, tuple, None) as one line of text.
+
+    >>> import torch
+    >>> format_value(torch.tensor(2.5)), format_value(torch.tensor([1.0, 2.0])), format_value(None)
+    ('2.5', '[1, 2]', 'None')
+    """
+    if value is None:
+        return "None"
+    if isinstance(value, TensorSummary):
+        return value.text()
+    if isinstance(value, tuple):
+        return "(" + ", ".join(format_value(item, max_chars) for item in value) + ("," if len(value) == 1 else "") + ")"
+    if isinstance(value, (int, float, bool)):
+        return format_number(value)
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return str(value)
+    if isinstance(value, torch.Tensor):
+        if value.dim() == 0:
+            return format_number(value.item())
+        if value.numel() > 64:
+            return f"[{format_shape(tuple(value.shape))} {str(value.dtype).replace('torch.', '')}]"
+        text = _nested(value.detach().cpu().tolist())
+        if len(text) > max_chars:
+            return text[: max_chars - 1] + "…"
+        return text
+    return str(value)[:max_chars]

@@ -1,0 +1,293 @@
+"""Plain records of an autograd graph and of the backward passes run through it.
+
+Everything here is a frozen dataclass: no ``grad_fn``, no module, no hook handle.
+The only torch objects kept are small tensor clones (gradient values a student
+reads); large values are kept as a :class:`TensorSummary`.  Views read these
+records and never touch torch's graph, so a picture can be redrawn after the
+graph itself has been freed by ``backward()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Union
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class TensorSummary:
+    """What is kept of a tensor too large to clone: enough for a one-line label.
+
+    >>> TensorSummary(shape=(32, 64), dtype="float32", min=-1.0, max=2.0, norm=3.5, head=(0.1, 0.2)).text()
+    '[32x64 float32] min -1 max 2 norm 3.5'
+    """
+
+    shape: tuple[int, ...]
+    dtype: str
+    min: float | None = None
+    max: float | None = None
+    norm: float | None = None
+    head: tuple[float, ...] = ()
+
+    @property
+    def numel(self) -> int:
+        count = 1
+        for size in self.shape:
+            count *= size
+        return count
+
+    def text(self) -> str:
+        from .format import format_shape, format_number
+
+        parts = [f"[{format_shape(self.shape)} {self.dtype}]"]
+        if self.min is not None:
+            parts.append(f"min {format_number(self.min)} max {format_number(self.max)}")
+        if self.norm is not None:
+            parts.append(f"norm {format_number(self.norm)}")
+        return " ".join(parts)
+
+
+# A recorded value: a small tensor clone, a summary of a large one, or None
+# (no gradient flowed, e.g. the unused output of ``split``).
+Value = Union["torch.Tensor", TensorSummary, None]
+# Node and module hooks receive and return tuples of values.
+Values = Union[Value, tuple[Value, ...]]
+
+
+# ----------------------------------------------------------------------------- graph
+
+NODE_KINDS = ("leaf", "tensor", "output", "function", "saved", "constant", "hidden")
+
+
+@dataclass(frozen=True)
+class Node:
+    """One box of the drawing.
+
+    ``kind`` is one of ``NODE_KINDS``: tensors (``leaf``, ``tensor`` for a named
+    intermediate, ``output``), backward functions (``function``), values a
+    backward function saved (``saved``, ``constant``) and the note that says how
+    much of a large graph was left out (``hidden``).
+    """
+
+    id: str
+    kind: str
+    label: str
+    op: str = ""  # backward function name, e.g. "MulBackward0" (function nodes)
+    shape: tuple[int, ...] | None = None
+    value: Value = None
+    grad: Value = None
+    hooks: tuple[str, ...] = ()  # human-readable badges: "tensor hook <lambda>", "retain_grad"
+    detail: str = ""  # e.g. "exponent" for a saved constant, "2 uses" for a split leaf
+    sequence_nr: int | None = None
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.kind in ("leaf", "tensor", "output")
+
+
+@dataclass(frozen=True)
+class Edge:
+    """An arrow in forward (data-flow) direction: ``src`` is used to compute ``dst``.
+
+    In the backward pass a gradient travels the other way, from ``dst`` to
+    ``src``.  ``kind`` is ``"data"`` or ``"saved"`` (a dashed link from a saved
+    value to the backward function that keeps it).
+    """
+
+    id: str
+    src: str
+    dst: str
+    kind: str = "data"
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Graph:
+    """The autograd graph behind one or more tensors, as plain data.
+
+    Returned by :func:`autograd_lens.graph`; it displays itself in Jupyter.
+
+    >>> import torch, autograd_lens
+    >>> x = torch.tensor(2.0, requires_grad=True)
+    >>> g = autograd_lens.graph(x * 3, names={"x": x})
+    >>> [node.label for node in g.nodes if node.is_tensor]
+    ['output', 'x']
+    """
+
+    nodes: tuple[Node, ...]
+    edges: tuple[Edge, ...]
+    hidden_nodes: int = 0  # backward functions left out because of the node limit
+    options: "GraphOptions" = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+
+    def node(self, node_id: str) -> Node:
+        for node in self.nodes:
+            if node.id == node_id:
+                return node
+        raise KeyError(node_id)
+
+    def find(self, label: str) -> Node:
+        """The first node whose label is ``label`` (a variable name, ``"mul"`` …)."""
+        for node in self.nodes:
+            if node.label == label:
+                return node
+        raise KeyError(f"no node labelled {label!r}; labels: {sorted({n.label for n in self.nodes})}")
+
+    def to_dot(self, **options: Any) -> str:
+        """The DOT source of this graph (deterministic text)."""
+        from .views.dot import to_dot
+
+        return to_dot(self, **options)
+
+    def render(self, path: str | None = None, format: str = "svg", renderer: str | None = None) -> bytes:
+        """Lay out and render the graph; write it to ``path`` when given.
+
+        SVG comes from the in-process WebAssembly Graphviz (or the ``dot``
+        binary); PNG and PDF need the ``dot`` binary.
+        """
+        from .views.render import render_graph
+
+        return render_graph(self, path=path, format=format, renderer=renderer)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        from .views.display import graph_bundle
+
+        return graph_bundle(self)
+
+    def __repr__(self) -> str:
+        from .views.display import graph_text
+
+        return graph_text(self)
+
+
+@dataclass(frozen=True)
+class GraphOptions:
+    """How a graph is captured and drawn; every option has a keyword in ``graph()``."""
+
+    max_elements: int = 16  # tensors up to this size show their values
+    max_nodes: int = 300  # backward functions drawn before the rest is cut
+    direction: str = "forward"  # "forward" (data flow) or "backward" (gradient flow)
+    legend: bool = False
+    show_saved: bool = True
+    split_leaf_uses: int = 4  # a leaf used by more ops than this is drawn once per use
+
+    def __post_init__(self) -> None:
+        if self.direction not in ("forward", "backward"):
+            raise ValueError(f"direction must be 'forward' or 'backward', not {self.direction!r}")
+        if self.max_nodes < 1:
+            raise ValueError(f"max_nodes must be at least 1, not {self.max_nodes}")
+        if self.max_elements < 0:
+            raise ValueError(f"max_elements must be 0 or more, not {self.max_elements}")
+
+    def replace(self, **changes: Any) -> "GraphOptions":
+        return dataclasses.replace(self, **changes)
+
+
+# ----------------------------------------------------------------------------- backward pass
+
+HOOK_KINDS = (
+    "tensor",
+    "post_accumulate_grad",
+    "node_pre",
+    "node",
+    "module_full_pre",
+    "module_full",
+    "module_legacy",
+    "global_module_full_pre",
+    "global_module_full",
+    "global_module_legacy",
+    "multi_grad",
+)
+
+
+@dataclass(frozen=True)
+class HookCall:
+    """One firing of one user hook, with what it received and what it passed on.
+
+    ``grad_in`` is what the hook received (a tuple for node and module hooks);
+    ``grad_out`` is what flowed on after it: the value it returned, or the value
+    it received (possibly edited in place) when it returned ``None``.
+    ``invocation`` counts the calls of this registered hook since the ``Lens``
+    started, over all passes.
+    """
+
+    hook: str
+    kind: str
+    target: str
+    pass_index: int
+    invocation: int
+    grad_in: Values
+    grad_out: Values
+    modified: bool
+    returned_none: bool = True
+    node: str | None = None  # graph node id the hook is attached to, when drawn
+    step: int = -1  # position in the pass's events
+    forward_call: int | None = None  # for module hooks: which forward call (1-based) this belongs to
+    context: Values = None  # e.g. grad_output for module full hooks
+    error: str | None = None  # the exception the hook raised, if any
+
+    @property
+    def kind_label(self) -> str:
+        return self.kind.replace("_", " ")
+
+
+@dataclass(frozen=True)
+class NodeRun:
+    """The engine ran one backward function: what reached it and what it sent on."""
+
+    step: int
+    node: str | None  # graph node id (None when the node was not drawn)
+    name: str  # e.g. "MulBackward0"
+    label: str  # what the drawing calls it, e.g. "mul"
+    grad_in: tuple[Value, ...]  # per output, after tensor hooks and pre-hooks
+    grad_out: tuple[Value, ...]  # per input, after post-hooks
+    edges: tuple[str | None, ...]  # graph edge carrying each grad_out (None: not drawn / not needed)
+    targets: tuple[str, ...]  # label of what receives each grad_out
+
+
+@dataclass(frozen=True)
+class GradWritten:
+    """``AccumulateGrad`` wrote a leaf's ``.grad``."""
+
+    step: int
+    node: str | None
+    name: str
+    grad: Value  # .grad right after the write (before post-accumulate hooks)
+    received: Value  # the gradient this pass contributed
+
+
+@dataclass(frozen=True)
+class PassError:
+    """The pass stopped with an exception; events before it are kept."""
+
+    step: int
+    type: str
+    message: str
+
+
+Event = Union[NodeRun, HookCall, GradWritten, PassError]
+
+
+@dataclass(frozen=True)
+class BackwardPass:
+    """One call of ``backward()`` / ``torch.autograd.backward`` / ``torch.autograd.grad``."""
+
+    index: int
+    kind: str  # "backward" or "grad"
+    graph: Graph
+    events: tuple[Event, ...]
+    leaf_grads: dict[str, Value]
+    grads_without_hooks: dict[str, Value]
+    error: PassError | None = None
+    roots: tuple[str, ...] = ()
+    inputs: tuple[str, ...] = ()
+
+    @property
+    def hook_calls(self) -> tuple[HookCall, ...]:
+        return tuple(event for event in self.events if isinstance(event, HookCall))
+
+    @property
+    def node_runs(self) -> tuple[NodeRun, ...]:
+        return tuple(event for event in self.events if isinstance(event, NodeRun))

@@ -1,0 +1,63 @@
+"""How a :class:`Graph` shows itself in Jupyter: SVG when a renderer runs, an HTML table when not.
+
+A display method must never raise: a traceback in place of a picture teaches
+nothing.  Rendering problems become a short hint above a table of the graph.
+"""
+
+from __future__ import annotations
+
+import html
+
+from ..format import format_shape, format_value
+from ..model import Graph
+from .render import GraphvizUnavailableError, RenderError, RenderTimeoutError, render_svg
+
+RENDER_PROBLEMS = (GraphvizUnavailableError, RenderError, RenderTimeoutError)
+
+
+def graph_text(graph: Graph) -> str:
+    """A short deterministic ``text/plain`` (IPython would otherwise print an address).
+
+    Lists tensor names in drawing order.
+    """
+    tensors = [node.label for node in graph.nodes if node.is_tensor]
+    functions = sum(1 for node in graph.nodes if node.kind == "function")
+    shown = ", ".join(tensors[:12]) + (", …" if len(tensors) > 12 else "")
+    hidden = f", {graph.hidden_nodes} hidden" if graph.hidden_nodes else ""
+    return f"<autograd_lens.Graph: {len(tensors)} tensors ({shown}), {functions} backward functions{hidden}>"
+
+
+def graph_table_html(graph: Graph) -> str:
+    """The graph as an HTML table: what is drawn, in words."""
+    rows = []
+    incoming: dict[str, list[str]] = {}
+    labels = {node.id: node.label for node in graph.nodes}
+    for edge in graph.edges:
+        incoming.setdefault(edge.dst, []).append(labels.get(edge.src, edge.src))
+    for node in graph.nodes:
+        shape = format_shape(node.shape) if node.shape is not None else ""
+        value = format_value(node.value) if node.value is not None else ""
+        grad = format_value(node.grad) if node.grad is not None else ""
+        cells = [node.label, node.kind, node.op, shape, value, grad, ", ".join(incoming.get(node.id, [])), "; ".join(node.hooks)]
+        rows.append("<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells) + "</tr>")
+    header = "".join(f"<th>{name}</th>" for name in ("node", "kind", "backward fn", "shape", "data", "grad", "inputs", "hooks"))
+    return f'<table class="autograd-lens-table"><thead><tr>{header}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def hint_html(error: Exception) -> str:
+    first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+    full = html.escape(str(error))
+    return (
+        f'<p style="color:#92400e"><b>autograd_lens:</b> {html.escape(first_line)} '
+        f'<details><summary>how to fix</summary><pre>{full}</pre></details></p>'
+    )
+
+
+def graph_bundle(graph: Graph) -> dict[str, str]:
+    """The MIME bundle for a graph: SVG + text, or (no renderer) HTML table + text."""
+    text = graph_text(graph)
+    try:
+        svg = render_svg(graph.to_dot())
+    except RENDER_PROBLEMS as error:
+        return {"text/html": hint_html(error) + graph_table_html(graph), "text/plain": text}
+    return {"image/svg+xml": svg, "text/plain": text}

@@ -1,0 +1,172 @@
+"""Graph → DOT text, built with the ``graphviz`` package (the DOT language layer only).
+
+Labels are Graphviz *record* labels (``{ y | data 4 | grad 5 }``), which both
+the WebAssembly build and the ``dot`` binary understand (the WebAssembly
+build has no HTML-like labels).  Every piece of user text goes through
+:func:`record_text` or :func:`plain_text`, so a name such as ``grads['a|b']``
+or a hook called ``<lambda>`` cannot break the drawing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import graphviz
+
+from ..format import format_shape, format_value
+from ..model import Graph, Node
+
+COLORS = {
+    "leaf": "#dbeafe",
+    "tensor": "#ffffff",
+    "output": "#dcfce7",
+    "function": "#f3f4f6",
+    "saved": "#fef9c3",
+    "constant": "#fef9c3",
+    "hidden": "#fee2e2",
+}
+HOOK_COLOR = "#d97706"
+FONT = "Helvetica,Arial,sans-serif"
+_RECORD_SPECIALS = set('{}|<>"\\')
+
+
+def record_text(text: str) -> str:
+    """Escape text for one field of a record label.
+
+    >>> record_text("grads['a|b']"), record_text("<lambda>")
+    ("grads['a\\\\|b']", '\\\\<lambda\\\\>')
+    """
+    out = []
+    for char in text:
+        if char in _RECORD_SPECIALS:
+            out.append("\\" + char)
+        elif char == "\n":
+            out.append("\\n")
+        elif char == "\r" or char == "\t":
+            out.append(" ")
+        elif ord(char) < 32:
+            continue
+        else:
+            out.append(char)
+    escaped = "".join(out)
+    # Graphviz reads leading/trailing blanks of a field as layout: keep them visible.
+    return escaped.strip() or "\\ "
+
+
+def plain_text(text: str) -> graphviz.nohtml:
+    """Escape text for an ordinary (non-record) label: one line per ``\\n``."""
+    out = []
+    for char in text:
+        if char == "\\" or char == '"':
+            out.append("\\" + char)
+        elif char == "\n":
+            out.append("\\n")
+        elif ord(char) < 32:
+            out.append(" ")
+        else:
+            out.append(char)
+    return graphviz.nohtml("".join(out))
+
+
+def tensor_fields(node: Node, grad_text: str | None = None) -> list[str]:
+    """The lines of a tensor's box: name (and shape), data, grad, hook badges."""
+    title = node.label
+    if node.shape:
+        title += f" [{format_shape(node.shape)}]"
+    if node.detail:
+        title += f" ({node.detail})"
+    fields = [title]
+    if node.value is not None:
+        fields.append(f"data {format_value(node.value, 48)}")
+    grad = grad_text if grad_text is not None else (format_value(node.grad, 48) if node.grad is not None else "None")
+    fields.append(f"grad {grad}")
+    fields.extend(f"HOOK: {badge}" for badge in node.hooks)
+    return fields
+
+
+def function_lines(node: Node) -> list[str]:
+    lines = [node.label, node.op] if node.op and node.op.lower() != node.label else [node.label]
+    if node.detail:
+        lines.append(node.detail)
+    lines.extend(f"HOOK: {badge}" for badge in node.hooks)
+    return lines
+
+
+def to_dot(
+    graph: Graph,
+    *,
+    direction: str | None = None,
+    legend: bool | None = None,
+    edge_labels: Mapping[str, str] | None = None,
+    grad_texts: Mapping[str, str] | None = None,
+) -> str:
+    """DOT source for ``graph``.
+
+    ``edge_labels`` (edge id → text) and ``grad_texts`` (node id → text for its
+    grad field) let the backward-pass views put gradients on the drawing.
+    """
+    options = graph.options
+    direction = direction or (options.direction if options else "forward")
+    legend = options.legend if legend is None and options else bool(legend)
+    edge_labels = edge_labels or {}
+    grad_texts = grad_texts or {}
+
+    dot = graphviz.Digraph(name="autograd")
+    dot.attr(rankdir="LR" if direction == "forward" else "RL", nodesep="0.25", ranksep="0.35")
+    dot.attr("node", fontname=FONT, fontsize="11")
+    dot.attr("edge", fontname=FONT, fontsize="10", color="#4b5563")
+    for node in graph.nodes:
+        _add_node(dot, node, grad_texts.get(node.id))
+    for edge in graph.edges:
+        attributes = {"id": edge.id}
+        label = edge_labels.get(edge.id, edge.label if edge.kind != "saved" else "")
+        if label:
+            attributes["label"] = plain_text(label)
+        if edge.kind in ("saved", "hidden"):
+            attributes.update(style="dashed", arrowhead="none" if edge.kind == "hidden" else "normal")
+        if direction == "backward":
+            attributes["dir"] = "back"
+        dot.edge(edge.src, edge.dst, **attributes)
+    if legend:
+        _add_legend(dot)
+    return dot.source
+
+
+def _add_node(dot: graphviz.Digraph, node: Node, grad_text: str | None) -> None:
+    attributes = {"id": node.id, "style": "filled", "fillcolor": COLORS.get(node.kind, "#ffffff")}
+    if node.is_tensor:
+        fields = tensor_fields(node, grad_text)
+        attributes.update(shape="record", label=graphviz.nohtml("{" + "|".join(record_text(f) for f in fields) + "}"))
+        if node.kind == "output":
+            attributes["penwidth"] = "1.5"
+    elif node.kind == "function":
+        attributes.update(shape="box", style="rounded,filled", label=plain_text("\n".join(function_lines(node))))
+    elif node.kind == "constant":
+        attributes.update(shape="ellipse", style="dashed,filled", label=plain_text(node.label), fontsize="10")
+    else:
+        attributes.update(shape="note", label=plain_text(f"{node.label}\n{node.detail}".strip()))
+    if node.hooks:
+        attributes.update(color=HOOK_COLOR, penwidth="2.5")
+    dot.node(node.id, **attributes)
+
+
+def _add_legend(dot: graphviz.Digraph) -> None:
+    with dot.subgraph(name="cluster_legend") as legend:
+        legend.attr(label="legend", fontname=FONT, fontsize="10", style="dashed", color="#9ca3af")
+        samples = [
+            ("legend_leaf", "record", COLORS["leaf"], "{leaf tensor|data|grad}"),
+            ("legend_tensor", "record", COLORS["tensor"], "{named intermediate|data|grad}"),
+            ("legend_output", "record", COLORS["output"], "{output|data|grad}"),
+            ("legend_function", "box", COLORS["function"], "backward function"),
+            ("legend_constant", "ellipse", COLORS["constant"], "constant"),
+        ]
+        for name, shape, color, label in samples:
+            style = "rounded,filled" if shape == "box" else "filled"
+            legend.node(name, label=graphviz.nohtml(label), shape=shape, style=style, fillcolor=color)
+        legend.node(
+            "legend_hook", label="has a hook", shape="box", style="filled", fillcolor="#ffffff",
+            color=HOOK_COLOR, penwidth="2.5",
+        )
+        order = [name for name, *_ in samples] + ["legend_hook"]
+        for first, second in zip(order, order[1:]):
+            legend.edge(first, second, style="invis")
