@@ -245,6 +245,7 @@ class NodeRun:
     grad_out: tuple[Value, ...]  # per input, after post-hooks
     edges: tuple[str | None, ...]  # graph edge carrying each grad_out (None: not drawn / not needed)
     targets: tuple[str, ...]  # label of what receives each grad_out
+    in_edges: tuple[str | None, ...] = ()  # edge from this function to the tensor of each output
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from typing import Any, Sequence
 import torch
 from torch.autograd.graph import GradientEdge
 
-from ..model import Edge, Graph, GraphOptions, Node, Value
+from ..model import Edge, Graph, GraphOptions, Node, TensorSummary, Value
 from .names import Names
-from .snapshot import snapshot
+from .snapshot import dtype_name, snapshot
 
 _BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
 # Saved values that describe layout rather than maths: never drawn.
@@ -97,6 +97,9 @@ class Walk:
     labels: dict[int, str] = field(default_factory=dict)  # id(grad_fn) -> label
     leaf_names: dict[int, str] = field(default_factory=dict)  # id(AccumulateGrad) -> leaf label
     consumers: dict[tuple[int, int], list[tuple[Any, int]]] = field(default_factory=dict)
+    all_nodes: list[Any] = field(default_factory=list)  # every reachable node, drawn or not
+    root_edges: list[tuple[Any, int]] = field(default_factory=list)
+    root_labels: list[str] = field(default_factory=list)
 
     def output_label(self, fn: Any, output_nr: int) -> str:
         """What a student calls output ``output_nr`` of ``fn``: its tensor's name, or the op."""
@@ -171,16 +174,21 @@ def walk(
     roots: Sequence[Any],
     names: Names,
     options: GraphOptions,
-    root_names: Sequence[str] | None = None,
-    store_limit: int = 4096,
+    root_names: Sequence[str | None] | None = None,
 ) -> Walk:
-    """Build the model of the graph behind ``roots`` (tensors or ``GradientEdge``s)."""
+    """Build the model of the graph behind ``roots`` (tensors or ``GradientEdge``s).
+
+    ``Walk.all_nodes`` lists every reachable node, also those beyond
+    ``options.max_nodes`` (the tracer observes them all; only ``max_nodes`` are drawn).
+    """
     starts = root_edges(roots)
-    everything = _reachable([fn for fn, _ in starts])
-    kept = everything[: options.max_nodes]
+    reachable = _reachable([fn for fn, _ in starts])
+    kept = reachable[: options.max_nodes]
     kept_ids = {id(fn) for fn in kept}
     build = _Builder(options)
-    result = Walk(graph=None, nodes=list(kept))  # type: ignore[arg-type]
+    result = Walk(graph=None, nodes=list(kept), all_nodes=reachable, root_edges=starts)  # type: ignore[arg-type]
+    # Summaries of large tensors cost a few reductions each: only for graphs a student reads.
+    stats = len(reachable) <= 200
     tensors_by_node = {}
     for tensor in names._keep:
         if isinstance(tensor, torch.Tensor) and tensor.grad_fn is not None:
@@ -194,10 +202,11 @@ def walk(
         else:
             label = names.outputs.get((id(fn), output_nr)) or ("output" if index == 0 else f"output_{index}")
         root_label.setdefault((id(fn), output_nr), label)
+        result.root_labels.append(root_label[(id(fn), output_nr)])
 
     # Who consumes each (node, output): needed to split widely shared leaves.
     uses: dict[int, int] = {}
-    for fn in kept:
+    for fn in reachable:
         for slot, (next_fn, output_nr) in enumerate(fn.next_functions):
             if next_fn is not None:
                 result.consumers.setdefault((id(next_fn), output_nr), []).append((fn, slot))
@@ -221,8 +230,8 @@ def walk(
                 label=label,
                 op=name,
                 shape=tuple(variable.shape),
-                value=_small(variable, options),
-                grad=_small(variable.grad, options),
+                value=_small(variable, options, stats),
+                grad=_small(variable.grad, options, stats),
                 hooks=_hook_badges(variable),
                 sequence_nr=None,
             )
@@ -262,8 +271,8 @@ def walk(
                 kind="output" if key in root_label else "tensor",
                 label=tensor_label,
                 shape=_output_shape(fn, output_nr),
-                value=_small(live, options) if live is not None else None,
-                grad=_small(live.grad, options) if live is not None and live.retains_grad else None,
+                value=_small(live, options, stats) if live is not None else None,
+                grad=_small(live.grad, options, stats) if live is not None and live.retains_grad else None,
                 hooks=_hook_badges(live) if live is not None else (),
             )
             result.tensor_ids[key] = tensor_id
@@ -289,12 +298,12 @@ def walk(
                 src = result.tensor_ids.get((id(next_fn), output_nr)) or result.function_ids[id(next_fn)]
             result.input_edges[(id(fn), slot)] = build.edge(src, dst)
 
-    hidden = len(everything) - len(kept)
+    hidden = len(reachable) - len(kept)
     if hidden:
         note = build.node(
             kind="hidden",
             label=f"{hidden} more backward functions not drawn",
-            detail=f"pass max_nodes={len(everything)} (or more) to draw all of them",
+            detail=f"pass max_nodes={len(reachable)} (or more) to draw all of them",
         )
         for fn in kept:
             if any(n is not None and id(n) not in kept_ids for n, _ in fn.next_functions):
@@ -303,10 +312,12 @@ def walk(
     return result
 
 
-def _small(tensor: torch.Tensor | None, options: GraphOptions) -> Value:
+def _small(tensor: torch.Tensor | None, options: GraphOptions, stats: bool = True) -> Value:
     """A value for a label: clone when small enough to print, otherwise a summary."""
     if tensor is None:
         return None
+    if tensor.numel() > options.max_elements and not stats:
+        return TensorSummary(shape=tuple(tensor.shape), dtype=dtype_name(tensor.dtype))
     return snapshot(tensor, store_limit=options.max_elements)
 
 

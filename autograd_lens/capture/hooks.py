@@ -1,0 +1,155 @@
+"""Recognise user hooks as the engine calls them.
+
+The backward tracer installs a profile function for the length of one
+``backward()`` call.  It sees every Python callable the engine invokes, as a
+``call`` event whose caller is torch's ``_engine_run_backward`` frame: user
+tensor hooks, node pre/post hooks and post-accumulate hooks directly, module
+and multi-grad hooks one frame deeper, inside torch's own wrappers.  This
+module decides, from the frame alone, which kind of hook is running, which
+function it is, and what it received.  It changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from types import CodeType, FrameType
+from typing import Any
+
+import torch
+import torch.nn.modules.module as module_hooks
+
+TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+ENGINE_CODE: CodeType = torch.autograd.graph._engine_run_backward.__code__
+
+# Torch's wrappers around user hooks, by the tail of their qualified name, with
+# the local variable that holds the user's function at call time.
+_MODULE_FULL = ("BackwardHook._set_user_hook.<locals>.hook", "hook")
+_MODULE_PRE = ("BackwardHook.setup_output_hook.<locals>.fn.<locals>.hook", "user_pre_hook")
+_LEGACY = ("_WrappedHook.__call__", None)
+_MULTI_ALL = ("register_multi_grad_hook.<locals>.get_inner_hook.<locals>.inner_hook", "fn")
+_MULTI_ANY = ("register_multi_grad_hook.<locals>.wrapped_fn", "fn")
+_FUNCTION_APPLY = ("BackwardCFunction.apply",)
+
+
+@dataclass
+class Wrapper:
+    """A torch frame between the engine and a user function."""
+
+    frame: FrameType
+    family: str  # "module_full", "module_pre", "legacy", "multi_grad", "ignore"
+
+
+def wrapper_family(code: CodeType) -> str:
+    qualname = code.co_qualname
+    if qualname == _MODULE_FULL[0]:
+        return "module_full"
+    if qualname == _MODULE_PRE[0]:
+        return "module_pre"
+    if qualname == _LEGACY[0]:
+        return "legacy"
+    if qualname in (_MULTI_ALL[0], _MULTI_ANY[0]):
+        return "multi_grad"
+    return "ignore"  # custom Function.backward, logging, anything else internal
+
+
+def positional_args(frame: FrameType) -> list[Any]:
+    """The positional arguments a frame was called with (``*args`` expanded)."""
+    code = frame.f_code
+    local = frame.f_locals
+    names = code.co_varnames[: code.co_argcount]
+    args = [local.get(name) for name in names]
+    if code.co_flags & 0x04:  # CO_VARARGS
+        args.extend(local.get(code.co_varnames[code.co_argcount + code.co_kwonlyargcount], ()) or ())
+    if names and names[0] == "self" and args and not isinstance(args[0], (torch.Tensor, tuple, torch.nn.Module)):
+        args = args[1:]  # a callable object's __call__ or a bound method
+    return args
+
+
+def user_function(frame: FrameType, wrapper: Wrapper | None) -> Any:
+    """The user's function object, when a torch wrapper holds it (else ``None``)."""
+    if wrapper is None:
+        return None
+    local = wrapper.frame.f_locals
+    if wrapper.family == "module_full":
+        return local.get("hook") or local.get("user_hook")
+    if wrapper.family == "module_pre":
+        return local.get("user_pre_hook") or local.get("user_hook")
+    if wrapper.family == "legacy":
+        holder = local.get("self")
+        return getattr(holder, "hook", None)
+    if wrapper.family == "multi_grad":
+        return local.get("fn")
+    return None
+
+
+def wrapper_module(wrapper: Wrapper) -> Any:
+    holder = wrapper.frame.f_locals.get("self")
+    if wrapper.family in ("module_full", "module_pre"):
+        return getattr(holder, "module", None)
+    if wrapper.family == "legacy" and getattr(holder, "with_module", False):
+        return holder.module()
+    return None
+
+
+def module_hook_kind(wrapper: Wrapper, function: Any, module: Any) -> str:
+    """``module_full`` / ``global_module_full`` / ``module_full_pre`` / … for a wrapped call."""
+    if wrapper.family == "module_full":
+        is_global = function in module_hooks._global_backward_hooks.values()
+        base = "module_full"
+    elif wrapper.family == "module_pre":
+        if wrapper.frame.f_locals.get("user_pre_hook") is function:
+            is_global = function in module_hooks._global_backward_pre_hooks.values()
+            base = "module_full_pre"
+        else:  # the "no input requires grad" branch calls full hooks from the pre-hook wrapper
+            is_global = function in module_hooks._global_backward_hooks.values()
+            base = "module_full"
+    else:
+        is_global = function in module_hooks._global_backward_hooks.values() and (
+            module is None or function not in module._backward_hooks.values()
+        )
+        base = "module_legacy"
+    return ("global_" + base) if is_global else base
+
+
+def function_name(function: Any, code: CodeType | None = None) -> str:
+    """A hook's display name: its ``__qualname__`` without the ``<locals>`` path."""
+    target = function
+    for attribute in ("func", "hook", "__wrapped__"):
+        inner = getattr(target, attribute, None)
+        if callable(inner):
+            target = inner
+    name = getattr(target, "__qualname__", None)
+    if name is None and target is not None:
+        name = type(target).__qualname__
+    if name is None and code is not None:
+        name = code.co_qualname
+        if name.endswith(".__call__"):
+            name = name[: -len(".__call__")]
+    return (name or "?").split("<locals>.")[-1]
+
+
+def code_of(function: Any) -> CodeType | None:
+    """The code object the profiler will see when ``function`` is called."""
+    for attribute in ("func", "__wrapped__"):
+        inner = getattr(function, attribute, None)
+        if callable(inner):
+            function = inner
+    code = getattr(function, "__code__", None)
+    if code is None:
+        call = getattr(type(function), "__call__", None)
+        code = getattr(call, "__code__", None)
+    return code
+
+
+def multi_grad_user_fn(hook: Any) -> Any:
+    """The user function behind the inner hook ``register_multi_grad_hook`` put on a tensor."""
+    code = getattr(hook, "__code__", None)
+    if code is None or not code.co_qualname.startswith("register_multi_grad_hook.<locals>"):
+        return None
+    closure = dict(zip(hook.__code__.co_freevars, hook.__closure__ or ()))
+    cell = closure.get("fn")
+    try:
+        return cell.cell_contents if cell is not None else getattr(hook, "__wrapped__", None)
+    except ValueError:
+        return None

@@ -1,0 +1,829 @@
+"""``Lens``: record every backward pass run inside a ``with`` block, hooks included.
+
+How it observes, without changing anything (``shared/HOOK_FACTS.md`` has the
+measurements behind each choice):
+
+* For the length of the block, torch's single entry to the engine,
+  ``torch.autograd._engine_run_backward`` (used by ``Tensor.backward``,
+  ``torch.autograd.backward`` and ``torch.autograd.grad``), is wrapped; the
+  original is put back when the block ends, whatever happens.
+* For each pass, a post-hook (returning ``None``) goes on every node of the
+  graph, plus a pre-hook on each ``AccumulateGrad``; all are removed in
+  ``finally``.  They see what each node received and sent.
+* A profile function, installed only while the engine runs, sees each user
+  hook being called (tensor, node, module, post-accumulate, multi-grad hooks,
+  also ones registered long before) with its arguments and return value.
+* Gradients are kept by reference while nothing can change them, and cloned
+  the moment user code is about to run (a hook may edit a gradient in place).
+* "Without hooks" values are computed only where a hook changed something: the
+  affected nodes are called directly (``grad_fn(*grads)``, which runs no hook)
+  on the unhooked gradients, while their saved tensors are still alive.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+import torch
+
+from ..model import (
+    BackwardPass,
+    GradWritten,
+    GraphOptions,
+    HookCall,
+    NodeRun,
+    PassError,
+    Value,
+)
+from .hooks import (
+    ENGINE_CODE,
+    TORCH_DIR,
+    Wrapper,
+    code_of,
+    function_name,
+    module_hook_kind,
+    multi_grad_user_fn,
+    positional_args,
+    user_function,
+    wrapper_family,
+    wrapper_module,
+)
+from .names import Names, caller_namespace, names_from, user_frame
+from .snapshot import snapshot, values_equal
+from .walk import Walk, walk
+
+_ACTIVE: list["Lens"] = []
+_BEFORE_NODE = ("tensor", "node_pre", "multi_grad")
+
+
+@dataclass
+class _Call:
+    """A user hook call while it is being recorded."""
+
+    order: int
+    code: Any
+    function: Any
+    kind: str
+    args: list[Any]
+    received: Any  # the live object the hook got (tensor, tuple, or the leaf itself)
+    grad_in: Any
+    raw_in: Any  # full clones, for the counterfactual
+    frame: FrameType
+    module: Any = None
+    target: str | None = None
+    node_fn: Any = None
+    output_nr: int | None = None
+    grad_out: Any = None
+    raw_out: Any = None
+    returned_none: bool = True
+    modified: bool = False
+    error: str | None = None
+    context: Any = None
+    wrapper_seq: int | None = None
+
+
+@dataclass
+class _Hooked:
+    """A hook found on a known tensor before the pass: where it is attached."""
+
+    function: Any
+    kind: str  # "tensor" / "post_accumulate_grad" / "multi_grad"
+    target: str
+    grad_fn: Any  # the node whose execution it precedes (AccumulateGrad for leaves)
+    output_nr: int
+
+
+def _detach_all(values: Any) -> Any:
+    if isinstance(values, torch.Tensor):
+        return values.detach()
+    if isinstance(values, (tuple, list)):
+        return tuple(_detach_all(item) for item in values)
+    return None
+
+
+def _clone_all(values: Any) -> Any:
+    if isinstance(values, torch.Tensor):
+        return values.detach().clone()
+    if isinstance(values, (tuple, list)):
+        return tuple(_clone_all(item) for item in values)
+    return None
+
+
+def _nbytes(values: Any) -> int:
+    if isinstance(values, torch.Tensor):
+        return values.numel() * values.element_size()
+    if isinstance(values, (tuple, list)):
+        return sum(_nbytes(item) for item in values)
+    return 0
+
+
+def _add(first: torch.Tensor | None, second: torch.Tensor | None) -> torch.Tensor | None:
+    if first is None:
+        return second
+    if second is None:
+        return first
+    return first + second
+
+
+class _PassRecorder:
+    """Everything about one traced ``backward()`` call; turned into a ``BackwardPass`` at the end."""
+
+    def __init__(self, lens: "Lens", t_outputs: Any, args: tuple, kwargs: dict) -> None:
+        self.lens = lens
+        self.index = len(lens.passes)
+        self.roots = tuple(t_outputs) if isinstance(t_outputs, (tuple, list)) else (t_outputs,)
+        self.kind = "backward" if kwargs.get("accumulate_grad", True) else "grad"
+        self.grad_tensors = tuple(args[0]) if args and args[0] is not None else ()
+        inputs = args[3] if len(args) > 3 else kwargs.get("inputs", ())
+        self.inputs = tuple(inputs or ())
+        self.raw: list[tuple] = []
+        self.pending: list[_Call] = []
+        self.unfrozen: list[int] = []
+        self.handles: list[Any] = []
+        self.order = 0
+        self.current: _Call | None = None
+        self.engine_frame: FrameType | None = None
+        self.wrapper: Wrapper | None = None
+        self.previous_profile: Any = None
+        self.modified_any = False
+        self.cf_out: dict[int, tuple] = {}
+        self.ran: dict[int, tuple] = {}  # id(fn) -> (run position, grad_inputs refs)
+        self.leaf_cf: dict[int, Any] = {}
+        self.leaf_old: dict[int, torch.Tensor | None] = {}
+        self.bytes_held = 0
+        self.cf_lost = False
+        self.own_codes = {self._on_node.__code__, self._on_accumulate.__code__}
+        self.walk: Walk | None = None
+        self.names: Names | None = None
+        self.hooked: dict[Any, list[_Hooked]] = {}
+        self.leaf_ids: set[int] = set()
+
+    # ------------------------------------------------------------------ set-up / tear-down
+    def start(self, caller: FrameType | None) -> None:
+        lens = self.lens
+        namespace = lens.names if lens.names is not None else caller_namespace(user_frame(caller))
+        self.names = names_from(namespace)
+        root_names = [self.names.tensor_name(root) if isinstance(root, torch.Tensor) else None for root in self.roots]
+        self.walk = walk(self.roots, self.names, lens.options, root_names=root_names)
+        self._index_hooks()
+        for fn in self.walk.all_nodes:
+            self.handles.append(fn.register_hook(self._post_hook_for(fn)))
+            if fn.name().endswith("AccumulateGrad"):
+                self.handles.append(fn.register_prehook(self._pre_hook_for(fn)))
+                self.leaf_ids.add(id(fn.variable))
+        self.previous_profile = sys.getprofile()
+        sys.setprofile(self._profile)
+
+    def stop(self) -> None:
+        sys.setprofile(self.previous_profile)
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+
+    def _post_hook_for(self, fn: Any):
+        on_node = self._on_node
+
+        def observe(grad_inputs, grad_outputs):
+            on_node(fn, grad_inputs, grad_outputs)
+
+        self.own_codes.add(observe.__code__)
+        return observe
+
+    def _pre_hook_for(self, fn: Any):
+        on_accumulate = self._on_accumulate
+
+        def observe_leaf(grad_outputs):
+            on_accumulate(fn)
+
+        self.own_codes.add(observe_leaf.__code__)
+        return observe_leaf
+
+    def _index_hooks(self) -> None:
+        """Map each hook function found on a known tensor to the tensor it is attached to."""
+        names = self.names
+        walk_ = self.walk
+        seen: set[int] = set()
+        tensors: list[tuple[str, torch.Tensor]] = []
+        for kept in names._keep:
+            if isinstance(kept, torch.Tensor) and id(kept) in names.tensors and id(kept) not in seen:
+                seen.add(id(kept))
+                tensors.append((names.tensors[id(kept)], kept))
+        for fn in walk_.all_nodes:
+            if fn.name().endswith("AccumulateGrad"):
+                variable = fn.variable
+                if id(variable) not in seen:
+                    seen.add(id(variable))
+                    tensors.append((walk_.leaf_names.get(id(fn), "leaf"), variable))
+        for index, tensor in enumerate(self.inputs):
+            if isinstance(tensor, torch.Tensor) and id(tensor) not in seen:
+                seen.add(id(tensor))
+                tensors.append((f"input {index}", tensor))
+        for label, tensor in tensors:
+            if tensor.grad_fn is not None:
+                grad_fn, output_nr = tensor.grad_fn, tensor.output_nr
+            elif tensor.requires_grad:
+                grad_fn, output_nr = torch.autograd.graph.get_gradient_edge(tensor).node, 0
+            else:
+                continue
+            for hook in (getattr(tensor, "_backward_hooks", None) or {}).values():
+                user = multi_grad_user_fn(hook)
+                kind = "multi_grad" if user is not None else "tensor"
+                function = user if user is not None else hook
+                self._remember(_Hooked(function, kind, label, grad_fn, output_nr))
+            for hook in (getattr(tensor, "_post_accumulate_grad_hooks", None) or {}).values():
+                self._remember(_Hooked(hook, "post_accumulate_grad", label, grad_fn, output_nr))
+
+    def _remember(self, hooked: _Hooked) -> None:
+        code = code_of(hooked.function)
+        if code is not None:
+            self.hooked.setdefault(code, []).append(hooked)
+
+    # ------------------------------------------------------------------ the profile function
+    def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            if self.current is not None:
+                return  # inside a user hook: its own calls are not hooks
+            parent = frame.f_back
+            code = frame.f_code
+            if parent is None:
+                return
+            if parent is self.engine_frame:
+                if code in self.own_codes:
+                    return
+                if code.co_filename.startswith(TORCH_DIR) or code.co_filename.startswith(sys.prefix + "/lib"):
+                    self.wrapper = Wrapper(frame, wrapper_family(code))
+                    return
+                self._begin(frame, None)
+            elif self.wrapper is not None and parent is self.wrapper.frame:
+                if self.wrapper.family == "ignore" or code.co_filename.startswith(TORCH_DIR):
+                    return
+                self._begin(frame, self.wrapper)
+            elif self.engine_frame is None and code is ENGINE_CODE:
+                self.engine_frame = frame
+        elif event == "return":
+            current = self.current
+            if current is not None and frame is current.frame:
+                self._end(current, arg)
+            elif self.wrapper is not None and frame is self.wrapper.frame:
+                self.wrapper = None
+
+    def _begin(self, frame: FrameType, wrapper: Wrapper | None) -> None:
+        self._freeze()
+        args = positional_args(frame)
+        function = user_function(frame, wrapper)
+        module = None
+        context = None
+        if wrapper is None:
+            last = args[-1] if args else None
+            if len(args) >= 2 and isinstance(args[-1], tuple) and isinstance(args[-2], tuple):
+                kind, received, context = "node", args[-2], args[-1]
+            elif isinstance(last, tuple):
+                kind, received = "node_pre", last
+            elif isinstance(last, torch.Tensor) and id(last) in self.leaf_ids:
+                kind, received = "post_accumulate_grad", last
+            else:
+                kind, received = "tensor", last
+        elif wrapper.family == "multi_grad":
+            kind, received = "multi_grad", tuple(args[-1]) if args else ()
+        else:
+            module = wrapper_module(wrapper)
+            kind = module_hook_kind(wrapper, function, module)
+            if kind.endswith("module_full_pre"):
+                received = args[-1] if args else ()
+            else:
+                received, context = (args[-2], args[-1]) if len(args) >= 2 else ((), ())
+        limit = self.lens.store_limit
+        if kind == "post_accumulate_grad":
+            grad_in = snapshot(received.grad, limit)
+            raw_in = None
+        else:
+            grad_in = _snapshot_values(received, limit)
+            raw_in = _clone_all(received)
+        self.current = _Call(
+            order=self.order,
+            code=frame.f_code,
+            function=function,
+            kind=kind,
+            args=args,
+            received=received,
+            grad_in=grad_in,
+            raw_in=raw_in,
+            frame=frame,
+            module=module,
+            context=_snapshot_values(context, limit) if context is not None else None,
+        )
+        self.order += 1
+
+    def _end(self, call: _Call, returned: Any) -> None:
+        self.current = None
+        limit = self.lens.store_limit
+        call.returned_none = returned is None
+        if call.kind == "post_accumulate_grad":
+            call.grad_out = snapshot(call.received.grad, limit)
+        elif call.kind == "multi_grad":
+            call.grad_out = None
+        elif returned is None:
+            call.grad_out = _snapshot_values(call.received, limit)  # edits in place count
+            call.raw_out = _clone_all(call.received)
+        else:
+            call.grad_out = _snapshot_values(returned, limit)
+            call.raw_out = _detach_all(returned)
+        if call.kind != "multi_grad":
+            call.modified = not values_equal(call.grad_in, call.grad_out)
+        if call.modified:
+            self.modified_any = True
+        call.frame_code = call.frame.f_code
+        call.frame = None  # type: ignore[assignment]  # don't keep the hook's locals alive
+        call.received = None
+        self.pending.append(call)
+
+    # ------------------------------------------------------------------ node observers
+    def _on_accumulate(self, fn: Any) -> None:
+        """Before ``.grad`` is written: keep the old value if a counterfactual may need it."""
+        if self.modified_any:
+            grad = fn.variable.grad
+            self.leaf_old[id(fn)] = grad.detach().clone() if grad is not None else None
+
+    def _on_node(self, fn: Any, grad_inputs: tuple, grad_outputs: tuple) -> None:
+        sys.setprofile(None)
+        try:
+            self._record_node(fn, grad_inputs, grad_outputs)
+        finally:
+            sys.setprofile(self._profile)
+
+    def _record_node(self, fn: Any, grad_inputs: tuple, grad_outputs: tuple) -> None:
+        pending, self.pending = self.pending, []
+        for call in pending:
+            self._place(call, fn, grad_outputs)
+        for call in pending:
+            if call.kind in _BEFORE_NODE:
+                self.raw.append(("call", call))
+        position = len(self.raw)
+        is_leaf = fn.name().endswith("AccumulateGrad")
+        if is_leaf:
+            grad = fn.variable.grad
+            received = grad_outputs[0] if grad_outputs else None
+            same = grad is not None and received is not None and grad is received
+            self.raw.append(("grad", fn, received, grad if same else _snapshot_values(grad, self.lens.store_limit)))
+        else:
+            self.raw.append(("node", fn, grad_inputs, grad_outputs))
+        self.unfrozen.append(position)
+        self.bytes_held += _nbytes(grad_inputs) + _nbytes(grad_outputs)
+        if self.bytes_held > self.lens.memory_budget:
+            self._summarize_held()
+        for call in pending:
+            if call.kind not in _BEFORE_NODE:
+                self.raw.append(("call", call))
+        self.ran[id(fn)] = (position, grad_inputs)
+        if self.modified_any and not self.cf_lost:
+            self._counterfactual(fn, grad_inputs, grad_outputs, pending, is_leaf)
+
+    def _place(self, call: _Call, fn: Any, grad_outputs: tuple) -> None:
+        """Decide what a hook call is attached to (tensor name, node, output index)."""
+        walk_ = self.walk
+        if call.kind in ("tensor", "post_accumulate_grad", "multi_grad"):
+            candidates = [h for h in self.hooked.get(call.frame_code, []) if h.kind == call.kind]
+            if call.function is not None:
+                exact = [h for h in candidates if h.function is call.function]
+                candidates = exact or candidates
+            here = [h for h in candidates if h.grad_fn is fn]
+            if call.kind == "multi_grad":
+                targets = sorted({h.target for h in candidates}, key=[h.target for h in candidates].index)
+                call.target = ", ".join(targets) if targets else "several tensors"
+                call.node_fn = fn
+                return
+            chosen = here[0] if here else (candidates[0] if len(candidates) == 1 else None)
+            if chosen is not None:
+                call.target, call.node_fn, call.output_nr = chosen.target, chosen.grad_fn, chosen.output_nr
+                return
+            call.node_fn = fn
+            call.output_nr = _output_of(call, grad_outputs)
+            call.target = walk_.output_label(fn, call.output_nr)
+            return
+        call.node_fn = fn
+        if call.module is not None:
+            call.target = self.names.module_name(call.module) or type(call.module).__name__
+            call.wrapper_seq = fn._sequence_nr()
+        else:
+            call.target = walk_.labels.get(id(fn), fn.name())
+
+    def _freeze(self) -> None:
+        """User code is about to run: clone every gradient still held by reference."""
+        for position in self.unfrozen:
+            entry = self.raw[position]
+            if entry[0] == "node":
+                self.raw[position] = ("node", entry[1], _clone_all(entry[2]), _clone_all(entry[3]))
+                self.ran[id(entry[1])] = (position, self.raw[position][2])
+            else:
+                grad = entry[3]
+                frozen_grad = _clone_all(grad) if isinstance(grad, torch.Tensor) else grad
+                self.raw[position] = ("grad", entry[1], _clone_all(entry[2]), frozen_grad)
+        self.unfrozen.clear()
+
+    def _summarize_held(self) -> None:
+        """Over the memory budget: keep summaries instead of full gradients from here on."""
+        limit = self.lens.store_limit
+        for position, entry in enumerate(self.raw):
+            if entry[0] == "node":
+                self.raw[position] = ("node", entry[1], _snapshot_values(entry[2], limit), _snapshot_values(entry[3], limit))
+        self.unfrozen = [p for p in self.unfrozen if self.raw[p][0] == "grad"]
+        self.bytes_held = 0
+        self.cf_lost = True  # summaries cannot be fed back through a node
+
+    # ------------------------------------------------------------------ counterfactual
+    def _counterfactual(self, fn: Any, grad_inputs: tuple, grad_outputs: tuple, calls: list[_Call], is_leaf: bool) -> None:
+        own_change = any(call.modified for call in calls if call.node_fn is fn or call.kind in _BEFORE_NODE and call.node_fn is fn)
+        diverged = own_change
+        cf_in = list(grad_outputs)
+        for output_nr in range(len(grad_outputs)):
+            consumers = self.walk.consumers.get((id(fn), output_nr), [])
+            upstream = any(id(consumer) in self.cf_out for consumer, _ in consumers)
+            changed_here = any(
+                call.modified and call.kind in _BEFORE_NODE and (call.output_nr in (None, output_nr))
+                for call in calls
+                if call.node_fn is fn
+            ) or any(call.modified and call.kind.endswith("pre") and call.node_fn is fn for call in calls)
+            if upstream or changed_here:
+                cf_in[output_nr] = self._unhooked_input(fn, output_nr, consumers)
+                diverged = True
+        if not diverged:
+            return
+        if is_leaf:
+            self.leaf_cf[id(fn)] = cf_in[0]
+            return
+        with torch.no_grad():
+            try:
+                outputs = fn(*cf_in)
+            except Exception:  # a node that cannot be called directly: no counterfactual past it
+                self.cf_lost = True
+                return
+        if not isinstance(outputs, tuple):
+            outputs = (outputs,)
+        self.cf_out[id(fn)] = tuple(outputs)
+
+    def _unhooked_input(self, fn: Any, output_nr: int, consumers: list[tuple[Any, int]]) -> torch.Tensor | None:
+        """What output ``output_nr`` of ``fn`` would have received with no hook anywhere."""
+        arrivals = []
+        for consumer, slot in consumers:
+            ran = self.ran.get(id(consumer))
+            if ran is None:
+                continue
+            if id(consumer) in self.cf_out:
+                value = self.cf_out[id(consumer)][slot]
+            else:
+                value = self.raw[ran[0]][2][slot]
+            arrivals.append((ran[0], value))
+        arrivals.sort(key=lambda item: item[0])
+        total = None
+        for index, (root_fn, root_nr) in enumerate(self.walk.root_edges):
+            if root_fn is fn and root_nr == output_nr:
+                seed = self.grad_tensors[index] if index < len(self.grad_tensors) else None
+                total = _add(total, seed)
+        for _, value in arrivals:
+            total = _add(total, value if isinstance(value, torch.Tensor) else None)
+        return total
+
+    # ------------------------------------------------------------------ results
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        frames = set()
+        traceback = error.__traceback__
+        while traceback is not None:
+            frames.add(traceback.tb_frame.f_code)
+            traceback = traceback.tb_next
+        if self.current is not None:  # a hook raised: the profiler saw its call but no normal return
+            call = self.current
+            self.current = None
+            call.error = f"{type(error).__name__}: {error}"
+            call.frame_code = call.frame.f_code
+            call.frame = None  # type: ignore[assignment]
+            call.received = None
+            self.pending.append(call)
+        for call in self.pending:
+            if call.error is None and call.returned_none and call.frame_code in frames and call is self.pending[-1]:
+                call.error = f"{type(error).__name__}: {error}"
+                call.grad_out = None
+                call.modified = False
+
+    def finish(self, error: BaseException | None) -> BackwardPass:
+        walk_ = self.walk
+        limit = self.lens.store_limit
+        for call in self.pending:  # calls after the last node ran (e.g. an autograd.grad input's hook)
+            if call.target is None:
+                self._place(call, call.node_fn, ())
+            self.raw.append(("call", call))
+        self.pending = []
+        events: list[Any] = []
+        for entry in self.raw:
+            step = len(events)
+            if entry[0] == "node":
+                events.append(self._node_event(step, entry[1], entry[2], entry[3], limit))
+            elif entry[0] == "grad":
+                fn = entry[1]
+                grad = entry[3]
+                grad_value = _snapshot_values(grad, limit) if isinstance(grad, torch.Tensor) else grad
+                events.append(
+                    GradWritten(
+                        step=step,
+                        node=walk_.function_ids.get(id(fn)),
+                        name=walk_.leaf_names.get(id(fn), "leaf"),
+                        grad=grad_value,
+                        received=_snapshot_values(entry[2], limit),
+                    )
+                )
+            else:
+                events.append(self._hook_event(step, entry[1]))
+        pass_error = None
+        if error is not None:
+            pass_error = PassError(step=len(events), type=type(error).__name__, message=str(error))
+            events.append(pass_error)
+        self._number_module_calls(events)
+        leaf_grads, without = self._leaf_results(limit)
+        return BackwardPass(
+            index=self.index,
+            kind=self.kind,
+            graph=walk_.graph,
+            events=tuple(events),
+            leaf_grads=leaf_grads,
+            grads_without_hooks=without,
+            error=pass_error,
+            roots=tuple(walk_.root_labels),
+            inputs=tuple(self._input_name(index, tensor) for index, tensor in enumerate(self.inputs)),
+        )
+
+    def _node_event(self, step: int, fn: Any, grad_inputs: Any, grad_outputs: Any, limit: int) -> NodeRun:
+        walk_ = self.walk
+        targets = []
+        for next_fn, output_nr in fn.next_functions:
+            targets.append(walk_.output_label(next_fn, output_nr) if next_fn is not None else "(no grad needed)")
+        return NodeRun(
+            step=step,
+            node=walk_.function_ids.get(id(fn)),
+            name=fn.name(),
+            label=walk_.labels.get(id(fn), fn.name()),
+            grad_in=_snapshot_values(tuple(grad_outputs), limit),
+            grad_out=_snapshot_values(tuple(grad_inputs), limit),
+            edges=tuple(walk_.input_edges.get((id(fn), slot)) for slot in range(len(grad_inputs))),
+            in_edges=tuple(walk_.output_edges.get((id(fn), k)) for k in range(len(grad_outputs))),
+            targets=tuple(targets),
+        )
+
+    def _hook_event(self, step: int, call: _Call) -> HookCall:
+        lens = self.lens
+        function = call.function if call.function is not None else call.code
+        key = (call.kind, call.target, function)
+        # The same function registered twice on one tensor is two hooks: count by position.
+        ordinal = self._ordinals.setdefault((key, id(call.node_fn), self._batch_of(call)), 0)
+        self._ordinals[(key, id(call.node_fn), self._batch_of(call))] = ordinal + 1
+        lens_key = key + (ordinal,)
+        lens._invocations[lens_key] = lens._invocations.get(lens_key, 0) + 1
+        return HookCall(
+            hook=function_name(call.function, call.frame_code),
+            kind=call.kind,
+            target=call.target or "?",
+            pass_index=self.index,
+            invocation=lens._invocations[lens_key],
+            grad_in=call.grad_in,
+            grad_out=call.grad_out,
+            modified=call.modified,
+            returned_none=call.returned_none,
+            node=self._node_id_for(call),
+            step=step,
+            context=call.context,
+            error=call.error,
+            forward_call=call.wrapper_seq,
+        )
+
+    _ordinals: dict
+
+    def _batch_of(self, call: _Call) -> int:
+        return self._batches.setdefault(id(call.node_fn), 0)
+
+    def _node_id_for(self, call: _Call) -> str | None:
+        walk_ = self.walk
+        if call.node_fn is None:
+            return None
+        if call.kind in ("tensor", "multi_grad") and call.output_nr is not None:
+            tensor_id = walk_.tensor_ids.get((id(call.node_fn), call.output_nr))
+            if tensor_id is not None:
+                return tensor_id
+        return walk_.function_ids.get(id(call.node_fn))
+
+    def _number_module_calls(self, events: list[Any]) -> None:
+        """Module hooks get no call index from torch: pair them with forward calls by node order."""
+        sequences: dict[tuple[str, bool], list[int]] = {}
+        for event in events:
+            if isinstance(event, HookCall) and event.forward_call is not None:
+                phase = event.kind.endswith("pre")
+                sequences.setdefault((event.target, phase), [])
+                if event.forward_call not in sequences[(event.target, phase)]:
+                    sequences[(event.target, phase)].append(event.forward_call)
+        for index, event in enumerate(events):
+            if isinstance(event, HookCall) and event.forward_call is not None:
+                order = sorted(sequences[(event.target, event.kind.endswith("pre"))])
+                events[index] = _replace(event, forward_call=order.index(event.forward_call) + 1)
+
+    def _leaf_results(self, limit: int) -> tuple[dict[str, Value], dict[str, Value]]:
+        walk_ = self.walk
+        leaf_grads: dict[str, Value] = {}
+        without: dict[str, Value] = {}
+        hooks_ran = any(entry[0] == "call" for entry in self.raw)
+        if self.kind == "grad":
+            for index, tensor in enumerate(self.inputs):
+                name = self._input_name(index, tensor)
+                without[name] = self._without_for_input(tensor, limit) if hooks_ran else None
+            return leaf_grads, without
+        for fn in walk_.all_nodes:
+            if not fn.name().endswith("AccumulateGrad"):
+                continue
+            name = walk_.leaf_names.get(id(fn), "leaf")
+            grad = fn.variable.grad
+            leaf_grads[name] = snapshot(grad, limit) if grad is not None else None
+            if not hooks_ran or id(fn) not in self.leaf_cf:
+                # No hook changed anything on the way to this leaf: unhooked equals real.
+                lost = self.cf_lost and self.modified_any
+                without[name] = None if lost else leaf_grads[name]
+                continue
+            old = self.leaf_old.get(id(fn))
+            value = _add(old, self.leaf_cf[id(fn)])
+            without[name] = snapshot(value, limit) if value is not None else None
+        return leaf_grads, without
+
+    def _without_for_input(self, tensor: Any, limit: int) -> Value:
+        if not isinstance(tensor, torch.Tensor):
+            return None
+        if tensor.grad_fn is not None:
+            fn, output_nr = tensor.grad_fn, tensor.output_nr
+        else:
+            fn, output_nr = torch.autograd.graph.get_gradient_edge(tensor).node, 0
+        if self.cf_lost and self.modified_any:
+            return None
+        consumers = self.walk.consumers.get((id(fn), output_nr), [])
+        value = self._unhooked_input(fn, output_nr, consumers)
+        return snapshot(value, limit) if value is not None else None
+
+    def _input_name(self, index: int, tensor: Any) -> str:
+        if isinstance(tensor, torch.Tensor):
+            name = self.names.tensor_name(tensor)
+            if name is not None:
+                return name
+            if tensor.grad_fn is None and tensor.requires_grad:
+                fn = torch.autograd.graph.get_gradient_edge(tensor).node
+                if id(fn) in self.walk.leaf_names:
+                    return self.walk.leaf_names[id(fn)]
+        return f"input {index}"
+
+
+def _replace(event: Any, **changes: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(event, **changes)
+
+
+def _snapshot_values(values: Any, limit: int) -> Any:
+    if isinstance(values, (tuple, list)):
+        return tuple(_snapshot_values(item, limit) for item in values)
+    if isinstance(values, torch.Tensor):
+        if values.numel() <= limit and not values.requires_grad and values.layout == torch.strided:
+            return values.detach()
+        return snapshot(values, limit)
+    return values if values is None or not isinstance(values, torch.Tensor) else None
+
+
+def _output_of(call: _Call, grad_outputs: tuple) -> int:
+    """Which output of a multi-output node an unnamed tensor hook belonged to (by identity)."""
+    produced = call.raw_out
+    for index, value in enumerate(grad_outputs):
+        if value is not None and produced is not None and value.shape == getattr(produced, "shape", None):
+            if values_equal(value, produced):
+                return index
+    return 0
+
+
+class Lens:
+    """Record every backward pass run inside a ``with`` block.
+
+    >>> import torch, autograd_lens as al
+    >>> x = torch.tensor(2.0, requires_grad=True)
+    >>> with al.Lens() as lens:
+    ...     y = x ** 2
+    ...     _ = y.register_hook(lambda g: g * 0.5)
+    ...     (y * 3 + y * 2).backward()
+    >>> call = lens.hook_calls[0]
+    >>> call.target, float(call.grad_in), float(call.grad_out), float(x.grad)
+    ('y', 5.0, 2.5, 10.0)
+    >>> float(lens.passes[0].grads_without_hooks["x"])
+    20.0
+
+    ``names`` is the namespace used for labels (default: the namespace of the
+    code that calls ``backward()``).  Gradients with more than ``store_limit``
+    elements are kept as summaries; ``memory_budget`` bytes bounds what one pass
+    holds by reference.
+    """
+
+    def __init__(
+        self,
+        names: Mapping[str, Any] | None = None,
+        *,
+        store_limit: int = 4096,
+        max_elements: int = 16,
+        max_nodes: int = 300,
+        memory_budget: int = 256 * 2**20,
+    ) -> None:
+        self.names = names
+        self.store_limit = store_limit
+        self.memory_budget = memory_budget
+        self.options = GraphOptions(max_elements=max_elements, max_nodes=max_nodes)
+        self.passes: list[BackwardPass] = []
+        self._invocations: dict[tuple, int] = {}
+        self._original: Any = None
+        self._thread: int | None = None
+        self._recording = False
+
+    @property
+    def hook_calls(self) -> list[HookCall]:
+        """Every hook call of every pass, in firing order."""
+        return [call for backward_pass in self.passes for call in backward_pass.hook_calls]
+
+    def __enter__(self) -> "Lens":
+        if _ACTIVE:
+            raise RuntimeError(
+                "a Lens is already recording; nested Lens blocks are not supported. "
+                "End the outer `with Lens()` (or %%lens cell) first."
+            )
+        self._original = torch.autograd._engine_run_backward
+        self._thread = threading.get_ident()
+        lens = self
+
+        def traced_run_backward(t_outputs, *args, **kwargs):
+            return lens._run(t_outputs, args, kwargs)
+
+        torch.autograd._engine_run_backward = traced_run_backward
+        _ACTIVE.append(self)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        torch.autograd._engine_run_backward = self._original
+        _ACTIVE.remove(self)
+
+    def _run(self, t_outputs: Any, args: tuple, kwargs: dict) -> Any:
+        original = self._original
+        if self._recording or threading.get_ident() != self._thread:
+            return original(t_outputs, *args, **kwargs)
+        recorder = _PassRecorder(self, t_outputs, args, kwargs)
+        recorder._ordinals = {}
+        recorder._batches = {}
+        try:
+            recorder.start(sys._getframe(1))
+        except Exception as problem:  # the student's backward must run even if the lens cannot follow
+            recorder.stop()
+            warnings.warn(f"autograd_lens could not trace this backward pass ({problem!r}); it ran untraced.")
+            return original(t_outputs, *args, **kwargs)
+        self._recording = True
+        error: BaseException | None = None
+        try:
+            return original(t_outputs, *args, **kwargs)
+        except BaseException as raised:
+            error = raised
+            recorder.fail(raised)
+            raise
+        finally:
+            recorder.stop()
+            self._recording = False
+            try:
+                self.passes.append(recorder.finish(error))
+            except Exception as problem:
+                warnings.warn(f"autograd_lens could not record this backward pass ({problem!r}).")
+
+    # ------------------------------------------------------------------ showing
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        from ..views.trace_display import lens_bundle
+
+        return lens_bundle(self)
+
+    def __repr__(self) -> str:
+        from ..views.trace_display import lens_text
+
+        return lens_text(self)
+
+    def show(self) -> None:
+        """Display the recorded passes (in Jupyter)."""
+        from IPython.display import display
+
+        display(self)
+
+    def to_html(self, path: str | None = None) -> str:
+        """A standalone HTML page of the recorded passes; written to ``path`` when given."""
+        from ..views.static_html import lens_page
+
+        page = lens_page(self)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(page)
+        return page
