@@ -67,19 +67,25 @@ def positional_args(frame: FrameType) -> list[Any]:
 
 
 def user_function(frame: FrameType, wrapper: Wrapper | None) -> Any:
-    """The user's function object, when a torch wrapper holds it (else ``None``)."""
+    """The user's function a torch wrapper is calling in ``frame``, or ``None``.
+
+    ``None`` also when the wrapper is calling something else (a warning
+    printer, a helper): only the user's hook counts as a hook call.
+    """
     if wrapper is None:
         return None
     local = wrapper.frame.f_locals
-    if wrapper.family == "module_full":
-        return local.get("hook") or local.get("user_hook")
-    if wrapper.family == "module_pre":
-        return local.get("user_pre_hook") or local.get("user_hook")
-    if wrapper.family == "legacy":
-        holder = local.get("self")
-        return getattr(holder, "hook", None)
-    if wrapper.family == "multi_grad":
-        return local.get("fn")
+    if wrapper.family in ("module_full", "module_pre"):
+        candidates = [local.get("hook"), local.get("user_pre_hook"), local.get("user_hook")]
+    elif wrapper.family == "legacy":
+        candidates = [getattr(local.get("self"), "hook", None)]
+    elif wrapper.family == "multi_grad":
+        candidates = [local.get("fn")]
+    else:
+        candidates = []
+    for candidate in candidates:
+        if candidate is not None and code_of(candidate) is frame.f_code:
+            return candidate
     return None
 
 
@@ -98,7 +104,7 @@ def module_hook_kind(wrapper: Wrapper, function: Any, module: Any) -> str:
         is_global = function in module_hooks._global_backward_hooks.values()
         base = "module_full"
     elif wrapper.family == "module_pre":
-        if wrapper.frame.f_locals.get("user_pre_hook") is function:
+        if wrapper.frame.f_locals.get("user_pre_hook") is function and function is not wrapper.frame.f_locals.get("user_hook"):
             is_global = function in module_hooks._global_backward_pre_hooks.values()
             base = "module_full_pre"
         else:  # the "no input requires grad" branch calls full hooks from the pre-hook wrapper

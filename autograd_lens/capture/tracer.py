@@ -261,9 +261,8 @@ class _PassRecorder:
                     return
                 self._begin(frame, None)
             elif self.wrapper is not None and parent is self.wrapper.frame:
-                if self.wrapper.family == "ignore" or code.co_filename.startswith(TORCH_DIR):
-                    return
-                self._begin(frame, self.wrapper)
+                if self.wrapper.family != "ignore" and user_function(frame, self.wrapper) is not None:
+                    self._begin(frame, self.wrapper)
             elif self.engine_frame is None and code is ENGINE_CODE:
                 self.engine_frame = frame
         elif event == "return":
@@ -303,7 +302,7 @@ class _PassRecorder:
             grad_in = snapshot(received.grad, limit)
             raw_in = None
         else:
-            grad_in = _snapshot_values(received, limit)
+            grad_in = _snapshot_copies(received, limit)
             raw_in = _clone_all(received)
         self.current = _Call(
             order=self.order,
@@ -316,7 +315,7 @@ class _PassRecorder:
             raw_in=raw_in,
             frame=frame,
             module=module,
-            context=_snapshot_values(context, limit) if context is not None else None,
+            context=_snapshot_copies(context, limit) if context is not None else None,
         )
         self.order += 1
 
@@ -329,11 +328,11 @@ class _PassRecorder:
         elif call.kind == "multi_grad":
             call.grad_out = None
         elif returned is None:
-            call.grad_out = _snapshot_values(call.received, limit)  # edits in place count
+            call.grad_out = _snapshot_copies(call.received, limit)  # edits in place count
             call.raw_out = _clone_all(call.received)
         else:
-            call.grad_out = _snapshot_values(returned, limit)
-            call.raw_out = _detach_all(returned)
+            call.grad_out = _snapshot_copies(returned, limit)
+            call.raw_out = _clone_all(returned)
         if call.kind != "multi_grad":
             call.modified = not values_equal(call.grad_in, call.grad_out)
         if call.modified:
@@ -367,10 +366,9 @@ class _PassRecorder:
         position = len(self.raw)
         is_leaf = fn.name().endswith("AccumulateGrad")
         if is_leaf:
-            grad = fn.variable.grad
-            received = grad_outputs[0] if grad_outputs else None
-            same = grad is not None and received is not None and grad is received
-            self.raw.append(("grad", fn, received, grad if same else _snapshot_values(grad, self.lens.store_limit)))
+            # .grad changes later (next pass, post-accumulate hooks): copy it now
+            grad = _snapshot_copies(fn.variable.grad, self.lens.store_limit)
+            self.raw.append(("grad", fn, grad_outputs[0] if grad_outputs else None, grad))
         else:
             self.raw.append(("node", fn, grad_inputs, grad_outputs))
         self.unfrozen.append(position)
@@ -421,9 +419,7 @@ class _PassRecorder:
                 self.raw[position] = ("node", entry[1], _clone_all(entry[2]), _clone_all(entry[3]))
                 self.ran[id(entry[1])] = (position, self.raw[position][2])
             else:
-                grad = entry[3]
-                frozen_grad = _clone_all(grad) if isinstance(grad, torch.Tensor) else grad
-                self.raw[position] = ("grad", entry[1], _clone_all(entry[2]), frozen_grad)
+                self.raw[position] = ("grad", entry[1], _clone_all(entry[2]), entry[3])
         self.unfrozen.clear()
 
     def _summarize_held(self) -> None:
@@ -457,15 +453,10 @@ class _PassRecorder:
         if is_leaf:
             self.leaf_cf[id(fn)] = cf_in[0]
             return
-        with torch.no_grad():
-            try:
-                outputs = fn(*cf_in)
-            except Exception:  # a node that cannot be called directly: no counterfactual past it
-                self.cf_lost = True
-                return
-        if not isinstance(outputs, tuple):
-            outputs = (outputs,)
-        self.cf_out[id(fn)] = tuple(outputs)
+        if any(value is _UNKNOWN for value in cf_in):
+            self.cf_out[id(fn)] = _UNKNOWN
+            return
+        self.cf_out[id(fn)] = _call_node(fn, cf_in)
 
     def _unhooked_input(self, fn: Any, output_nr: int, consumers: list[tuple[Any, int]]) -> torch.Tensor | None:
         """What output ``output_nr`` of ``fn`` would have received with no hook anywhere."""
@@ -475,7 +466,10 @@ class _PassRecorder:
             if ran is None:
                 continue
             if id(consumer) in self.cf_out:
-                value = self.cf_out[id(consumer)][slot]
+                outputs = self.cf_out[id(consumer)]
+                if outputs is _UNKNOWN:
+                    return _UNKNOWN
+                value = outputs[slot]
             else:
                 value = self.raw[ran[0]][2][slot]
             arrivals.append((ran[0], value))
@@ -526,14 +520,12 @@ class _PassRecorder:
                 events.append(self._node_event(step, entry[1], entry[2], entry[3], limit))
             elif entry[0] == "grad":
                 fn = entry[1]
-                grad = entry[3]
-                grad_value = _snapshot_values(grad, limit) if isinstance(grad, torch.Tensor) else grad
                 events.append(
                     GradWritten(
                         step=step,
                         node=walk_.function_ids.get(id(fn)),
                         name=walk_.leaf_names.get(id(fn), "leaf"),
-                        grad=grad_value,
+                        grad=entry[3],
                         received=_snapshot_values(entry[2], limit),
                     )
                 )
@@ -650,6 +642,9 @@ class _PassRecorder:
                 lost = self.cf_lost and self.modified_any
                 without[name] = None if lost else leaf_grads[name]
                 continue
+            if self.leaf_cf[id(fn)] is _UNKNOWN:
+                without[name] = None
+                continue
             old = self.leaf_old.get(id(fn))
             value = _add(old, self.leaf_cf[id(fn)])
             without[name] = snapshot(value, limit) if value is not None else None
@@ -666,7 +661,7 @@ class _PassRecorder:
             return None
         consumers = self.walk.consumers.get((id(fn), output_nr), [])
         value = self._unhooked_input(fn, output_nr, consumers)
-        return snapshot(value, limit) if value is not None else None
+        return snapshot(value, limit) if isinstance(value, torch.Tensor) else None
 
     def _input_name(self, index: int, tensor: Any) -> str:
         if isinstance(tensor, torch.Tensor):
@@ -680,13 +675,45 @@ class _PassRecorder:
         return f"input {index}"
 
 
+_UNKNOWN: Any = object()  # an unhooked value that cannot be computed without running user code
+
+
+def _call_node(fn: Any, grads: list) -> Any:
+    """Run one backward function directly (no hook fires) on the given gradients.
+
+    A custom ``autograd.Function`` written by the user is not re-run: its
+    ``backward`` is user code and may have side effects (a print would show
+    twice).  Torch's own Python functions (e.g. the node module hooks add) are.
+    """
+    forward_cls = getattr(fn, "_forward_cls", None)
+    with torch.no_grad():
+        try:
+            if forward_cls is not None:
+                if not forward_cls.__module__.startswith("torch."):
+                    return _UNKNOWN
+                outputs = fn.apply(*grads)
+            else:
+                outputs = fn(*grads)
+        except Exception:  # a node that cannot be called directly: nothing is known past it
+            return _UNKNOWN
+    return tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
+
+
 def _replace(event: Any, **changes: Any) -> Any:
     import dataclasses
 
     return dataclasses.replace(event, **changes)
 
 
+def _snapshot_copies(values: Any, limit: int) -> Any:
+    """Clones (or summaries) of values that user code may still change in place."""
+    if isinstance(values, (tuple, list)):
+        return tuple(_snapshot_copies(item, limit) for item in values)
+    return snapshot(values, limit) if isinstance(values, torch.Tensor) else None
+
+
 def _snapshot_values(values: Any, limit: int) -> Any:
+    """Values held only by the lens (nothing else can change them): detached, not copied."""
     if isinstance(values, (tuple, list)):
         return tuple(_snapshot_values(item, limit) for item in values)
     if isinstance(values, torch.Tensor):
@@ -762,6 +789,7 @@ class Lens:
         lens = self
 
         def traced_run_backward(t_outputs, *args, **kwargs):
+            __tracebackhide__ = True  # noqa: F841  (IPython and pytest hide this frame)
             return lens._run(t_outputs, args, kwargs)
 
         torch.autograd._engine_run_backward = traced_run_backward
@@ -773,6 +801,7 @@ class Lens:
         _ACTIVE.remove(self)
 
     def _run(self, t_outputs: Any, args: tuple, kwargs: dict) -> Any:
+        __tracebackhide__ = True  # noqa: F841
         original = self._original
         if self._recording or threading.get_ident() != self._thread:
             return original(t_outputs, *args, **kwargs)

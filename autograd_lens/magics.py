@@ -1,0 +1,102 @@
+"""IPython doors: ``%lens_graph`` and ``%%lens``.  Argument parsing and display only;
+all the work is done by :func:`autograd_lens.graph` and :class:`autograd_lens.Lens`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+
+@magics_class
+class LensMagics(Magics):
+    @magic_arguments()
+    @argument("expression", nargs="+", help="Python expression(s) giving the tensor(s) whose graph to draw.")
+    @argument("--max-elements", type=int, default=16, help="Show values of tensors with at most this many elements (default 16).")
+    @argument("--max-nodes", type=int, default=300, help="Draw at most this many backward functions (default 300).")
+    @argument("--direction", choices=("forward", "backward"), default="forward", help="Arrows follow the data (forward, default) or the gradients (backward).")
+    @argument("--legend", action="store_true", help="Add a legend of the colours and shapes.")
+    @argument("--no-saved", action="store_true", help="Hide saved tensors and constants.")
+    @argument("--dot", action="store_true", help="Print the DOT source instead of drawing it.")
+    @line_magic
+    def lens_graph(self, line: str) -> Any:
+        """Draw the autograd graph of a tensor, labelled with your variable names.
+
+        Example: ``%lens_graph out --legend``
+        """
+        from .api import graph
+
+        args = parse_argstring(self.lens_graph, line)
+        namespace = self.shell.user_ns
+        source = " ".join(args.expression)
+        try:
+            value = eval(source, namespace)
+        except Exception as error:
+            print(f"%lens_graph: could not evaluate {source!r}: {type(error).__name__}: {error}")
+            return None
+        roots = value if isinstance(value, (tuple, list)) else (value,)
+        try:
+            result = graph(
+                *roots,
+                names=namespace,
+                max_elements=args.max_elements,
+                max_nodes=args.max_nodes,
+                direction=args.direction,
+                legend=args.legend,
+                show_saved=not args.no_saved,
+            )
+        except (TypeError, ValueError) as error:
+            print(f"%lens_graph: {error}")
+            return None
+        if args.dot:
+            print(result.to_dot())
+            return None
+        return result
+
+    @magic_arguments()
+    @argument("--as", dest="name", default="_lens", help="Bind the Lens to this name in the notebook (default _lens).")
+    @argument("--no-show", action="store_true", help="Record only; show nothing (inspect the Lens object instead).")
+    @argument("--store-limit", type=int, default=4096, help="Gradients with more elements are kept as summaries (default 4096).")
+    @argument("--max-elements", type=int, default=16, help="Show values of tensors with at most this many elements (default 16).")
+    @argument("--max-nodes", type=int, default=300, help="Draw at most this many backward functions (default 300).")
+    @cell_magic
+    def lens(self, line: str, cell: str) -> Any:
+        """Run the cell as ordinary Python and record every backward pass in it.
+
+        Shows the graph and a step-through of each pass, hooks included. The
+        recording is kept as a ``Lens`` object under ``_lens`` (``--as NAME``).
+        If the cell raises, the usual traceback is followed by the partial trace.
+        """
+        from .capture.tracer import Lens
+
+        args = parse_argstring(self.lens, line)
+        if not args.name.isidentifier():
+            print(f"%%lens: --as needs a Python name, not {args.name!r}")
+            return None
+        lens = Lens(
+            names=self.shell.user_ns,
+            store_limit=args.store_limit,
+            max_elements=args.max_elements,
+            max_nodes=args.max_nodes,
+        )
+        self.shell.user_ns[args.name] = lens
+        with lens:
+            result = self.shell.run_cell(cell, store_history=False)
+        if not args.no_show and (lens.passes or result.success):
+            from IPython.display import display
+
+            display(lens)
+        return None
+
+
+def load(ipython: Any) -> None:
+    ipython.register_magics(LensMagics)
+
+
+def unload(ipython: Any) -> None:
+    manager = ipython.magics_manager
+    for kind, names in (("line", ("lens_graph",)), ("cell", ("lens",))):
+        for name in names:
+            manager.magics[kind].pop(name, None)
+    manager.registry.pop("LensMagics", None)

@@ -1,0 +1,45 @@
+import gc
+import os
+import sys
+import warnings
+
+import pytest
+import torch
+
+HERE = os.path.dirname(__file__)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--update-golden", action="store_true", default=False,
+        help="rewrite the golden DOT files under tests/golden from the current output",
+    )
+
+
+@pytest.fixture
+def update_golden(request):
+    return request.config.getoption("--update-golden")
+
+
+@pytest.fixture(autouse=True)
+def _no_lens_left_behind():
+    """Every test must leave torch's engine entry and the profiler as it found them."""
+    original = torch.autograd._engine_run_backward
+    profile = sys.getprofile()
+    yield
+    assert torch.autograd._engine_run_backward is original, "a Lens left torch's engine entry patched"
+    assert sys.getprofile() is profile, "a Lens left a profile function installed"
+
+
+def live_recorders():
+    from autograd_lens.capture.tracer import _PassRecorder
+
+    gc.collect()
+    return [obj for obj in gc.get_objects() if type(obj) is _PassRecorder]
+
+
+@pytest.fixture
+def quiet_warnings():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
