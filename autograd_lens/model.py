@@ -273,7 +273,13 @@ Event = Union[NodeRun, HookCall, GradWritten, PassError]
 
 @dataclass(frozen=True)
 class BackwardPass:
-    """One call of ``backward()`` / ``torch.autograd.backward`` / ``torch.autograd.grad``."""
+    """One call of ``backward()`` / ``torch.autograd.backward`` / ``torch.autograd.grad``.
+
+    ``grads_without_hooks`` holds, per leaf, what ``.grad`` would hold after
+    this pass had no user hook run during it (for ``autograd.grad``: what it
+    would have returned, per input).  ``None`` where it cannot be known without
+    running user code again (a custom ``autograd.Function`` on the way).
+    """
 
     index: int
     kind: str  # "backward" or "grad"
@@ -284,6 +290,12 @@ class BackwardPass:
     error: PassError | None = None
     roots: tuple[str, ...] = ()
     inputs: tuple[str, ...] = ()
+    input_grads: dict[str, Value] = field(default_factory=dict)  # what autograd.grad returned
+
+    @property
+    def grads(self) -> dict[str, Value]:
+        """The gradients this pass produced: ``.grad`` of leaves, or what ``autograd.grad`` returned."""
+        return self.leaf_grads if self.kind == "backward" else self.input_grads
 
     @property
     def hook_calls(self) -> tuple[HookCall, ...]:

@@ -75,6 +75,7 @@ class _Call:
     grad_in: Any
     raw_in: Any  # full clones, for the counterfactual
     frame: FrameType
+    candidates: list = field(default_factory=list)  # _Hooked entries this call may be
     module: Any = None
     target: str | None = None
     node_fn: Any = None
@@ -172,6 +173,10 @@ class _PassRecorder:
         root_names = [self.names.tensor_name(root) if isinstance(root, torch.Tensor) else None for root in self.roots]
         self.walk = walk(self.roots, self.names, lens.options, root_names=root_names)
         self._index_hooks()
+        self.input_nodes = set()
+        for tensor in self.inputs:
+            if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+                self.input_nodes.add(id(torch.autograd.graph.get_gradient_edge(tensor).node))
         for fn in self.walk.all_nodes:
             self.handles.append(fn.register_hook(self._post_hook_for(fn)))
             if fn.name().endswith("AccumulateGrad"):
@@ -297,6 +302,9 @@ class _PassRecorder:
                 received = args[-1] if args else ()
             else:
                 received, context = (args[-2], args[-1]) if len(args) >= 2 else ((), ())
+        candidates = self._candidates(frame, function)
+        if function is None and len({id(h.function) for h in candidates}) == 1:
+            function = candidates[0].function
         limit = self.lens.store_limit
         if kind == "post_accumulate_grad":
             grad_in = snapshot(received.grad, limit)
@@ -314,10 +322,31 @@ class _PassRecorder:
             grad_in=grad_in,
             raw_in=raw_in,
             frame=frame,
+            candidates=candidates,
             module=module,
             context=_snapshot_copies(context, limit) if context is not None else None,
         )
         self.order += 1
+
+    def _candidates(self, frame: FrameType, function: Any) -> list[_Hooked]:
+        """Hooks found on known tensors that could be the one running in ``frame``.
+
+        Closures made by one ``def`` share a code object; their cells tell them apart.
+        """
+        found = []
+        for hooked in self.hooked.get(frame.f_code, ()):
+            if function is not None:
+                if hooked.function is function:
+                    found.append(hooked)
+                continue
+            cells = getattr(hooked.function, "__closure__", None) or ()
+            names = getattr(getattr(hooked.function, "__code__", None), "co_freevars", ())
+            try:
+                if all(frame.f_locals.get(name) is cell.cell_contents for name, cell in zip(names, cells)):
+                    found.append(hooked)
+            except ValueError:  # an empty cell
+                continue
+        return found
 
     def _end(self, call: _Call, returned: Any) -> None:
         self.current = None
@@ -386,19 +415,23 @@ class _PassRecorder:
         """Decide what a hook call is attached to (tensor name, node, output index)."""
         walk_ = self.walk
         if call.kind in ("tensor", "post_accumulate_grad", "multi_grad"):
-            candidates = [h for h in self.hooked.get(call.frame_code, []) if h.kind == call.kind]
-            if call.function is not None:
-                exact = [h for h in candidates if h.function is call.function]
-                candidates = exact or candidates
+            candidates = [h for h in call.candidates if h.kind == call.kind]
             here = [h for h in candidates if h.grad_fn is fn]
             if call.kind == "multi_grad":
                 targets = sorted({h.target for h in candidates}, key=[h.target for h in candidates].index)
                 call.target = ", ".join(targets) if targets else "several tensors"
                 call.node_fn = fn
                 return
-            chosen = here[0] if here else (candidates[0] if len(candidates) == 1 else None)
+            if not here and fn is not None:
+                # Only an input of autograd.grad fires its hooks without its node running next.
+                here = [h for h in candidates if id(h.grad_fn) in self.input_nodes and self._all_consumers_ran(h.grad_fn)]
+            same_target = len({(h.target, id(h.grad_fn)) for h in candidates}) == 1
+            chosen = here[0] if here else (candidates[0] if candidates and same_target and fn is None else None)
             if chosen is not None:
                 call.target, call.node_fn, call.output_nr = chosen.target, chosen.grad_fn, chosen.output_nr
+                return
+            if fn is None:  # fired after the last node ran and matches no known tensor
+                call.target = "an unnamed tensor"
                 return
             call.node_fn = fn
             call.output_nr = _output_of(call, grad_outputs)
@@ -410,6 +443,16 @@ class _PassRecorder:
             call.wrapper_seq = fn._sequence_nr()
         else:
             call.target = walk_.labels.get(id(fn), fn.name())
+
+    def _all_consumers_ran(self, node: Any) -> bool:
+        """True when the engine could now reach ``node`` (it is used, and every user of it ran)."""
+        found = False
+        for (node_id, _), consumers in self.walk.consumers.items():
+            if node_id == id(node):
+                found = True
+                if not all(id(consumer) in self.ran for consumer, _ in consumers):
+                    return False
+        return found
 
     def _freeze(self) -> None:
         """User code is about to run: clone every gradient still held by reference."""
@@ -505,7 +548,7 @@ class _PassRecorder:
                 call.grad_out = None
                 call.modified = False
 
-    def finish(self, error: BaseException | None) -> BackwardPass:
+    def finish(self, error: BaseException | None, result: Any = None) -> BackwardPass:
         walk_ = self.walk
         limit = self.lens.store_limit
         for call in self.pending:  # calls after the last node ran (e.g. an autograd.grad input's hook)
@@ -537,6 +580,13 @@ class _PassRecorder:
             events.append(pass_error)
         self._number_module_calls(events)
         leaf_grads, without = self._leaf_results(limit)
+        input_grads = {}
+        if self.kind == "grad" and isinstance(result, (tuple, list)):
+            for index, (tensor, value) in enumerate(zip(self.inputs, result)):
+                name = self._input_name(index, tensor)
+                input_grads[name] = snapshot(value, limit) if isinstance(value, torch.Tensor) else None
+                if not any(entry[0] == "call" for entry in self.raw):
+                    without[name] = input_grads[name]
         return BackwardPass(
             index=self.index,
             kind=self.kind,
@@ -547,6 +597,7 @@ class _PassRecorder:
             error=pass_error,
             roots=tuple(walk_.root_labels),
             inputs=tuple(self._input_name(index, tensor) for index, tensor in enumerate(self.inputs)),
+            input_grads=input_grads,
         )
 
     def _node_event(self, step: int, fn: Any, grad_inputs: Any, grad_outputs: Any, limit: int) -> NodeRun:
@@ -816,8 +867,10 @@ class Lens:
             return original(t_outputs, *args, **kwargs)
         self._recording = True
         error: BaseException | None = None
+        result: Any = None
         try:
-            return original(t_outputs, *args, **kwargs)
+            result = original(t_outputs, *args, **kwargs)
+            return result
         except BaseException as raised:
             error = raised
             recorder.fail(raised)
@@ -826,7 +879,7 @@ class Lens:
             recorder.stop()
             self._recording = False
             try:
-                self.passes.append(recorder.finish(error))
+                self.passes.append(recorder.finish(error, result))
             except Exception as problem:
                 warnings.warn(f"autograd_lens could not record this backward pass ({problem!r}).")
 
