@@ -28,29 +28,37 @@ class Names:
     outputs: dict[tuple[int, int], str] = field(default_factory=dict)  # (id(grad_fn), output_nr) -> name
     tensors: dict[int, str] = field(default_factory=dict)  # id(any tensor) -> name
     modules: dict[int, str] = field(default_factory=dict)  # id(module) -> name
+    tensor_objects: list[torch.Tensor] = field(default_factory=list, repr=False)  # in naming order
     _keep: list[Any] = field(default_factory=list, repr=False)
 
     def add_tensor(self, name: str, tensor: torch.Tensor) -> None:
         if id(tensor) in self.tensors:
             return
         self.tensors[id(tensor)] = name
-        self._keep.append(tensor)
-        if tensor.grad_fn is not None:
-            key = (id(tensor.grad_fn), tensor.output_nr)
-            self.outputs.setdefault(key, name)
-            self._keep.append(tensor.grad_fn)
+        self.tensor_objects.append(tensor)
+        grad_fn = tensor.grad_fn
+        if grad_fn is not None:
+            self.outputs.setdefault((id(grad_fn), tensor.output_nr), name)
+            self._keep.append(grad_fn)
         elif tensor.requires_grad:
             self.leaves.setdefault(id(tensor), name)
 
     def add_module(self, name: str, module: torch.nn.Module) -> None:
+        """Name a module, its submodules (``model.0``) and their parameters (``model.0.weight``)."""
         if id(module) in self.modules:
             return
-        for sub_name, sub in module.named_modules(prefix=name, remove_duplicate=True):
-            if id(sub) not in self.modules:
-                self.modules[id(sub)] = sub_name
-                self._keep.append(sub)
-        for param_name, param in module.named_parameters(prefix=name, remove_duplicate=True):
-            self.add_tensor(param_name, param)
+        stack = [(name, module)]
+        while stack:  # iterative, in the order named_modules() would give
+            prefix, current = stack.pop()
+            if id(current) in self.modules:
+                continue
+            self.modules[id(current)] = prefix
+            self._keep.append(current)
+            for key, param in current._parameters.items():
+                if param is not None:
+                    self.add_tensor(f"{prefix}.{key}", param)
+            children = [(f"{prefix}.{key}", child) for key, child in current._modules.items() if child is not None]
+            stack.extend(reversed(children))
 
     def tensor_name(self, tensor: torch.Tensor) -> str | None:
         return self.tensors.get(id(tensor))

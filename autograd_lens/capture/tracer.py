@@ -41,6 +41,8 @@ from ..model import (
     PassError,
     Value,
 )
+_current_node = torch._C._current_autograd_node
+
 from .hooks import (
     ENGINE_CODE,
     TORCH_DIR,
@@ -56,9 +58,14 @@ from .hooks import (
 )
 from .names import Names, caller_namespace, names_from, user_frame
 from .snapshot import snapshot, values_equal
-from .walk import Walk, walk
+from .walk import Structure, Walk, leaf_state, structure, walk
+
+# Graphs up to this many nodes are modelled before the pass (saved tensors included);
+# larger ones after it, so tracing a big model adds little to its backward().
+EAGER_MODEL_LIMIT = 100
 
 _ACTIVE: list["Lens"] = []
+MAX_UNBUILT = 4  # passes whose model waits to be built (until read, or the block ends)
 _BEFORE_NODE = ("tensor", "node_pre", "multi_grad")
 
 
@@ -109,19 +116,12 @@ def _detach_all(values: Any) -> Any:
 
 
 def _clone_all(values: Any) -> Any:
+    """Copies of the tensors in ``values`` (anything else, e.g. a summary, as it is)."""
     if isinstance(values, torch.Tensor):
         return values.detach().clone()
     if isinstance(values, (tuple, list)):
         return tuple(_clone_all(item) for item in values)
-    return None
-
-
-def _nbytes(values: Any) -> int:
-    if isinstance(values, torch.Tensor):
-        return values.numel() * values.element_size()
-    if isinstance(values, (tuple, list)):
-        return sum(_nbytes(item) for item in values)
-    return 0
+    return values
 
 
 def _add(first: torch.Tensor | None, second: torch.Tensor | None) -> torch.Tensor | None:
@@ -137,7 +137,7 @@ class _PassRecorder:
 
     def __init__(self, lens: "Lens", t_outputs: Any, args: tuple, kwargs: dict) -> None:
         self.lens = lens
-        self.index = len(lens.passes)
+        self.index = len(lens._passes) + len(lens._unbuilt)
         self.roots = tuple(t_outputs) if isinstance(t_outputs, (tuple, list)) else (t_outputs,)
         self.kind = "backward" if kwargs.get("accumulate_grad", True) else "grad"
         self.grad_tensors = tuple(args[0]) if args and args[0] is not None else ()
@@ -145,7 +145,8 @@ class _PassRecorder:
         self.inputs = tuple(inputs or ())
         self.raw: list[tuple] = []
         self.pending: list[_Call] = []
-        self.unfrozen: list[int] = []
+        self.frozen = 0  # raw records before this index hold copies, after it references
+        self.counted = 0  # raw records before this index are in bytes_held
         self.handles: list[Any] = []
         self.order = 0
         self.current: _Call | None = None
@@ -154,16 +155,21 @@ class _PassRecorder:
         self.previous_profile: Any = None
         self.modified_any = False
         self.cf_out: dict[int, tuple] = {}
-        self.ran: dict[int, tuple] = {}  # id(fn) -> (run position, grad_inputs refs)
+        self.ran: dict[int, int] = {}  # id(fn) -> position of its record in raw
         self.leaf_cf: dict[int, Any] = {}
         self.leaf_old: dict[int, torch.Tensor | None] = {}
         self.bytes_held = 0
         self.cf_lost = False
-        self.own_codes = {self._on_node.__code__, self._on_accumulate.__code__}
+        self.own_codes = {self._observe.__code__, self._observe_leaf.__code__}
         self.walk: Walk | None = None
+        self.shape: Structure | None = None
+        self.leaf_state: dict | None = None
+        self.leaf_grads: dict[str, Value] | None = None
+        self.written: dict[int, Value] = {}  # id(AccumulateGrad) -> copy of .grad when written
         self.names: Names | None = None
         self.hooked: dict[Any, list[_Hooked]] = {}
         self.leaf_ids: set[int] = set()
+        self.fresh_leaves: set[int] = set()  # id(AccumulateGrad) of leaves whose .grad was None
 
     # ------------------------------------------------------------------ set-up / tear-down
     def start(self, caller: FrameType | None) -> None:
@@ -171,17 +177,30 @@ class _PassRecorder:
         namespace = lens.names if lens.names is not None else caller_namespace(user_frame(caller))
         self.names = names_from(namespace)
         root_names = [self.names.tensor_name(root) if isinstance(root, torch.Tensor) else None for root in self.roots]
-        self.walk = walk(self.roots, self.names, lens.options, root_names=root_names)
+        self.shape = structure(self.roots, self.names, root_names)
+        if len(self.shape.nodes) <= EAGER_MODEL_LIMIT:
+            # small graphs: read saved tensors and values now, they are gone after the pass
+            self.walk = walk(self.shape, self.names, lens.options)
+        else:
+            # large graphs: keep what the pass will change (leaf values), build the model later
+            self.leaf_state = leaf_state(self.shape, lens.options.replace(show_saved=False))
         self._index_hooks()
         self.input_nodes = set()
         for tensor in self.inputs:
             if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
                 self.input_nodes.add(id(torch.autograd.graph.get_gradient_edge(tensor).node))
-        for fn in self.walk.all_nodes:
-            self.handles.append(fn.register_hook(self._post_hook_for(fn)))
-            if fn.name().endswith("AccumulateGrad"):
-                self.handles.append(fn.register_prehook(self._pre_hook_for(fn)))
-                self.leaf_ids.add(id(fn.variable))
+        observe, observe_leaf = self._observe, self._observe_leaf
+        leaf_labels = self.shape.leaf_labels
+        for fn in self.shape.nodes:
+            self.handles.append(fn.register_hook(observe))
+            if id(fn) in leaf_labels:
+                variable = fn.variable
+                self.leaf_ids.add(id(variable))
+                if variable.grad is not None:
+                    # .grad will be added to: keep the old value for the "without hooks" sum
+                    self.handles.append(fn.register_prehook(observe_leaf))
+                else:
+                    self.fresh_leaves.add(id(fn))
         self.previous_profile = sys.getprofile()
         sys.setprofile(self._profile)
 
@@ -191,57 +210,35 @@ class _PassRecorder:
             handle.remove()
         self.handles.clear()
 
-    def _post_hook_for(self, fn: Any):
-        on_node = self._on_node
-
-        def observe(grad_inputs, grad_outputs):
-            on_node(fn, grad_inputs, grad_outputs)
-
-        self.own_codes.add(observe.__code__)
-        return observe
-
-    def _pre_hook_for(self, fn: Any):
-        on_accumulate = self._on_accumulate
-
-        def observe_leaf(grad_outputs):
-            on_accumulate(fn)
-
-        self.own_codes.add(observe_leaf.__code__)
-        return observe_leaf
-
     def _index_hooks(self) -> None:
         """Map each hook function found on a known tensor to the tensor it is attached to."""
         names = self.names
-        walk_ = self.walk
+        shape = self.shape
+        leaf_nodes = {id(fn.variable): fn for fn in shape.nodes if id(fn) in shape.leaf_labels}
+        labelled: list[tuple[str, torch.Tensor]] = [(names.tensors[id(t)], t) for t in names.tensor_objects]
+        labelled += [(shape.leaf_labels[id(fn)], fn.variable) for fn in leaf_nodes.values()]
+        labelled += [(f"input {i}", t) for i, t in enumerate(self.inputs) if isinstance(t, torch.Tensor)]
         seen: set[int] = set()
-        tensors: list[tuple[str, torch.Tensor]] = []
-        for kept in names._keep:
-            if isinstance(kept, torch.Tensor) and id(kept) in names.tensors and id(kept) not in seen:
-                seen.add(id(kept))
-                tensors.append((names.tensors[id(kept)], kept))
-        for fn in walk_.all_nodes:
-            if fn.name().endswith("AccumulateGrad"):
-                variable = fn.variable
-                if id(variable) not in seen:
-                    seen.add(id(variable))
-                    tensors.append((walk_.leaf_names.get(id(fn), "leaf"), variable))
-        for index, tensor in enumerate(self.inputs):
-            if isinstance(tensor, torch.Tensor) and id(tensor) not in seen:
-                seen.add(id(tensor))
-                tensors.append((f"input {index}", tensor))
-        for label, tensor in tensors:
+        for label, tensor in labelled:
+            hooks = tensor._backward_hooks
+            after = getattr(tensor, "_post_accumulate_grad_hooks", None)
+            if not hooks and not after or id(tensor) in seen:
+                continue
+            seen.add(id(tensor))
             if tensor.grad_fn is not None:
                 grad_fn, output_nr = tensor.grad_fn, tensor.output_nr
+            elif id(tensor) in leaf_nodes:
+                grad_fn, output_nr = leaf_nodes[id(tensor)], 0
             elif tensor.requires_grad:
                 grad_fn, output_nr = torch.autograd.graph.get_gradient_edge(tensor).node, 0
             else:
                 continue
-            for hook in (getattr(tensor, "_backward_hooks", None) or {}).values():
+            for hook in (hooks or {}).values():
                 user = multi_grad_user_fn(hook)
                 kind = "multi_grad" if user is not None else "tensor"
                 function = user if user is not None else hook
                 self._remember(_Hooked(function, kind, label, grad_fn, output_nr))
-            for hook in (getattr(tensor, "_post_accumulate_grad_hooks", None) or {}).values():
+            for hook in (after or {}).values():
                 self._remember(_Hooked(hook, "post_accumulate_grad", label, grad_fn, output_nr))
 
     def _remember(self, hooked: _Hooked) -> None:
@@ -372,16 +369,26 @@ class _PassRecorder:
         self.pending.append(call)
 
     # ------------------------------------------------------------------ node observers
-    def _on_accumulate(self, fn: Any) -> None:
-        """Before ``.grad`` is written: keep the old value if a counterfactual may need it."""
+    def _observe_leaf(self, grad_outputs: tuple) -> None:
+        """Pre-hook on ``AccumulateGrad`` of a leaf that already has a ``.grad``: keep the old value
+        when a hook changed something, for the "without hooks" sum.  Returns None."""
         if self.modified_any:
-            grad = fn.variable.grad
-            self.leaf_old[id(fn)] = grad.detach().clone() if grad is not None else None
+            grad = _current_node().variable.grad
+            self.leaf_old[id(_current_node())] = grad.detach().clone() if grad is not None else None
 
-    def _on_node(self, fn: Any, grad_inputs: tuple, grad_outputs: tuple) -> None:
+    def _observe(self, grad_inputs: tuple, grad_outputs: tuple) -> None:
+        """Post-hook on every node: what reached it and what it sent.  Returns None."""
         sys.setprofile(None)
         try:
-            self._record_node(fn, grad_inputs, grad_outputs)
+            fn = _current_node()
+            if self.pending or self.modified_any or id(fn) in self.shape.leaf_labels:
+                self._record_node(fn, grad_inputs, grad_outputs)
+            else:  # the common case, kept short: nothing but this node happened
+                raw = self.raw
+                self.ran[id(fn)] = len(raw)
+                raw.append(("node", fn, grad_inputs, grad_outputs))
+                if len(raw) - self.counted >= 64:
+                    self._count_bytes()
         finally:
             sys.setprofile(self._profile)
 
@@ -393,27 +400,35 @@ class _PassRecorder:
             if call.kind in _BEFORE_NODE:
                 self.raw.append(("call", call))
         position = len(self.raw)
-        is_leaf = fn.name().endswith("AccumulateGrad")
+        is_leaf = id(fn) in self.shape.leaf_labels
         if is_leaf:
-            # .grad changes later (next pass, post-accumulate hooks): copy it now
-            grad = _snapshot_copies(fn.variable.grad, self.lens.store_limit)
+            received = grad_outputs[0] if grad_outputs else None
+            current = fn.variable.grad
+            if (
+                id(fn) in self.fresh_leaves
+                and received is not None
+                and current is not None
+                and current.data_ptr() != received.data_ptr()
+            ):
+                # .grad was None and is a copy of what arrived: `received` is the lens's alone
+                grad = _snapshot_values(received, self.lens.store_limit)
+            else:
+                # .grad changes later (next pass, post-accumulate hooks): copy it now
+                grad = _snapshot_copies(fn.variable.grad, self.lens.store_limit)
+            self.written[id(fn)] = grad
             self.raw.append(("grad", fn, grad_outputs[0] if grad_outputs else None, grad))
         else:
             self.raw.append(("node", fn, grad_inputs, grad_outputs))
-        self.unfrozen.append(position)
-        self.bytes_held += _nbytes(grad_inputs) + _nbytes(grad_outputs)
-        if self.bytes_held > self.lens.memory_budget:
-            self._summarize_held()
         for call in pending:
             if call.kind not in _BEFORE_NODE:
                 self.raw.append(("call", call))
-        self.ran[id(fn)] = (position, grad_inputs)
+        self.ran[id(fn)] = position
+        self._count_bytes()
         if self.modified_any and not self.cf_lost:
             self._counterfactual(fn, grad_inputs, grad_outputs, pending, is_leaf)
 
     def _place(self, call: _Call, fn: Any, grad_outputs: tuple) -> None:
         """Decide what a hook call is attached to (tensor name, node, output index)."""
-        walk_ = self.walk
         if call.kind in ("tensor", "post_accumulate_grad", "multi_grad"):
             candidates = [h for h in call.candidates if h.kind == call.kind]
             here = [h for h in candidates if h.grad_fn is fn]
@@ -435,19 +450,17 @@ class _PassRecorder:
                 return
             call.node_fn = fn
             call.output_nr = _output_of(call, grad_outputs)
-            call.target = walk_.output_label(fn, call.output_nr)
-            return
+            return  # target: the output's label, known once the model is built
         call.node_fn = fn
         if call.module is not None:
             call.target = self.names.module_name(call.module) or type(call.module).__name__
             call.wrapper_seq = fn._sequence_nr()
-        else:
-            call.target = walk_.labels.get(id(fn), fn.name())
+        # node hooks: the target is the node's label, known once the model is built
 
     def _all_consumers_ran(self, node: Any) -> bool:
         """True when the engine could now reach ``node`` (it is used, and every user of it ran)."""
         found = False
-        for (node_id, _), consumers in self.walk.consumers.items():
+        for (node_id, _), consumers in self.shape.consumers.items():
             if node_id == id(node):
                 found = True
                 if not all(id(consumer) in self.ran for consumer, _ in consumers):
@@ -456,22 +469,29 @@ class _PassRecorder:
 
     def _freeze(self) -> None:
         """User code is about to run: clone every gradient still held by reference."""
-        for position in self.unfrozen:
-            entry = self.raw[position]
-            if entry[0] == "node":
-                self.raw[position] = ("node", entry[1], _clone_all(entry[2]), _clone_all(entry[3]))
-                self.ran[id(entry[1])] = (position, self.raw[position][2])
-            else:
-                self.raw[position] = ("grad", entry[1], _clone_all(entry[2]), entry[3])
-        self.unfrozen.clear()
+        raw = self.raw
+        for position in range(self.frozen, len(raw)):
+            entry = raw[position]
+            if entry[0] in ("node", "grad"):
+                raw[position] = (entry[0], entry[1], _clone_all(entry[2]), entry[3] if entry[0] == "grad" else _clone_all(entry[3]))
+        self.frozen = len(raw)
 
-    def _summarize_held(self) -> None:
-        """Over the memory budget: keep summaries instead of full gradients from here on."""
-        limit = self.lens.store_limit
-        for position, entry in enumerate(self.raw):
+    def _count_bytes(self) -> None:
+        """Add up what the newest records hold; over the memory budget, keep summaries instead."""
+        raw = self.raw
+        for position in range(self.counted, len(raw)):
+            entry = raw[position]
             if entry[0] == "node":
-                self.raw[position] = ("node", entry[1], _snapshot_values(entry[2], limit), _snapshot_values(entry[3], limit))
-        self.unfrozen = [p for p in self.unfrozen if self.raw[p][0] == "grad"]
+                for grad in entry[2]:
+                    if isinstance(grad, torch.Tensor):
+                        self.bytes_held += grad.nbytes
+        self.counted = len(raw)
+        if self.bytes_held <= self.lens.memory_budget:
+            return
+        limit = self.lens.store_limit
+        for position, entry in enumerate(raw):
+            if entry[0] == "node":
+                raw[position] = ("node", entry[1], _snapshot_values(entry[2], limit), _snapshot_values(entry[3], limit))
         self.bytes_held = 0
         self.cf_lost = True  # summaries cannot be fed back through a node
 
@@ -481,7 +501,7 @@ class _PassRecorder:
         diverged = own_change
         cf_in = list(grad_outputs)
         for output_nr in range(len(grad_outputs)):
-            consumers = self.walk.consumers.get((id(fn), output_nr), [])
+            consumers = self.shape.consumers.get((id(fn), output_nr), [])
             upstream = any(id(consumer) in self.cf_out for consumer, _ in consumers)
             changed_here = any(
                 call.modified and call.kind in _BEFORE_NODE and (call.output_nr in (None, output_nr))
@@ -514,11 +534,11 @@ class _PassRecorder:
                     return _UNKNOWN
                 value = outputs[slot]
             else:
-                value = self.raw[ran[0]][2][slot]
-            arrivals.append((ran[0], value))
+                value = self.raw[ran][2][slot]
+            arrivals.append((ran, value))
         arrivals.sort(key=lambda item: item[0])
         total = None
-        for index, (root_fn, root_nr) in enumerate(self.walk.root_edges):
+        for index, (root_fn, root_nr) in enumerate(self.shape.root_edges):
             if root_fn is fn and root_nr == output_nr:
                 seed = self.grad_tensors[index] if index < len(self.grad_tensors) else None
                 total = _add(total, seed)
@@ -548,14 +568,37 @@ class _PassRecorder:
                 call.grad_out = None
                 call.modified = False
 
-    def finish(self, error: BaseException | None, result: Any = None) -> BackwardPass:
-        walk_ = self.walk
+    def seal(self, error: BaseException | None, result: Any = None) -> None:
+        """End of the pass: copy everything that later code could change (cheap; no model yet)."""
         limit = self.lens.store_limit
         for call in self.pending:  # calls after the last node ran (e.g. an autograd.grad input's hook)
-            if call.target is None:
-                self._place(call, call.node_fn, ())
+            if call.target is None and call.node_fn is None:
+                self._place(call, None, ())
             self.raw.append(("call", call))
         self.pending = []
+        self.error = error
+        self.leaf_grads, self.without = self._leaf_results(limit)
+        self.input_grads = {}
+        if self.kind == "grad" and isinstance(result, (tuple, list)):
+            hooks_ran = any(entry[0] == "call" for entry in self.raw)
+            for index, (tensor, value) in enumerate(zip(self.inputs, result)):
+                name = self._input_name(index, tensor)
+                self.input_grads[name] = snapshot(value, limit) if isinstance(value, torch.Tensor) else None
+                if not hooks_ran:
+                    self.without[name] = self.input_grads[name]
+        self.input_names = tuple(self._input_name(index, tensor) for index, tensor in enumerate(self.inputs))
+        self.cf_out.clear()
+        self.leaf_cf.clear()
+        self.leaf_old.clear()
+        self.ran.clear()
+
+    def build(self) -> BackwardPass:
+        """The model of this pass (built after the pass: labels, edges, events)."""
+        limit = self.lens.store_limit
+        if self.walk is None:
+            options = self.lens.options.replace(show_saved=False)
+            self.walk = walk(self.shape, self.names, options, leaf_state=self.leaf_state)
+        walk_ = self.walk
         events: list[Any] = []
         for entry in self.raw:
             step = len(events)
@@ -567,7 +610,7 @@ class _PassRecorder:
                     GradWritten(
                         step=step,
                         node=walk_.function_ids.get(id(fn)),
-                        name=walk_.leaf_names.get(id(fn), "leaf"),
+                        name=self.shape.leaf_labels.get(id(fn), "leaf"),
                         grad=entry[3],
                         received=_snapshot_values(entry[2], limit),
                     )
@@ -575,30 +618,29 @@ class _PassRecorder:
             else:
                 events.append(self._hook_event(step, entry[1]))
         pass_error = None
-        if error is not None:
+        if self.error is not None:
+            error = self.error
             pass_error = PassError(step=len(events), type=type(error).__name__, message=str(error))
             events.append(pass_error)
         self._number_module_calls(events)
-        leaf_grads, without = self._leaf_results(limit)
-        input_grads = {}
-        if self.kind == "grad" and isinstance(result, (tuple, list)):
-            for index, (tensor, value) in enumerate(zip(self.inputs, result)):
-                name = self._input_name(index, tensor)
-                input_grads[name] = snapshot(value, limit) if isinstance(value, torch.Tensor) else None
-                if not any(entry[0] == "call" for entry in self.raw):
-                    without[name] = input_grads[name]
-        return BackwardPass(
+        built = BackwardPass(
             index=self.index,
             kind=self.kind,
             graph=walk_.graph,
             events=tuple(events),
-            leaf_grads=leaf_grads,
-            grads_without_hooks=without,
+            leaf_grads=self.leaf_grads,
+            grads_without_hooks=self.without,
             error=pass_error,
-            roots=tuple(walk_.root_labels),
-            inputs=tuple(self._input_name(index, tensor) for index, tensor in enumerate(self.inputs)),
-            input_grads=input_grads,
+            roots=tuple(self.shape.root_labels),
+            inputs=self.input_names,
+            input_grads=self.input_grads,
         )
+        # Let go of torch's graph: nodes, saved tensors, hook functions.
+        self.raw = []
+        self.error = None
+        self.walk = self.shape = self.hooked = self.names = None  # type: ignore[assignment]
+        self.roots = self.inputs = self.grad_tensors = ()
+        return built
 
     def _node_event(self, step: int, fn: Any, grad_inputs: Any, grad_outputs: Any, limit: int) -> NodeRun:
         walk_ = self.walk
@@ -619,6 +661,11 @@ class _PassRecorder:
 
     def _hook_event(self, step: int, call: _Call) -> HookCall:
         lens = self.lens
+        if call.target is None and call.node_fn is not None:
+            if call.kind in ("tensor", "post_accumulate_grad"):
+                call.target = self.walk.output_label(call.node_fn, call.output_nr or 0)
+            else:
+                call.target = self.walk.labels.get(id(call.node_fn), call.node_fn.name())
         function = call.function if call.function is not None else call.code
         key = (call.kind, call.target, function)
         # The same function registered twice on one tensor is two hooks: count by position.
@@ -673,7 +720,7 @@ class _PassRecorder:
                 events[index] = _replace(event, forward_call=order.index(event.forward_call) + 1)
 
     def _leaf_results(self, limit: int) -> tuple[dict[str, Value], dict[str, Value]]:
-        walk_ = self.walk
+        shape = self.shape
         leaf_grads: dict[str, Value] = {}
         without: dict[str, Value] = {}
         hooks_ran = any(entry[0] == "call" for entry in self.raw)
@@ -682,12 +729,18 @@ class _PassRecorder:
                 name = self._input_name(index, tensor)
                 without[name] = self._without_for_input(tensor, limit) if hooks_ran else None
             return leaf_grads, without
-        for fn in walk_.all_nodes:
-            if not fn.name().endswith("AccumulateGrad"):
+        touched_after_write = {
+            id(entry[1].node_fn) for entry in self.raw if entry[0] == "call" and entry[1].kind == "post_accumulate_grad"
+        }
+        for fn in shape.nodes:
+            if id(fn) not in shape.leaf_labels:
                 continue
-            name = walk_.leaf_names.get(id(fn), "leaf")
-            grad = fn.variable.grad
-            leaf_grads[name] = snapshot(grad, limit) if grad is not None else None
+            name = shape.leaf_labels[id(fn)]
+            if id(fn) in self.written and id(fn) not in touched_after_write:
+                leaf_grads[name] = self.written[id(fn)]  # the copy taken when .grad was written
+            else:
+                grad = fn.variable.grad
+                leaf_grads[name] = snapshot(grad, limit) if grad is not None else None
             if not hooks_ran or id(fn) not in self.leaf_cf:
                 # No hook changed anything on the way to this leaf: unhooked equals real.
                 lost = self.cf_lost and self.modified_any
@@ -710,7 +763,7 @@ class _PassRecorder:
             fn, output_nr = torch.autograd.graph.get_gradient_edge(tensor).node, 0
         if self.cf_lost and self.modified_any:
             return None
-        consumers = self.walk.consumers.get((id(fn), output_nr), [])
+        consumers = self.shape.consumers.get((id(fn), output_nr), [])
         value = self._unhooked_input(fn, output_nr, consumers)
         return snapshot(value, limit) if isinstance(value, torch.Tensor) else None
 
@@ -721,8 +774,8 @@ class _PassRecorder:
                 return name
             if tensor.grad_fn is None and tensor.requires_grad:
                 fn = torch.autograd.graph.get_gradient_edge(tensor).node
-                if id(fn) in self.walk.leaf_names:
-                    return self.walk.leaf_names[id(fn)]
+                if id(fn) in self.shape.leaf_labels:
+                    return self.shape.leaf_labels[id(fn)]
         return f"input {index}"
 
 
@@ -818,11 +871,26 @@ class Lens:
         self.store_limit = store_limit
         self.memory_budget = memory_budget
         self.options = GraphOptions(max_elements=max_elements, max_nodes=max_nodes)
-        self.passes: list[BackwardPass] = []
+        self._passes: list[BackwardPass] = []
+        self._unbuilt: list[_PassRecorder] = []
         self._invocations: dict[tuple, int] = {}
         self._original: Any = None
         self._thread: int | None = None
         self._recording = False
+
+    @property
+    def passes(self) -> list[BackwardPass]:
+        """One :class:`BackwardPass` per backward call recorded, in call order."""
+        self._build_pending()
+        return self._passes
+
+    def _build_pending(self, keep: int = 0) -> None:
+        while len(self._unbuilt) > keep:
+            recorder = self._unbuilt.pop(0)
+            try:
+                self._passes.append(recorder.build())
+            except Exception as problem:  # never break the student's code over a drawing
+                warnings.warn(f"autograd_lens could not record backward pass {recorder.index + 1} ({problem!r}).")
 
     @property
     def hook_calls(self) -> list[HookCall]:
@@ -850,12 +918,15 @@ class Lens:
     def __exit__(self, *exc_info: Any) -> None:
         torch.autograd._engine_run_backward = self._original
         _ACTIVE.remove(self)
+        self._build_pending()
 
     def _run(self, t_outputs: Any, args: tuple, kwargs: dict) -> Any:
         __tracebackhide__ = True  # noqa: F841
         original = self._original
         if self._recording or threading.get_ident() != self._thread:
             return original(t_outputs, *args, **kwargs)
+        # Unbuilt passes keep their graphs alive: build all but the newest few.
+        self._build_pending(keep=MAX_UNBUILT)
         recorder = _PassRecorder(self, t_outputs, args, kwargs)
         recorder._ordinals = {}
         recorder._batches = {}
@@ -879,7 +950,8 @@ class Lens:
             recorder.stop()
             self._recording = False
             try:
-                self.passes.append(recorder.finish(error, result))
+                recorder.seal(error, result)
+                self._unbuilt.append(recorder)
             except Exception as problem:
                 warnings.warn(f"autograd_lens could not record this backward pass ({problem!r}).")
 

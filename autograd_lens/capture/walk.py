@@ -76,6 +76,45 @@ def root_edges(roots: Sequence[Any]) -> list[tuple[Any, int]]:
 
 
 @dataclass
+class Structure:
+    """The shape of a graph, read cheaply before a backward pass: which nodes, who uses what.
+
+    Holds torch's node objects: keep it only while the graph is being observed.
+    """
+
+    nodes: list[Any]  # every reachable backward function, breadth first from the roots
+    root_edges: list[tuple[Any, int]]
+    root_labels: list[str]
+    consumers: dict[tuple[int, int], list[tuple[Any, int]]]  # (id(node), output) -> [(user, slot)]
+    leaf_labels: dict[int, str]  # id(AccumulateGrad) -> the leaf's label
+
+
+def structure(roots: Sequence[Any], names: Names, root_names: Sequence[str | None] | None = None) -> Structure:
+    """Reachable nodes, their users, and the labels of roots and leaves (no values, no model)."""
+    starts = root_edges(roots)
+    reachable, consumers = _reachable([fn for fn, _ in starts])
+    root_label: dict[tuple[int, int], str] = {}
+    labels = []
+    for index, (fn, output_nr) in enumerate(starts):
+        if root_names and index < len(root_names) and root_names[index]:
+            label = root_names[index]
+        else:
+            label = names.outputs.get((id(fn), output_nr)) or ("output" if index == 0 else f"output_{index}")
+        label = root_label.setdefault((id(fn), output_nr), label)
+        labels.append(label)
+    leaf_labels: dict[int, str] = {}
+    unnamed = 0
+    for fn in reachable:
+        if type(fn).__name__ == "AccumulateGrad":
+            label = names.leaves.get(id(fn.variable)) or root_label.get((id(fn), 0))
+            if label is None:
+                unnamed += 1
+                label = "leaf" if unnamed == 1 else f"leaf_{unnamed}"
+            leaf_labels[id(fn)] = label
+    return Structure(reachable, starts, labels, consumers, leaf_labels)
+
+
+@dataclass
 class Walk:
     """A graph plus the index the tracer needs to map torch's nodes onto it.
 
@@ -84,22 +123,36 @@ class Walk:
     ``(id(grad_fn), j)`` to the arrow carrying the gradient it sends to its
     j-th input; ``output_edges`` maps ``(id(grad_fn), k)`` to the arrow from
     the function to the tensor node of its k-th output; ``tensor_ids`` maps
-    ``(id(grad_fn), k)`` to the tensor node of that output.  ``nodes`` keeps
-    the torch objects alive while the ids are in use.
+    ``(id(grad_fn), k)`` to the tensor node of that output.
     """
 
     graph: Graph
-    nodes: list[Any]
+    structure: Structure
     function_ids: dict[int, str] = field(default_factory=dict)
     input_edges: dict[tuple[int, int], str] = field(default_factory=dict)
     output_edges: dict[tuple[int, int], str] = field(default_factory=dict)
     tensor_ids: dict[tuple[int, int], str] = field(default_factory=dict)
     labels: dict[int, str] = field(default_factory=dict)  # id(grad_fn) -> label
-    leaf_names: dict[int, str] = field(default_factory=dict)  # id(AccumulateGrad) -> leaf label
-    consumers: dict[tuple[int, int], list[tuple[Any, int]]] = field(default_factory=dict)
-    all_nodes: list[Any] = field(default_factory=list)  # every reachable node, drawn or not
-    root_edges: list[tuple[Any, int]] = field(default_factory=list)
-    root_labels: list[str] = field(default_factory=list)
+
+    @property
+    def leaf_names(self) -> dict[int, str]:
+        return self.structure.leaf_labels
+
+    @property
+    def all_nodes(self) -> list[Any]:
+        return self.structure.nodes
+
+    @property
+    def consumers(self) -> dict[tuple[int, int], list[tuple[Any, int]]]:
+        return self.structure.consumers
+
+    @property
+    def root_edges(self) -> list[tuple[Any, int]]:
+        return self.structure.root_edges
+
+    @property
+    def root_labels(self) -> list[str]:
+        return self.structure.root_labels
 
     def output_label(self, fn: Any, output_nr: int) -> str:
         """What a student calls output ``output_nr`` of ``fn``: its tensor's name, or the op."""
@@ -146,10 +199,12 @@ class _Builder:
         return edge_id
 
 
-def _reachable(starts: list[Any]) -> list[Any]:
-    """Every backward function reachable from ``starts``, breadth first, each once."""
+def _reachable(starts: list[Any]) -> tuple[list[Any], dict[tuple[int, int], list[tuple[Any, int]]]]:
+    """Every backward function reachable from ``starts`` (breadth first, each once), and the users
+    of each ``(id(node), output)`` as ``(user, input slot)`` pairs."""
     order: list[Any] = []
     seen: set[int] = set()
+    consumers: dict[tuple[int, int], list[tuple[Any, int]]] = {}
     queue = deque(node for node in starts if node is not None)
     while queue:
         fn = queue.popleft()
@@ -157,10 +212,12 @@ def _reachable(starts: list[Any]) -> list[Any]:
             continue
         seen.add(id(fn))
         order.append(fn)
-        for next_fn, _ in fn.next_functions:
-            if next_fn is not None and id(next_fn) not in seen:
-                queue.append(next_fn)
-    return order
+        for slot, (next_fn, output_nr) in enumerate(fn.next_functions):
+            if next_fn is not None:
+                consumers.setdefault((id(next_fn), output_nr), []).append((fn, slot))
+                if id(next_fn) not in seen:
+                    queue.append(next_fn)
+    return order, consumers
 
 
 def _output_shape(fn: Any, output_nr: int) -> tuple[int, ...] | None:
@@ -171,67 +228,54 @@ def _output_shape(fn: Any, output_nr: int) -> tuple[int, ...] | None:
 
 
 def walk(
-    roots: Sequence[Any],
+    roots: Sequence[Any] | Structure,
     names: Names,
     options: GraphOptions,
     root_names: Sequence[str | None] | None = None,
+    leaf_state: dict[int, tuple[Value, Value]] | None = None,
 ) -> Walk:
-    """Build the model of the graph behind ``roots`` (tensors or ``GradientEdge``s).
+    """Build the model of the graph behind ``roots`` (tensors, ``GradientEdge``s or a :class:`Structure`).
 
-    ``Walk.all_nodes`` lists every reachable node, also those beyond
-    ``options.max_nodes`` (the tracer observes them all; only ``max_nodes`` are drawn).
+    ``leaf_state`` (``id(AccumulateGrad)`` → (value, grad)) replaces the leaves'
+    current values: the tracer reads them before a pass and builds the model after.
     """
-    starts = root_edges(roots)
-    reachable = _reachable([fn for fn, _ in starts])
+    shape = roots if isinstance(roots, Structure) else structure(roots, names, root_names)
+    reachable = shape.nodes
     kept = reachable[: options.max_nodes]
     kept_ids = {id(fn) for fn in kept}
     build = _Builder(options)
-    result = Walk(graph=None, nodes=list(kept), all_nodes=reachable, root_edges=starts)  # type: ignore[arg-type]
+    result = Walk(graph=None, structure=shape)  # type: ignore[arg-type]
     # Summaries of large tensors cost a few reductions each: only for graphs a student reads.
     stats = len(reachable) <= 200
     tensors_by_node = {}
-    for tensor in names._keep:
-        if isinstance(tensor, torch.Tensor) and tensor.grad_fn is not None:
+    for tensor in names.tensor_objects:
+        if tensor.grad_fn is not None:
             tensors_by_node.setdefault((id(tensor.grad_fn), tensor.output_nr), tensor)
-
-    # Which (node, output) each root is, and its label.
-    root_label: dict[tuple[int, int], str] = {}
-    for index, (fn, output_nr) in enumerate(starts):
-        if root_names and index < len(root_names) and root_names[index]:
-            label = root_names[index]
-        else:
-            label = names.outputs.get((id(fn), output_nr)) or ("output" if index == 0 else f"output_{index}")
-        root_label.setdefault((id(fn), output_nr), label)
-        result.root_labels.append(root_label[(id(fn), output_nr)])
-
-    # Who consumes each (node, output): needed to split widely shared leaves.
-    uses: dict[int, int] = {}
-    for fn in reachable:
-        for slot, (next_fn, output_nr) in enumerate(fn.next_functions):
-            if next_fn is not None:
-                result.consumers.setdefault((id(next_fn), output_nr), []).append((fn, slot))
-                uses[id(next_fn)] = uses.get(id(next_fn), 0) + 1
+    root_label = {(id(fn), nr): label for (fn, nr), label in zip(shape.root_edges, shape.root_labels)}
+    uses = {key[0]: 0 for key in shape.consumers}
+    for (node_id, _), users in shape.consumers.items():
+        uses[node_id] += len(users)
     storage_names = _storage_names(names) if options.show_saved else {}
 
-    unnamed_leaves = 0
     leaf_copies: dict[int, list[str]] = {}
     for fn in kept:
         name = fn.name()
-        if name.endswith("AccumulateGrad"):
+        if id(fn) in shape.leaf_labels:
             variable = fn.variable
-            label = names.leaves.get(id(variable)) or root_label.get((id(fn), 0))
-            if label is None:
-                unnamed_leaves += 1
-                label = "leaf" if unnamed_leaves == 1 else f"leaf_{unnamed_leaves}"
+            label = shape.leaf_labels[id(fn)]
             count = uses.get(id(fn), 0)
             copies = count if count > options.split_leaf_uses else 1
+            if leaf_state is not None:
+                value, grad = leaf_state.get(id(fn)) or (_small(variable, options, False), _small(variable.grad, options, False))
+            else:
+                value, grad = _small(variable, options, stats), _small(variable.grad, options, stats)
             fields = dict(
                 kind="output" if (id(fn), 0) in root_label else "leaf",
                 label=label,
                 op=name,
                 shape=tuple(variable.shape),
-                value=_small(variable, options, stats),
-                grad=_small(variable.grad, options, stats),
+                value=value,
+                grad=grad,
                 hooks=_hook_badges(variable),
                 sequence_nr=None,
             )
@@ -242,7 +286,6 @@ def walk(
             leaf_copies[id(fn)] = ids
             result.function_ids[id(fn)] = ids[0]
             result.labels[id(fn)] = label
-            result.leaf_names[id(fn)] = label
             result.tensor_ids[(id(fn), 0)] = ids[0]
             continue
         named_output = names.outputs.get((id(fn), 0))
@@ -283,7 +326,7 @@ def walk(
     # Arrows from each input (tensor node, or the function standing for an unnamed result) to its user.
     use_counter: dict[int, int] = {}
     for fn in kept:
-        if fn.name().endswith("AccumulateGrad"):
+        if id(fn) in shape.leaf_labels:
             continue
         dst = result.function_ids[id(fn)]
         for slot, (next_fn, output_nr) in enumerate(fn.next_functions):
@@ -310,6 +353,20 @@ def walk(
                 build.edge(note, result.function_ids[id(fn)], kind="hidden")
     result.graph = Graph(nodes=tuple(build.nodes), edges=tuple(build.edges), hidden_nodes=hidden, options=options)
     return result
+
+
+def leaf_state(shape: Structure, options: GraphOptions) -> dict[int, tuple[Value, Value]]:
+    """The values and ``.grad`` of small leaves as labels will show them, read before a pass
+    changes them.  Large leaves are labelled by shape and dtype only, which a pass leaves alone."""
+    limit = options.max_elements
+    state = {}
+    for fn in shape.nodes:
+        if id(fn) in shape.leaf_labels:
+            variable = fn.variable
+            grad = variable.grad
+            if variable.numel() <= limit or grad is not None and grad.numel() <= limit:
+                state[id(fn)] = (_small(variable, options, False), _small(grad, options, False))
+    return state
 
 
 def _small(tensor: torch.Tensor | None, options: GraphOptions, stats: bool = True) -> Value:
@@ -392,8 +449,8 @@ def _storage_key(tensor: torch.Tensor) -> tuple | None:
 
 def _storage_names(names: Names) -> dict[tuple, str]:
     found: dict[tuple, str] = {}
-    for kept in names._keep:
-        if isinstance(kept, torch.Tensor) and id(kept) in names.tensors:
+    for kept in names.tensor_objects:
+        if True:
             key = _storage_key(kept)
             if key is not None:
                 found.setdefault(key, names.tensors[id(kept)])

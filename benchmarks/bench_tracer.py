@@ -1,0 +1,73 @@
+"""Overhead of tracing a backward pass: plain vs inside a Lens, alternated in one process.
+
+    python benchmarks/bench_tracer.py
+
+Model: 50 x (Linear(64, 64) + Tanh), batch 32 (about 251 autograd nodes), no
+user hooks.  Prints the median time of each and their ratio (target: at most 2.0).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+import autograd_lens as al
+
+
+def build(depth: int = 50, width: int = 64, batch: int = 32):
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.Tanh()]
+    model = nn.Sequential(*layers)
+    x = torch.randn(batch, width)
+    return model, x
+
+
+def one_pass(model, x, lens=None):
+    """Seconds spent in ``loss.backward()`` (and, traced, in building the pass's model after it)."""
+    model.zero_grad(set_to_none=True)
+    loss = model(x).sum()
+    if lens is None:
+        start = time.perf_counter()
+        loss.backward()
+        return time.perf_counter() - start, 0.0
+    with lens:
+        start = time.perf_counter()
+        loss.backward()
+        elapsed = time.perf_counter() - start
+        start = time.perf_counter()
+        lens.passes  # the model (graph, events) is built on first read, outside backward()
+        return elapsed, time.perf_counter() - start
+
+
+def main(rounds: int = 60) -> float:
+    torch.set_num_threads(1)
+    model, x = build()
+    names = {"model": model, "x": x}
+    for _ in range(5):  # warm-up: allocator, first walk
+        one_pass(model, x)
+        one_pass(model, x, al.Lens(names=names))
+    plain, traced, built = [], [], []
+    for _ in range(rounds):
+        plain.append(one_pass(model, x)[0])
+        lens = al.Lens(names=names)
+        backward_time, build_time = one_pass(model, x, lens)
+        traced.append(backward_time)
+        built.append(build_time)
+    nodes = len(lens.passes[0].graph.nodes)
+    ratio = statistics.median(traced) / statistics.median(plain)
+    print(f"graph: {nodes} drawn nodes; {len(lens.passes[0].node_runs)} backward functions ran")
+    print(f"plain backward   median {statistics.median(plain) * 1e3:7.2f} ms")
+    print(f"traced backward  median {statistics.median(traced) * 1e3:7.2f} ms")
+    print(f"ratio traced/plain: {ratio:.2f}  (target <= 2.0)")
+    print(f"building the pass's model afterwards (on first read of lens.passes): median {statistics.median(built) * 1e3:.2f} ms")
+    return ratio
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() <= 2.0 else 1)
