@@ -166,6 +166,7 @@ class _PassRecorder:
         self.leaf_state: dict | None = None
         self.leaf_grads: dict[str, Value] | None = None
         self.written: dict[int, Value] = {}  # id(AccumulateGrad) -> copy of .grad when written
+        self.uncopied: list[int] = []  # raw positions of .grad writes whose value is not kept yet
         self.names: Names | None = None
         self.hooked: dict[Any, list[_Hooked]] = {}
         self.leaf_ids: set[int] = set()
@@ -174,26 +175,25 @@ class _PassRecorder:
     # ------------------------------------------------------------------ set-up / tear-down
     def start(self, caller: FrameType | None) -> None:
         lens = self.lens
-        namespace = lens.names if lens.names is not None else caller_namespace(user_frame(caller))
-        self.names = names_from(namespace)
-        root_names = [self.names.tensor_name(root) if isinstance(root, torch.Tensor) else None for root in self.roots]
-        self.shape = structure(self.roots, self.names, root_names)
+        # A shallow copy: names are looked up later, as the variables were during this pass.
+        self.namespace = dict(lens.names) if lens.names is not None else caller_namespace(user_frame(caller))
+        self.shape = structure(self.roots)
         if len(self.shape.nodes) <= EAGER_MODEL_LIMIT:
             # small graphs: read saved tensors and values now, they are gone after the pass
+            self._ensure_names()
             self.walk = walk(self.shape, self.names, lens.options)
         else:
             # large graphs: keep what the pass will change (leaf values), build the model later
             self.leaf_state = leaf_state(self.shape, lens.options.replace(show_saved=False))
-        self._index_hooks()
         self.input_nodes = set()
         for tensor in self.inputs:
             if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
                 self.input_nodes.add(id(torch.autograd.graph.get_gradient_edge(tensor).node))
         observe, observe_leaf = self._observe, self._observe_leaf
-        leaf_labels = self.shape.leaf_labels
+        leaves = self.shape.leaves
         for fn in self.shape.nodes:
             self.handles.append(fn.register_hook(observe))
-            if id(fn) in leaf_labels:
+            if id(fn) in leaves:
                 variable = fn.variable
                 self.leaf_ids.add(id(variable))
                 if variable.grad is not None:
@@ -210,11 +210,20 @@ class _PassRecorder:
             handle.remove()
         self.handles.clear()
 
+    def _ensure_names(self) -> None:
+        """Look up names (and the hooks on named tensors) once, when first needed."""
+        if self.names is not None:
+            return
+        self.names = names_from(self.namespace)
+        root_names = [self.names.tensor_name(root) if isinstance(root, torch.Tensor) else None for root in self.roots]
+        self.shape.label(self.names, root_names)
+        self._index_hooks()
+
     def _index_hooks(self) -> None:
         """Map each hook function found on a known tensor to the tensor it is attached to."""
         names = self.names
         shape = self.shape
-        leaf_nodes = {id(fn.variable): fn for fn in shape.nodes if id(fn) in shape.leaf_labels}
+        leaf_nodes = {id(fn.variable): fn for fn in shape.leaves.values()}
         labelled: list[tuple[str, torch.Tensor]] = [(names.tensors[id(t)], t) for t in names.tensor_objects]
         labelled += [(shape.leaf_labels[id(fn)], fn.variable) for fn in leaf_nodes.values()]
         labelled += [(f"input {i}", t) for i, t in enumerate(self.inputs) if isinstance(t, torch.Tensor)]
@@ -276,6 +285,7 @@ class _PassRecorder:
 
     def _begin(self, frame: FrameType, wrapper: Wrapper | None) -> None:
         self._freeze()
+        self._ensure_names()
         args = positional_args(frame)
         function = user_function(frame, wrapper)
         module = None
@@ -381,12 +391,17 @@ class _PassRecorder:
         sys.setprofile(None)
         try:
             fn = _current_node()
-            if self.pending or self.modified_any or id(fn) in self.shape.leaf_labels:
+            if self.pending or self.modified_any:
                 self._record_node(fn, grad_inputs, grad_outputs)
             else:  # the common case, kept short: nothing but this node happened
                 raw = self.raw
                 self.ran[id(fn)] = len(raw)
-                raw.append(("node", fn, grad_inputs, grad_outputs))
+                if id(fn) in self.shape.leaves:
+                    # the copy of .grad is decided later (before any user code, or at the end)
+                    self.uncopied.append(len(raw))
+                    raw.append(("grad", fn, grad_outputs[0] if grad_outputs else None, None))
+                else:
+                    raw.append(("node", fn, grad_inputs, grad_outputs))
                 if len(raw) - self.counted >= 64:
                     self._count_bytes()
         finally:
@@ -400,23 +415,10 @@ class _PassRecorder:
             if call.kind in _BEFORE_NODE:
                 self.raw.append(("call", call))
         position = len(self.raw)
-        is_leaf = id(fn) in self.shape.leaf_labels
+        is_leaf = id(fn) in self.shape.leaves
         if is_leaf:
-            received = grad_outputs[0] if grad_outputs else None
-            current = fn.variable.grad
-            if (
-                id(fn) in self.fresh_leaves
-                and received is not None
-                and current is not None
-                and current.data_ptr() != received.data_ptr()
-            ):
-                # .grad was None and is a copy of what arrived: `received` is the lens's alone
-                grad = _snapshot_values(received, self.lens.store_limit)
-            else:
-                # .grad changes later (next pass, post-accumulate hooks): copy it now
-                grad = _snapshot_copies(fn.variable.grad, self.lens.store_limit)
-            self.written[id(fn)] = grad
-            self.raw.append(("grad", fn, grad_outputs[0] if grad_outputs else None, grad))
+            self.raw.append(("grad", fn, grad_outputs[0] if grad_outputs else None, None))
+            self._copy_written(position)
         else:
             self.raw.append(("node", fn, grad_inputs, grad_outputs))
         for call in pending:
@@ -467,8 +469,32 @@ class _PassRecorder:
                     return False
         return found
 
+    def _copy_written(self, position: int) -> None:
+        """Keep the value ``.grad`` got at the write of record ``position``: a reference when it
+        was None before and is a copy of what arrived (that tensor is then the lens's alone),
+        otherwise a copy (later passes and hooks change ``.grad`` in place)."""
+        kind, fn, received, _ = self.raw[position]
+        current = fn.variable.grad
+        if (
+            id(fn) in self.fresh_leaves
+            and received is not None
+            and current is not None
+            and current.data_ptr() != received.data_ptr()
+        ):
+            if received.grad_fn is None and received.numel() <= self.lens.store_limit:
+                grad = received
+            else:
+                grad = _snapshot_values(received, self.lens.store_limit)
+        else:
+            grad = _snapshot_copies(current, self.lens.store_limit)
+        self.written[id(fn)] = grad
+        self.raw[position] = (kind, fn, received, grad)
+
     def _freeze(self) -> None:
         """User code is about to run: clone every gradient still held by reference."""
+        for position in self.uncopied:
+            self._copy_written(position)
+        self.uncopied.clear()
         raw = self.raw
         for position in range(self.frozen, len(raw)):
             entry = raw[position]
@@ -577,16 +603,17 @@ class _PassRecorder:
             self.raw.append(("call", call))
         self.pending = []
         self.error = error
+        for position in self.uncopied:
+            self._copy_written(position)
+        self.uncopied.clear()
         self.leaf_grads, self.without = self._leaf_results(limit)
         self.input_grads = {}
         if self.kind == "grad" and isinstance(result, (tuple, list)):
             hooks_ran = any(entry[0] == "call" for entry in self.raw)
-            for index, (tensor, value) in enumerate(zip(self.inputs, result)):
-                name = self._input_name(index, tensor)
-                self.input_grads[name] = snapshot(value, limit) if isinstance(value, torch.Tensor) else None
+            for index, value in enumerate(result[: len(self.inputs)]):
+                self.input_grads[index] = snapshot(value, limit) if isinstance(value, torch.Tensor) else None
                 if not hooks_ran:
-                    self.without[name] = self.input_grads[name]
-        self.input_names = tuple(self._input_name(index, tensor) for index, tensor in enumerate(self.inputs))
+                    self.without[index] = self.input_grads[index]
         self.cf_out.clear()
         self.leaf_cf.clear()
         self.leaf_old.clear()
@@ -595,6 +622,7 @@ class _PassRecorder:
     def build(self) -> BackwardPass:
         """The model of this pass (built after the pass: labels, edges, events)."""
         limit = self.lens.store_limit
+        self._ensure_names()
         if self.walk is None:
             options = self.lens.options.replace(show_saved=False)
             self.walk = walk(self.shape, self.names, options, leaf_state=self.leaf_state)
@@ -628,17 +656,17 @@ class _PassRecorder:
             kind=self.kind,
             graph=walk_.graph,
             events=tuple(events),
-            leaf_grads=self.leaf_grads,
-            grads_without_hooks=self.without,
+            leaf_grads=self._by_name(self.leaf_grads),
+            grads_without_hooks=self._by_name(self.without),
             error=pass_error,
             roots=tuple(self.shape.root_labels),
-            inputs=self.input_names,
-            input_grads=self.input_grads,
+            inputs=tuple(self._input_name(index, tensor) for index, tensor in enumerate(self.inputs)),
+            input_grads=self._by_name(self.input_grads),
         )
         # Let go of torch's graph: nodes, saved tensors, hook functions.
         self.raw = []
         self.error = None
-        self.walk = self.shape = self.hooked = self.names = None  # type: ignore[assignment]
+        self.walk = self.shape = self.hooked = self.names = self.namespace = None  # type: ignore[assignment]
         self.roots = self.inputs = self.grad_tensors = ()
         return built
 
@@ -719,23 +747,26 @@ class _PassRecorder:
                 order = sorted(sequences[(event.target, event.kind.endswith("pre"))])
                 events[index] = _replace(event, forward_call=order.index(event.forward_call) + 1)
 
-    def _leaf_results(self, limit: int) -> tuple[dict[str, Value], dict[str, Value]]:
+    def _by_name(self, values: dict) -> dict[str, Value]:
+        """Results are kept by leaf node (backward) or input position (grad); shown by name."""
+        if self.kind == "grad":
+            return {self._input_name(index, self.inputs[index]): value for index, value in values.items()}
+        return {self.shape.leaf_labels[key]: value for key, value in values.items()}
+
+    def _leaf_results(self, limit: int) -> tuple[dict[int, Value], dict[int, Value]]:
+        """``.grad`` of each leaf after the pass, and what it would be without hooks, by leaf node."""
         shape = self.shape
-        leaf_grads: dict[str, Value] = {}
-        without: dict[str, Value] = {}
+        leaf_grads: dict[int, Value] = {}
+        without: dict[int, Value] = {}
         hooks_ran = any(entry[0] == "call" for entry in self.raw)
         if self.kind == "grad":
             for index, tensor in enumerate(self.inputs):
-                name = self._input_name(index, tensor)
-                without[name] = self._without_for_input(tensor, limit) if hooks_ran else None
+                without[index] = self._without_for_input(tensor, limit) if hooks_ran else None
             return leaf_grads, without
         touched_after_write = {
             id(entry[1].node_fn) for entry in self.raw if entry[0] == "call" and entry[1].kind == "post_accumulate_grad"
         }
-        for fn in shape.nodes:
-            if id(fn) not in shape.leaf_labels:
-                continue
-            name = shape.leaf_labels[id(fn)]
+        for name, fn in shape.leaves.items():
             if id(fn) in self.written and id(fn) not in touched_after_write:
                 leaf_grads[name] = self.written[id(fn)]  # the copy taken when .grad was written
             else:

@@ -84,34 +84,48 @@ class Structure:
 
     nodes: list[Any]  # every reachable backward function, breadth first from the roots
     root_edges: list[tuple[Any, int]]
-    root_labels: list[str]
-    consumers: dict[tuple[int, int], list[tuple[Any, int]]]  # (id(node), output) -> [(user, slot)]
-    leaf_labels: dict[int, str]  # id(AccumulateGrad) -> the leaf's label
+    leaves: dict[int, Any]  # id(AccumulateGrad) -> AccumulateGrad, in walk order
+    _consumers: dict[tuple[int, int], list[tuple[Any, int]]] | None = None
+    root_labels: list[str] = field(default_factory=list)  # filled by label()
+    leaf_labels: dict[int, str] = field(default_factory=dict)  # id(AccumulateGrad) -> label, by label()
 
+    @property
+    def consumers(self) -> dict[tuple[int, int], list[tuple[Any, int]]]:
+        """``(id(node), output)`` → its users as ``(user, input slot)``, in walk order."""
+        if self._consumers is None:
+            consumers: dict[tuple[int, int], list[tuple[Any, int]]] = {}
+            for fn in self.nodes:
+                for slot, (next_fn, output_nr) in enumerate(fn.next_functions):
+                    if next_fn is not None:
+                        consumers.setdefault((id(next_fn), output_nr), []).append((fn, slot))
+            self._consumers = consumers
+        return self._consumers
 
-def structure(roots: Sequence[Any], names: Names, root_names: Sequence[str | None] | None = None) -> Structure:
-    """Reachable nodes, their users, and the labels of roots and leaves (no values, no model)."""
-    starts = root_edges(roots)
-    reachable, consumers = _reachable([fn for fn, _ in starts])
-    root_label: dict[tuple[int, int], str] = {}
-    labels = []
-    for index, (fn, output_nr) in enumerate(starts):
-        if root_names and index < len(root_names) and root_names[index]:
-            label = root_names[index]
-        else:
-            label = names.outputs.get((id(fn), output_nr)) or ("output" if index == 0 else f"output_{index}")
-        label = root_label.setdefault((id(fn), output_nr), label)
-        labels.append(label)
-    leaf_labels: dict[int, str] = {}
-    unnamed = 0
-    for fn in reachable:
-        if type(fn).__name__ == "AccumulateGrad":
-            label = names.leaves.get(id(fn.variable)) or root_label.get((id(fn), 0))
+    def label(self, names: Names, root_names: Sequence[str | None] | None = None) -> None:
+        """Name the roots and leaves (unnamed leaves: ``leaf``, ``leaf_2``… in walk order)."""
+        root_label: dict[tuple[int, int], str] = {}
+        self.root_labels = []
+        for index, (fn, output_nr) in enumerate(self.root_edges):
+            if root_names and index < len(root_names) and root_names[index]:
+                label = root_names[index]
+            else:
+                label = names.outputs.get((id(fn), output_nr)) or ("output" if index == 0 else f"output_{index}")
+            self.root_labels.append(root_label.setdefault((id(fn), output_nr), label))
+        unnamed = 0
+        for key, fn in self.leaves.items():
+            label = names.leaves.get(id(fn.variable)) or root_label.get((key, 0))
             if label is None:
                 unnamed += 1
                 label = "leaf" if unnamed == 1 else f"leaf_{unnamed}"
-            leaf_labels[id(fn)] = label
-    return Structure(reachable, starts, labels, consumers, leaf_labels)
+            self.leaf_labels[key] = label
+
+
+def structure(roots: Sequence[Any]) -> Structure:
+    """Reachable nodes and who uses what (no names, no values, no model): cheap, before a pass."""
+    starts = root_edges(roots)
+    reachable = _reachable([fn for fn, _ in starts])
+    leaves = {id(fn): fn for fn in reachable if type(fn).__name__ == "AccumulateGrad"}
+    return Structure(reachable, starts, leaves)
 
 
 @dataclass
@@ -199,12 +213,10 @@ class _Builder:
         return edge_id
 
 
-def _reachable(starts: list[Any]) -> tuple[list[Any], dict[tuple[int, int], list[tuple[Any, int]]]]:
-    """Every backward function reachable from ``starts`` (breadth first, each once), and the users
-    of each ``(id(node), output)`` as ``(user, input slot)`` pairs."""
+def _reachable(starts: list[Any]) -> list[Any]:
+    """Every backward function reachable from ``starts``, breadth first, each once."""
     order: list[Any] = []
     seen: set[int] = set()
-    consumers: dict[tuple[int, int], list[tuple[Any, int]]] = {}
     queue = deque(node for node in starts if node is not None)
     while queue:
         fn = queue.popleft()
@@ -212,12 +224,10 @@ def _reachable(starts: list[Any]) -> tuple[list[Any], dict[tuple[int, int], list
             continue
         seen.add(id(fn))
         order.append(fn)
-        for slot, (next_fn, output_nr) in enumerate(fn.next_functions):
-            if next_fn is not None:
-                consumers.setdefault((id(next_fn), output_nr), []).append((fn, slot))
-                if id(next_fn) not in seen:
-                    queue.append(next_fn)
-    return order, consumers
+        for next_fn, _ in fn.next_functions:
+            if next_fn is not None and id(next_fn) not in seen:
+                queue.append(next_fn)
+    return order
 
 
 def _output_shape(fn: Any, output_nr: int) -> tuple[int, ...] | None:
@@ -239,7 +249,11 @@ def walk(
     ``leaf_state`` (``id(AccumulateGrad)`` → (value, grad)) replaces the leaves'
     current values: the tracer reads them before a pass and builds the model after.
     """
-    shape = roots if isinstance(roots, Structure) else structure(roots, names, root_names)
+    if isinstance(roots, Structure):
+        shape = roots
+    else:
+        shape = structure(roots)
+        shape.label(names, root_names)
     reachable = shape.nodes
     kept = reachable[: options.max_nodes]
     kept_ids = {id(fn) for fn in kept}
