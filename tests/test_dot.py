@@ -1,0 +1,163 @@
+"""DOT text: golden files for typical graphs, determinism, and escaping of any user text.
+
+Regenerate the golden files after an intended change with ``pytest tests/test_dot.py --update-golden``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+import torch
+import torch.nn as nn
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import autograd_lens as al
+from autograd_lens.views.dot import plain_text, record_text, to_dot
+
+GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
+
+
+def scalar_two_branch():
+    x = torch.tensor(2.0, requires_grad=True)
+    y = x**2
+    z = y * 3
+    w = y * 2
+    out = z + w
+    out.backward(retain_graph=True)
+    return al.graph(out, names=locals(), legend=True)
+
+
+def small_mlp():
+    torch.manual_seed(0)
+    w1 = torch.randn(3, 2, requires_grad=True)
+    b1 = torch.zeros(3, requires_grad=True)
+    w2 = torch.randn(1, 3, requires_grad=True)
+    x = torch.tensor([1.0, -1.0])
+    h = torch.tanh(w1 @ x + b1)
+    loss = (w2 @ h).sum()
+    return al.graph(loss, names=locals())
+
+
+def split_graph():
+    x = torch.arange(4.0, requires_grad=True)
+    first, second = x.split(2)
+    out = (first * 2 + second).sum()
+    return al.graph(out, names=locals())
+
+
+def view_in_place():
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    y = x * 2
+    v = y.view(2, 2)
+    v.mul_(3)
+    out = y.sum()
+    return al.graph(out, names=locals())
+
+
+def module_with_parameters():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 1))
+    model[0].register_full_backward_hook(lambda module, grad_input, grad_output: None)
+    x = torch.tensor([[0.5, -0.5]])
+    loss = model(x).sum()
+    return al.graph(loss, names={"model": model, "x": x, "loss": loss}, direction="backward")
+
+
+def saved_tensors():
+    a = torch.tensor([1.0, 2.0], requires_grad=True)
+    b = torch.tensor([3.0, 4.0], requires_grad=True)
+    c = a * b
+    d = c.exp() / b
+    out = d.sum()
+    return al.graph(out, names=locals())
+
+
+CASES = {
+    "two_branch": scalar_two_branch,
+    "small_mlp": small_mlp,
+    "split": split_graph,
+    "view_in_place": view_in_place,
+    "module_with_parameters": module_with_parameters,
+    "saved_tensors": saved_tensors,
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden_dot(name, update_golden):
+    dot = CASES[name]().to_dot()
+    path = os.path.join(GOLDEN, f"{name}.dot")
+    if update_golden or not os.path.exists(path):
+        os.makedirs(GOLDEN, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(dot)
+        if not update_golden:
+            pytest.fail(f"golden file {path} was missing and has been written: check it in")
+    with open(path, encoding="utf-8") as handle:
+        assert dot == handle.read(), f"DOT for {name} changed; if intended, rerun with --update-golden"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_same_code_gives_the_same_dot(name):
+    assert CASES[name]().to_dot() == CASES[name]().to_dot()
+
+
+def test_dot_has_no_addresses_or_python_ids():
+    dot = module_with_parameters().to_dot()
+    assert not re.search(r"0x[0-9a-f]{6,}", dot)
+    assert not re.search(r"\b\d{9,}\b", dot)  # id() values are long integers
+
+
+def test_two_branch_dot_shows_values_grads_and_constants():
+    dot = scalar_two_branch().to_dot()
+    for text in ("{x|data 2|grad 20}", "{y|data 4|grad None}", "{z|data 12", "{w|data 8", "{out|data 20",
+                 "label=3", "label=2", "PowBackward0", "cluster_legend"):
+        assert text in dot, text
+
+
+def test_backward_direction_reverses_arrows():
+    dot = module_with_parameters().to_dot()
+    assert "rankdir=RL" in dot and "dir=back" in dot
+
+
+def test_edge_labels_and_grad_texts_are_applied():
+    graph = scalar_two_branch()
+    first_edge = graph.edges[0].id
+    leaf = graph.find("x").id
+    dot = to_dot(graph, edge_labels={first_edge: "5 → 2.5"}, grad_texts={leaf: "10"})
+    assert 'label="5 → 2.5"' in dot and "grad 10" in dot
+
+
+# ----------------------------------------------------------------------------- escaping
+
+NASTY = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30)
+
+
+@settings(max_examples=60, deadline=None)
+@given(NASTY)
+def test_any_name_renders_and_survives(name):
+    """Whatever a variable or dict key is called, the DOT parses and the name is shown."""
+    from autograd_lens.views.render import render_svg
+
+    x = torch.tensor(1.0, requires_grad=True)
+    out = x * 2
+    graph = al.graph(out, names={"holder": {name: x}, "out": out})
+    label = f"holder[{name!r}]"
+    assert graph.find(label).kind == "leaf"
+    svg = render_svg(graph.to_dot())
+    assert svg.startswith("<svg") and svg.count('class="node"') == len(graph.nodes)
+
+
+@given(NASTY)
+def test_record_text_escapes_every_special(text):
+    escaped = record_text(text)
+    unescaped = re.sub(r"\\(.)", "", escaped)
+    assert not set('{}|<>"') & set(unescaped)
+
+
+@given(NASTY)
+def test_plain_text_leaves_no_bare_quote(text):
+    escaped = str(plain_text(text))
+    assert '"' not in re.sub(r'\\.', "", escaped)

@@ -1,0 +1,116 @@
+"""The IPython doors, exercised through a real InteractiveShell."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from IPython.core.interactiveshell import InteractiveShell
+
+import autograd_lens
+
+
+@pytest.fixture
+def shell():
+    shell = InteractiveShell.instance()
+    shell.run_cell("%load_ext autograd_lens", store_history=False)
+    yield shell
+    shell.run_cell("%unload_ext autograd_lens", store_history=False)
+    for name in list(shell.user_ns):
+        if not name.startswith("_") and name not in ("In", "Out", "exit", "quit", "get_ipython"):
+            del shell.user_ns[name]
+
+
+SETUP = """
+import torch
+x = torch.tensor(2.0, requires_grad=True)
+y = x ** 2
+z = y * 3
+w = y * 2
+out = z + w
+"""
+
+
+def test_lens_graph_draws_names_from_the_notebook(shell):
+    shell.run_cell(SETUP)
+    result = shell.run_cell("g = %lens_graph out --legend")
+    assert result.success
+    graph = shell.user_ns["g"]
+    assert isinstance(graph, autograd_lens.Graph)
+    assert [n.label for n in graph.nodes if n.is_tensor] == ["out", "z", "w", "y", "x"]
+    assert graph.options.legend
+
+
+def test_lens_graph_dot_option_prints(shell, capsys):
+    shell.run_cell(SETUP)
+    shell.run_cell("%lens_graph out --dot --direction backward")
+    printed = capsys.readouterr().out
+    assert printed.startswith("digraph autograd") and "rankdir=RL" in printed
+
+
+def test_lens_graph_bad_expression_is_a_message_not_a_traceback(shell, capsys):
+    result = shell.run_cell("%lens_graph not_defined_anywhere")
+    printed = capsys.readouterr().out
+    assert result.success and "could not evaluate" in printed and "NameError" in printed
+    shell.run_cell("plain = torch.ones(2)")
+    shell.run_cell("%lens_graph plain")
+    assert "does not require grad" in capsys.readouterr().out
+
+
+def test_lens_graph_help_documents_options(shell):
+    doc = shell.find_line_magic("lens_graph").__doc__
+    for option in ("--max-elements", "--max-nodes", "--direction", "--legend", "--no-saved", "--dot"):
+        assert option in doc
+
+
+def test_lens_cell_records_and_binds_the_lens(shell):
+    cell = """
+a = torch.tensor(2.0, requires_grad=True)
+b = a ** 2
+b.register_hook(lambda g: g * 0.5)
+(b * 3 + b * 2).backward()
+"""
+    shell.run_cell("import torch")
+    result = shell.run_cell(f"%%lens --as L --no-show\n{cell}")
+    assert result.success
+    lens = shell.user_ns["L"]
+    (call,) = lens.hook_calls
+    assert call.target == "b" and float(call.grad_in) == 5.0 and float(call.grad_out) == 2.5
+    assert float(shell.user_ns["a"].grad) == 10.0
+    assert float(lens.passes[0].grads_without_hooks["a"]) == 20.0
+
+
+def test_lens_cell_default_name_and_partial_trace_on_error(shell, capsys):
+    shell.run_cell("import torch")
+    shell.run_cell(
+        "%%lens\n"
+        "c = torch.tensor(1.0, requires_grad=True)\n"
+        "d = c * 2\n"
+        "d.register_hook(lambda g: 1 / 0)\n"
+        "d.backward()\n"
+    )
+    captured = capsys.readouterr()
+    assert "ZeroDivisionError" in captured.out + captured.err
+    lens = shell.user_ns["_lens"]
+    assert lens.passes[0].error.type == "ZeroDivisionError"
+    assert torch.autograd._engine_run_backward is torch.autograd.graph._engine_run_backward
+    # the kernel is still usable
+    assert shell.run_cell("1 + 1").result == 2
+
+
+def test_lens_help_documents_options(shell):
+    doc = shell.find_cell_magic("lens").__doc__
+    for option in ("--as", "--no-show", "--store-limit", "--max-elements", "--max-nodes"):
+        assert option in doc
+
+
+def test_lens_rejects_a_bad_name(shell, capsys):
+    shell.run_cell("%%lens --as 3x\npass\n")
+    assert "--as needs a Python name" in capsys.readouterr().out
+
+
+def test_unload_removes_the_magics(shell):
+    shell.run_cell("%unload_ext autograd_lens")
+    assert shell.find_line_magic("lens_graph") is None
+    assert shell.find_cell_magic("lens") is None
+    shell.run_cell("%load_ext autograd_lens")
+    assert shell.find_line_magic("lens_graph") is not None
