@@ -51,7 +51,7 @@ def test_lens_graph_bad_expression_is_a_message_not_a_traceback(shell, capsys):
     result = shell.run_cell("%lens_graph not_defined_anywhere")
     printed = capsys.readouterr().out
     assert result.success and "could not evaluate" in printed and "NameError" in printed
-    shell.run_cell("plain = torch.ones(2)")
+    shell.run_cell("import torch\nplain = torch.ones(2)")
     shell.run_cell("%lens_graph plain")
     assert "does not require grad" in capsys.readouterr().out
 
