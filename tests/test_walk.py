@@ -152,10 +152,10 @@ def test_hook_badges_on_tensors():
     x.register_post_accumulate_grad_hook(lambda t: None)
     out = y * 3
     graph = al.graph(out, names={"x": x, "y": y, "out": out})
-    assert graph.find("y").hooks == ("hook clip", "retain_grad")
-    assert graph.find("x").hooks == ("post-accumulate hook <lambda>",)
+    assert graph.find("y").hooks == ("[hook] clip", "[retain_grad]")
+    assert graph.find("x").hooks == ("[post-accumulate hook] <lambda>",)
     dot = graph.to_dot()
-    assert "HOOK: hook clip" in dot and "#d97706" in dot
+    assert "[hook] clip" in dot and "#d97706" in dot
 
 
 def test_module_hooks_show_on_the_hook_node():
@@ -165,6 +165,7 @@ def test_module_hooks_show_on_the_hook_node():
     out = layer(x).sum()
     graph = al.graph(out, names={"layer": layer, "x": x, "out": out})
     assert "module hook" in labels(graph, "function")
+    assert graph.find("layer.weight").hooks == ("[module hook] layer: <lambda>",)
 
 
 def test_shared_leaf_is_drawn_once_per_use():

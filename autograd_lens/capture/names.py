@@ -29,6 +29,7 @@ class Names:
     tensors: dict[int, str] = field(default_factory=dict)  # id(any tensor) -> name
     modules: dict[int, str] = field(default_factory=dict)  # id(module) -> name
     tensor_objects: list[torch.Tensor] = field(default_factory=list, repr=False)  # in naming order
+    module_objects: list[torch.nn.Module] = field(default_factory=list, repr=False)
     _keep: list[Any] = field(default_factory=list, repr=False)
 
     def add_tensor(self, name: str, tensor: torch.Tensor) -> None:
@@ -54,11 +55,29 @@ class Names:
                 continue
             self.modules[id(current)] = prefix
             self._keep.append(current)
+            self.module_objects.append(current)
             for key, param in current._parameters.items():
                 if param is not None:
                     self.add_tensor(f"{prefix}.{key}", param)
             children = [(f"{prefix}.{key}", child) for key, child in current._modules.items() if child is not None]
             stack.extend(reversed(children))
+
+    def module_badges(self) -> dict[int, tuple[str, ...]]:
+        """``id(parameter)`` → badges for the backward hooks of the module that owns it."""
+        from .walk import hook_name
+
+        badges: dict[int, tuple[str, ...]] = {}
+        for module in self.module_objects:
+            hooks = [("pre-hook", h) for h in module._backward_pre_hooks.values()]
+            hooks += [("hook", h) for h in module._backward_hooks.values()]
+            if not hooks:
+                continue
+            name = self.modules[id(module)]
+            texts = tuple(f"[module {kind}] {name}: {hook_name(hook)}" for kind, hook in hooks)
+            for param in module._parameters.values():
+                if param is not None:
+                    badges[id(param)] = badges.get(id(param), ()) + texts
+        return badges
 
     def tensor_name(self, tensor: torch.Tensor) -> str | None:
         return self.tensors.get(id(tensor))

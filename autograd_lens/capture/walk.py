@@ -179,11 +179,11 @@ class Walk:
 def _hook_badges(tensor: torch.Tensor) -> tuple[str, ...]:
     badges = []
     for hook in getattr(tensor, "_backward_hooks", None) and tensor._backward_hooks.values() or ():
-        badges.append(f"hook {hook_name(hook)}")
+        badges.append(f"[hook] {hook_name(hook)}")
     for hook in (getattr(tensor, "_post_accumulate_grad_hooks", None) or {}).values():
-        badges.append(f"post-accumulate hook {hook_name(hook)}")
+        badges.append(f"[post-accumulate hook] {hook_name(hook)}")
     if tensor.grad_fn is not None and tensor.retains_grad:
-        badges.append("retain_grad")
+        badges.append("[retain_grad]")
     return tuple(badges)
 
 
@@ -270,6 +270,7 @@ def walk(
     for (node_id, _), users in shape.consumers.items():
         uses[node_id] += len(users)
     storage_names = _storage_names(names) if options.show_saved else {}
+    module_badges = names.module_badges()
 
     leaf_copies: dict[int, list[str]] = {}
     for fn in kept:
@@ -290,7 +291,7 @@ def walk(
                 shape=tuple(variable.shape),
                 value=value,
                 grad=grad,
-                hooks=_hook_badges(variable),
+                hooks=_hook_badges(variable) + module_badges.get(id(variable), ()),
                 sequence_nr=None,
             )
             ids = [

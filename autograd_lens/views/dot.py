@@ -80,7 +80,7 @@ def tensor_fields(node: Node, grad_text: str | None = None) -> list[str]:
         fields.append(f"data {format_value(node.value, 48)}")
     grad = grad_text if grad_text is not None else (format_value(node.grad, 48) if node.grad is not None else "None")
     fields.append(f"grad {grad}")
-    fields.extend(f"HOOK: {badge}" for badge in node.hooks)
+    fields.extend(node.hooks)
     return fields
 
 
@@ -88,7 +88,7 @@ def function_lines(node: Node) -> list[str]:
     lines = [node.label, node.op] if node.op and node.op.lower() != node.label else [node.label]
     if node.detail:
         lines.append(node.detail)
-    lines.extend(f"HOOK: {badge}" for badge in node.hooks)
+    lines.extend(node.hooks)
     return lines
 
 
@@ -164,7 +164,7 @@ def _add_legend(dot: graphviz.Digraph) -> None:
             style = "rounded,filled" if shape == "box" else "filled"
             legend.node(name, label=graphviz.nohtml(label), shape=shape, style=style, fillcolor=color)
         legend.node(
-            "legend_hook", label="has a hook", shape="box", style="filled", fillcolor="#ffffff",
+            "legend_hook", label="[hook] has a hook", shape="box", style="filled", fillcolor="#ffffff",
             color=HOOK_COLOR, penwidth="2.5",
         )
         order = [name for name, *_ in samples] + ["legend_hook"]

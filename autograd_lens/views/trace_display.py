@@ -71,9 +71,27 @@ def pass_html(backward_pass: BackwardPass) -> str:
     return f"<h4>{html.escape(pass_title(backward_pass))}</h4><ol>{items}</ol>{grads_table_html(backward_pass)}"
 
 
-def lens_bundle(lens: Any) -> dict[str, str]:
+def events_bundle(lens: Any, hint: str = "") -> dict[str, str]:
+    """The passes as HTML lists and tables: what shows when no drawing can be made."""
     if not lens.passes:
-        body = "<p>No backward pass ran in this cell: call <code>loss.backward()</code> (or <code>torch.autograd.grad</code>) inside it.</p>"
+        body = (
+            "<p>No backward pass ran in this cell: call <code>loss.backward()</code> "
+            "(or <code>torch.autograd.grad</code>) inside it.</p>"
+        )
     else:
         body = "".join(pass_html(p) for p in lens.passes)
-    return {"text/html": f'<div class="autograd-lens">{body}</div>', "text/plain": lens_text(lens)}
+    return {"text/html": f'<div class="autograd-lens">{hint}{body}</div>', "text/plain": lens_text(lens)}
+
+
+def lens_bundle(lens: Any) -> dict[str, str]:
+    """A stepper widget (with a static HTML stepper inside) or, without a renderer, the events in HTML."""
+    from .display import RENDER_PROBLEMS, hint_html
+    from .stepper import lens_widget
+
+    if not lens.passes:
+        return events_bundle(lens)
+    try:
+        widget = lens_widget(lens)
+        return widget._repr_mimebundle_()
+    except RENDER_PROBLEMS as error:
+        return events_bundle(lens, hint_html(error))

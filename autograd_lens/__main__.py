@@ -1,0 +1,66 @@
+"""``python -m autograd_lens [SCRIPT.py] [-o trace.html]``: run a script under a Lens and write the
+static stepper page.  With no script, a built-in demo (the two-branch example with a hook) runs."""
+
+from __future__ import annotations
+
+import argparse
+import runpy
+import sys
+
+DEMO = '''\
+import torch
+
+x = torch.tensor(2.0, requires_grad=True)
+y = x ** 2
+y.register_hook(lambda g: g * 0.5)   # halve the gradient flowing into y
+z = y * 3
+w = y * 2
+out = z + w
+out.backward()
+print(f"x.grad = {x.grad.item():g} (it would be 20 without the hook)")
+'''
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m autograd_lens",
+        description="Run a Python script under autograd_lens and write a step-through of every backward pass "
+        "as a standalone HTML page (no server, no network needed to view it).",
+    )
+    parser.add_argument("script", nargs="?", help="the script to run (default: a built-in demo)")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    parser.add_argument("-o", "--output", default="trace.html", help="where to write the page (default: trace.html)")
+    options = parser.parse_args(argv)
+
+    from .capture.tracer import Lens
+
+    lens = Lens()
+    error: BaseException | None = None
+    saved_argv = sys.argv
+    try:
+        with lens:
+            if options.script:
+                sys.argv = [options.script, *options.args]
+                runpy.run_path(options.script, run_name="__main__")
+            else:
+                exec(compile(DEMO, "<autograd_lens demo>", "exec"), {"__name__": "__main__"})
+    except Exception as raised:  # still write what was recorded up to the error
+        error = raised
+    finally:
+        sys.argv = saved_argv
+    if not lens.passes:
+        print("autograd_lens: the script ran no backward pass, so there is nothing to show.", file=sys.stderr)
+        if error is not None:
+            raise error
+        return 1
+    lens.to_html(options.output)
+    calls = len(lens.hook_calls)
+    print(f"autograd_lens: wrote {options.output} ({len(lens.passes)} backward pass(es), {calls} hook call(s))")
+    if error is not None:
+        print(f"autograd_lens: the script stopped with {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""One backward pass, laid out once, ready to step through.
+
+The drawing is rendered a single time per pass, with every arrow already
+carrying the label of the gradient it will carry and every leaf's final
+``.grad`` (so nothing moves between steps).  What a step shows is then only
+a small CSS block: which labels are visible, which node is current, which
+are done, and which of a leaf's two ``grad`` texts (before / after) shows.
+Both the live widget (Python) and the static page (``stepper.js``) produce
+that same CSS from the same steps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+from ..format import format_value
+from ..model import BackwardPass
+from .dot import to_dot
+from .render import render_svg
+from .steps import Frame, Step, card_html, frame, grads_table_html, steps_for
+
+CURRENT_COLOR = "#2563eb"
+DONE_COLOR = "#16a34a"
+
+
+@dataclass
+class PassView:
+    backward_pass: BackwardPass
+
+    @cached_property
+    def steps(self) -> list[Step]:
+        return steps_for(self.backward_pass)
+
+    @cached_property
+    def cards(self) -> list[str]:
+        return [card_html(step, len(self.steps)) for step in self.steps]
+
+    @cached_property
+    def table(self) -> str:
+        return grads_table_html(self.backward_pass)
+
+    @cached_property
+    def final(self) -> Frame:
+        return frame(self.steps, len(self.steps) - 1)
+
+    @cached_property
+    def dot(self) -> str:
+        """Laid out with every label at its final text, so steps never move anything."""
+        graph = self.backward_pass.graph
+        return to_dot(graph, edge_labels=self.final.edge_labels, grad_texts=self.final.grads)
+
+    @cached_property
+    def svg(self) -> str:
+        return prepare_svg(render_svg(self.dot), self.backward_pass, self.final)
+
+    @cached_property
+    def key(self) -> str:
+        """A short id from the content: the same pass gives the same id on every run."""
+        digest = hashlib.sha1()
+        digest.update(self.dot.encode())
+        digest.update(json.dumps([(s.title, s.lines) for s in self.steps]).encode())
+        return digest.hexdigest()[:10]
+
+    def data(self) -> dict:
+        """What the front-end script needs: the steps (order encoded once) and the cards."""
+        return {
+            "steps": [
+                {"node": s.node, "edges": [e for e, _ in s.edges], "grads": [g for g, _ in s.grads], "done": list(s.done)}
+                for s in self.steps
+            ],
+            "cards": self.cards,
+        }
+
+
+# a node's group up to its "grad …" text, never running into the next group
+_GRAD_TEXT = re.compile(r'(<g id="(n\d+)" class="node">(?:(?!</g>).)*?)(<text([^>]*)>grad ([^<]*)</text>)', re.S)
+
+
+def prepare_svg(svg: str, backward_pass: BackwardPass, final: Frame) -> str:
+    """Give each updated leaf two grad texts (before / after the pass) for CSS to choose from."""
+    graph = backward_pass.graph
+    before = {node.id: format_value(node.grad, 48) if node.grad is not None else "None" for node in graph.nodes}
+
+    def swap(match: re.Match) -> str:
+        node_id = match.group(2)
+        if node_id not in final.grads:
+            return match.group(0)
+        attributes = match.group(4)
+        return (
+            f'{match.group(1)}<text class="al-after"{attributes}>grad {match.group(5)}</text>'
+            f'<text class="al-before"{attributes}>grad {_xml(before.get(node_id, "None"))}</text>'
+        )
+
+    return _GRAD_TEXT.sub(swap, svg)
+
+
+def _xml(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def frame_css(scope: str, shown: Frame) -> str:
+    """The CSS that makes the drawing show one step (mirrored by ``frameCss`` in stepper.js)."""
+    rules = []
+    if shown.edge_labels:
+        rules.append(", ".join(f"{scope} #{edge} text" for edge in sorted(shown.edge_labels)) + " {visibility: visible}")
+        rules.append(
+            ", ".join(f"{scope} #{edge} path" for edge in sorted(shown.edge_labels))
+            + f" {{stroke: {DONE_COLOR}; stroke-width: 2px}}"
+        )
+    if shown.grads:
+        rules.append(", ".join(f"{scope} #{node} .al-after" for node in sorted(shown.grads)) + " {display: inline}")
+        rules.append(", ".join(f"{scope} #{node} .al-before" for node in sorted(shown.grads)) + " {display: none}")
+    if shown.done:
+        shapes = ", ".join(f"{scope} #{node} > {shape}" for node in sorted(shown.done) for shape in ("polygon", "path", "ellipse"))
+        rules.append(f"{shapes} {{stroke: {DONE_COLOR}; stroke-width: 2.5px}}")
+    if shown.current:
+        shapes = ", ".join(f"{scope} #{shown.current} > {shape}" for shape in ("polygon", "path", "ellipse"))
+        rules.append(f"{shapes} {{stroke: {CURRENT_COLOR}; stroke-width: 5px; stroke-dasharray: 8 3}}")
+    return "\n".join(rules)
+
+
+BASE_CSS = """\
+{scope} .edge text {{visibility: hidden}}
+{scope} .al-after {{display: none}}
+{scope} .al-graph {{overflow: auto; max-height: 70vh}}
+{scope} .al-card {{border: 1px solid #d1d5db; border-radius: 6px; padding: 8px 12px; margin: 6px 0;
+  font-family: Helvetica, Arial, sans-serif; font-size: 13px; line-height: 1.45; background: #f9fafb}}
+{scope} .al-title {{font-weight: bold; margin-bottom: 2px}}
+{scope} .al-step {{color: #6b7280; font-size: 11px}}
+{scope} .al-hook {{border-left: 5px solid #d97706}}
+{scope} .al-error {{border-left: 5px solid #dc2626}}
+{scope} .al-note {{margin-top: 4px; color: #92400e}}
+{scope} .al-changes td {{padding: 1px 6px; border: 1px solid #e5e7eb; font-family: monospace}}
+{scope} .al-changed {{background: #fde68a; font-weight: bold}}
+{scope} table.al-grads {{border-collapse: collapse; font-family: Helvetica, Arial, sans-serif; font-size: 13px}}
+{scope} table.al-grads td, {scope} table.al-grads th {{border: 1px solid #e5e7eb; padding: 2px 8px; text-align: left}}
+{scope} tr.al-differs {{background: #fef3c7; font-weight: bold}}
+{scope} .al-controls button {{font-family: monospace; min-width: 3em; margin-right: 2px}}
+"""
+
+
+def base_css(scope: str) -> str:
+    return BASE_CSS.format(scope=scope)

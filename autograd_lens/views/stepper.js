@@ -1,0 +1,113 @@
+// autograd_lens static stepper: steps a pre-rendered backward pass with no kernel and no network.
+// The data (steps, cards) is a JSON script next to this one; frameCss mirrors
+// autograd_lens.views.passview.frame_css, so a step looks the same here and in the live widget.
+(function (root) {
+  "use strict";
+  if (!root || root.getAttribute("data-ready")) { return; }
+  root.setAttribute("data-ready", "1");
+  var CURRENT = "#2563eb", DONE = "#16a34a";
+  var data = JSON.parse(root.querySelector("script.al-data").textContent);
+  var scope = "#" + root.id;
+  var frameStyle = root.querySelector("style.al-frame");
+  var slider = root.querySelector("input.al-slider");
+  var position = root.querySelector(".al-pos");
+  var cardBox = root.querySelector(".al-cardbox");
+  var tableBox = root.querySelector(".al-tablebox");
+  var passSelect = root.querySelector("select.al-pass");
+  var graphs = root.querySelectorAll(".al-graph");
+  var playButton = root.querySelector("button[data-go=play]");
+  var pass = 0, step = 0, timer = null;
+
+  function keys(object) { return Object.keys(object).sort(); }
+
+  function frameCss(steps, k) {
+    var edges = {}, grads = {}, done = {}, i;
+    for (i = 0; i <= k; i++) {
+      steps[i].edges.forEach(function (e) { edges[e] = 1; });
+      steps[i].grads.forEach(function (g) { grads[g] = 1; });
+    }
+    for (i = 0; i < k; i++) { steps[i].done.forEach(function (d) { done[d] = 1; }); }
+    var current = steps[k].node;
+    if (current) { delete done[current]; }
+    var rules = [], list;
+    list = keys(edges);
+    if (list.length) {
+      rules.push(list.map(function (e) { return scope + " #" + e + " text"; }).join(", ") + " {visibility: visible}");
+      rules.push(list.map(function (e) { return scope + " #" + e + " path"; }).join(", ") +
+        " {stroke: " + DONE + "; stroke-width: 2px}");
+    }
+    list = keys(grads);
+    if (list.length) {
+      rules.push(list.map(function (n) { return scope + " #" + n + " .al-after"; }).join(", ") + " {display: inline}");
+      rules.push(list.map(function (n) { return scope + " #" + n + " .al-before"; }).join(", ") + " {display: none}");
+    }
+    list = keys(done);
+    if (list.length) {
+      var shapes = [];
+      list.forEach(function (n) {
+        ["polygon", "path", "ellipse"].forEach(function (s) { shapes.push(scope + " #" + n + " > " + s); });
+      });
+      rules.push(shapes.join(", ") + " {stroke: " + DONE + "; stroke-width: 2.5px}");
+    }
+    if (current) {
+      rules.push(["polygon", "path", "ellipse"].map(function (s) { return scope + " #" + current + " > " + s; })
+        .join(", ") + " {stroke: " + CURRENT + "; stroke-width: 5px; stroke-dasharray: 8 3}");
+    }
+    return rules.join("\n");
+  }
+
+  function show(k) {
+    var steps = data.passes[pass].steps;
+    step = Math.max(0, Math.min(k, steps.length - 1));
+    frameStyle.textContent = frameCss(steps, step);
+    cardBox.innerHTML = data.passes[pass].cards[step];
+    slider.max = steps.length - 1;
+    slider.value = step;
+    position.textContent = "step " + step + " of " + (steps.length - 1);
+    root.setAttribute("data-step", String(step));
+  }
+
+  function choosePass(p) {
+    pass = p;
+    for (var i = 0; i < graphs.length; i++) { graphs[i].style.display = i === p ? "" : "none"; }
+    tableBox.innerHTML = data.passes[p].table;
+    stop();
+    show(0);
+  }
+
+  function stop() {
+    if (timer) { clearInterval(timer); timer = null; }
+    playButton.textContent = "play";
+    playButton.setAttribute("aria-pressed", "false");
+  }
+
+  function play() {
+    if (timer) { stop(); return; }
+    if (step >= data.passes[pass].steps.length - 1) { show(0); }
+    playButton.textContent = "pause";
+    playButton.setAttribute("aria-pressed", "true");
+    timer = setInterval(function () {
+      if (step >= data.passes[pass].steps.length - 1) { stop(); return; }
+      show(step + 1);
+    }, 900);
+  }
+
+  root.querySelector(".al-controls").addEventListener("click", function (event) {
+    var go = event.target.getAttribute && event.target.getAttribute("data-go");
+    if (!go) { return; }
+    if (go === "play") { play(); return; }
+    stop();
+    if (go === "first") { show(0); }
+    if (go === "prev") { show(step - 1); }
+    if (go === "next") { show(step + 1); }
+    if (go === "last") { show(data.passes[pass].steps.length - 1); }
+  });
+  slider.addEventListener("input", function () { stop(); show(parseInt(slider.value, 10)); });
+  if (passSelect) { passSelect.addEventListener("change", function () { choosePass(parseInt(passSelect.value, 10)); }); }
+  root.addEventListener("keydown", function (event) {
+    if (event.key === "ArrowRight") { stop(); show(step + 1); }
+    if (event.key === "ArrowLeft") { stop(); show(step - 1); }
+  });
+  root.frameCss = function (p, k) { return frameCss(data.passes[p].steps, k); };
+  choosePass(0);
+})(document.currentScript && document.currentScript.parentNode);

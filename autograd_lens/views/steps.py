@@ -1,0 +1,256 @@
+"""A backward pass as a list of steps a student can walk through.
+
+Step 0 is the moment before the engine starts; step k (k ≥ 1) is event k-1 of
+the pass.  Each step says which node is running, which arrows got a gradient,
+which leaf's ``.grad`` changed, and what happened, in plain words.  The
+stepper widget and the static HTML page both draw from these steps; what a
+step *shows* (highlight, marks, labels) is computed by :func:`frame`, which
+the front-end script mirrors.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+
+from ..capture.snapshot import values_equal
+from ..format import format_value
+from ..model import BackwardPass, GradWritten, Graph, HookCall, NodeRun, PassError
+from .chain import chain_rule
+
+CHAIN_RULE_LIMIT = 16  # tensors up to this many elements get the numbers written out
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the walk-through."""
+
+    index: int
+    kind: str  # "start", "node", "hook", "grad", "error"
+    node: str | None  # graph node to highlight
+    title: str  # one line, plain text
+    lines: tuple[str, ...] = ()  # more plain-text lines for the card
+    edges: tuple[tuple[str, str], ...] = ()  # (edge id, gradient text) revealed at this step
+    grads: tuple[tuple[str, str], ...] = ()  # (node id, new text of its grad field)
+    done: tuple[str, ...] = ()  # nodes that are finished after this step
+    modified: bool = False
+    changes: tuple[tuple[str, str], ...] = ()  # (before, after) entries, for a hook that changed a tensor
+    note: str = ""  # a "classic surprise" remark
+
+
+@dataclass(frozen=True)
+class Frame:
+    """What the drawing shows at one step (computed from the steps up to it)."""
+
+    current: str | None
+    done: frozenset[str]
+    edge_labels: dict[str, str] = field(default_factory=dict)
+    grads: dict[str, str] = field(default_factory=dict)
+
+
+def frame(steps: list[Step], index: int) -> Frame:
+    """The drawing at step ``index``: the current node, the nodes done before it, every arrow's
+    gradient so far and every leaf's running ``.grad``."""
+    done: set[str] = set()
+    edge_labels: dict[str, str] = {}
+    grads: dict[str, str] = {}
+    for step in steps[: index + 1]:
+        edge_labels.update(step.edges)
+        grads.update(step.grads)
+    for step in steps[:index]:
+        done.update(step.done)
+    current = steps[index].node if steps else None
+    return Frame(current=current, done=frozenset(done - {current}), edge_labels=edge_labels, grads=grads)
+
+
+def leaf_copies(graph: Graph, node_id: str | None) -> list[str]:
+    """Every drawn copy of a leaf (a widely used leaf is drawn once per use)."""
+    if node_id is None:
+        return []
+    label = graph.node(node_id).label
+    return [n.id for n in graph.nodes if n.label == label and n.kind in ("leaf", "output") and n.op.endswith("AccumulateGrad")] or [node_id]
+
+
+def steps_for(backward_pass: BackwardPass) -> list[Step]:
+    graph = backward_pass.graph
+    steps = [_start_step(backward_pass)]
+    for event in backward_pass.events:
+        index = len(steps)
+        if isinstance(event, NodeRun):
+            steps.append(_node_step(index, event, graph))
+        elif isinstance(event, HookCall):
+            steps.append(_hook_step(index, event, graph, backward_pass))
+        elif isinstance(event, GradWritten):
+            steps.append(_grad_step(index, event, graph, backward_pass))
+        elif isinstance(event, PassError):
+            steps.append(Step(index, "error", None, f"The pass stopped: {event.type}: {event.message}",
+                              lines=("Everything before this step happened; nothing after it did.",)))
+    return steps
+
+
+def _start_step(backward_pass: BackwardPass) -> Step:
+    what = "backward()" if backward_pass.kind == "backward" else "torch.autograd.grad()"
+    roots = ", ".join(backward_pass.roots) or "the output"
+    lines = [f"The engine starts at {roots}: its gradient with respect to itself is 1 (or the gradient you passed)."]
+    if backward_pass.kind == "grad":
+        lines.append(f"autograd.grad returns gradients for {', '.join(backward_pass.inputs)} and writes no .grad.")
+    return Step(0, "start", None, f"Before {what}", lines=tuple(lines))
+
+
+def _node_step(index: int, event: NodeRun, graph: Graph) -> Step:
+    received = ", ".join(format_value(v) for v in event.grad_in)
+    title = f"{event.label} ({event.name}) runs"
+    lines = [f"It received {received}."]
+    sends = [
+        f"{target} ← {format_value(value)}"
+        for target, value in zip(event.targets, event.grad_out)
+        if target != "(no grad needed)"
+    ]
+    if sends:
+        lines.append("It sends " + ", ".join(sends) + ".")
+    rule = chain_rule(event, graph, CHAIN_RULE_LIMIT)
+    if rule:
+        lines.extend(rule)
+    edges = [(edge, format_value(value)) for edge, value in zip(event.edges, event.grad_out) if edge]
+    edges += [(edge, format_value(value)) for edge, value in zip(event.in_edges, event.grad_in) if edge]
+    done = [event.node] if event.node else []
+    done += [edge_dst for edge_dst in _output_tensors(graph, event)]
+    return Step(index, "node", event.node, title, lines=tuple(lines), edges=tuple(edges), done=tuple(done))
+
+
+def _output_tensors(graph: Graph, event: NodeRun) -> list[str]:
+    ids = set(edge for edge in event.in_edges if edge)
+    return [edge.dst for edge in graph.edges if edge.id in ids]
+
+
+def _hook_step(index: int, call: HookCall, graph: Graph, backward_pass: BackwardPass) -> Step:
+    total = sum(1 for c in backward_pass.hook_calls if c.hook == call.hook and c.target == call.target and c.kind == call.kind)
+    where = f"call {call.invocation}" + (f" of {total} in this pass" if total > 1 else "")
+    if call.forward_call:
+        where += f", for forward call {call.forward_call}"
+    title = f"hook {call.hook} on {call.target} ({call.kind_label} hook, {where})"
+    if call.error:
+        return Step(index, "hook", call.node, title, lines=(f"It raised {call.error}.",), modified=False)
+    returned = "None (gradient unchanged)" if call.returned_none and not call.modified else format_value(call.grad_out)
+    if call.kind == "post_accumulate_grad":
+        lines = [f"It received the leaf itself; its .grad was {format_value(call.grad_in)}.",
+                 "Post-accumulate hooks must return None; they may change .grad in place."]
+        if call.modified:
+            lines.append(f".grad is now {format_value(call.grad_out)}.")
+    elif call.kind == "multi_grad":
+        lines = [f"It received the gradients of {call.target}: {format_value(call.grad_in)}."]
+    else:
+        verdict = "gradient modified" if call.modified else "gradient unchanged"
+        lines = [f"received {format_value(call.grad_in)} → returned {returned} — {verdict}"]
+        if call.modified and call.returned_none:
+            lines.append("It returned None but changed the gradient in place: that counts.")
+        if call.context is not None and call.kind in ("node", "module_full", "global_module_full", "module_legacy", "global_module_legacy"):
+            lines.append(f"(grad_output was {format_value(call.context)})")
+    changes = _changes(call.grad_in, call.grad_out) if call.modified else ()
+    note = _hook_note(call, graph, backward_pass)
+    return Step(index, "hook", call.node, title, lines=tuple(lines), modified=call.modified, changes=changes, note=note)
+
+
+def _changes(before, after) -> tuple[tuple[str, str], ...]:
+    """Entry-by-entry (before, after) for a small tensor a hook changed; empty otherwise."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return ()
+    if isinstance(before, tuple) and isinstance(after, tuple) and len(before) == len(after):
+        pairs = [(b, a) for b, a in zip(before, after) if not values_equal(b, a)]
+        if len(pairs) != 1:
+            return ()
+        before, after = pairs[0]
+    if not (isinstance(before, torch.Tensor) and isinstance(after, torch.Tensor)) or before.shape != after.shape:
+        return ()
+    if before.numel() > CHAIN_RULE_LIMIT:
+        return ()
+    flat_before = before.reshape(-1).tolist()
+    flat_after = after.reshape(-1).tolist()
+    return tuple((format_value(b), format_value(a)) for b, a in zip(flat_before, flat_after))
+
+
+def _hook_note(call: HookCall, graph: Graph, backward_pass: BackwardPass) -> str:
+    notes = []
+    if call.kind == "tensor" and call.node:
+        uses = sum(1 for edge in graph.edges if edge.src == call.node and edge.kind == "data")
+        if uses > 1:
+            notes.append(
+                f"{call.target} is used by {uses} ops, yet its hook fired once: autograd first adds up "
+                f"the gradients from every use (here {format_value(call.grad_in)}), then calls the hook."
+            )
+    if call.modified and call.kind not in ("post_accumulate_grad", "multi_grad"):
+        changed = [
+            name for name, value in backward_pass.grads.items()
+            if backward_pass.grads_without_hooks.get(name) is not None
+            and not values_equal(value, backward_pass.grads_without_hooks[name])
+        ]
+        if changed:
+            notes.append(
+                "The returned value replaces the gradient for everything upstream: "
+                + ", ".join(f"{name} ends with {format_value(backward_pass.grads[name])} instead of "
+                            f"{format_value(backward_pass.grads_without_hooks[name])}" for name in changed)
+                + "."
+            )
+    return " ".join(notes)
+
+
+def _grad_step(index: int, event: GradWritten, graph: Graph, backward_pass: BackwardPass) -> Step:
+    title = f"{event.name}.grad written: {format_value(event.grad)}"
+    lines = [f"AccumulateGrad added this pass's gradient {format_value(event.received)} to {event.name}.grad."]
+    without = backward_pass.grads_without_hooks.get(event.name)
+    if without is not None and not values_equal(without, backward_pass.leaf_grads.get(event.name)):
+        lines.append(f"Without the hooks it would be {format_value(without)}.")
+    elif without is not None:
+        lines.append("No hook changed it: the same as without hooks.")
+    before = graph.node(event.node).grad if event.node else None
+    note = ""
+    if before is not None:
+        note = f"{event.name}.grad already held {format_value(before)}: backward() adds to .grad, it does not overwrite it."
+    copies = leaf_copies(graph, event.node)
+    text = format_value(event.grad, 48)
+    return Step(index, "grad", event.node, title, lines=tuple(lines), grads=tuple((c, text) for c in copies),
+                done=tuple(copies), note=note)
+
+
+def card_html(step: Step, total: int) -> str:
+    """The event card for a step: plain words, changed entries highlighted."""
+    parts = [f'<div class="al-card al-{step.kind}">',
+             f'<div class="al-step">step {step.index} of {total - 1}</div>',
+             f'<div class="al-title">{html.escape(step.title)}</div>']
+    for line in step.lines:
+        parts.append(f"<div>{html.escape(line)}</div>")
+    if step.changes:
+        cells = "".join(
+            f'<td class="{"al-changed" if b != a else ""}">{html.escape(b)} → {html.escape(a)}</td>'
+            for b, a in step.changes
+        )
+        parts.append(f'<table class="al-changes"><tr>{cells}</tr></table>')
+    if step.note:
+        parts.append(f'<div class="al-note">Note: {html.escape(step.note)}</div>')
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def grads_table_html(backward_pass: BackwardPass) -> str:
+    """Leaf gradients with the hooks vs without them, differences marked."""
+    grads = backward_pass.grads
+    if not grads:
+        return ""
+    head = ".grad" if backward_pass.kind == "backward" else "returned"
+    rows = []
+    for name, value in grads.items():
+        without = backward_pass.grads_without_hooks.get(name)
+        unknown = without is None and value is not None
+        differs = not unknown and not values_equal(value, without)
+        mark = ' class="al-differs"' if differs else ""
+        flag = "differs" if differs else ("unknown: a custom Function's backward would have to run again" if unknown else "same")
+        rows.append(
+            f"<tr{mark}><td>{html.escape(name)}</td><td>{html.escape(format_value(value))}</td>"
+            f"<td>{html.escape(format_value(without) if not unknown else '?')}</td><td>{flag}</td></tr>"
+        )
+    return (
+        f'<table class="al-grads"><thead><tr><th>tensor</th><th>{head} with hooks</th>'
+        f"<th>without hooks</th><th></th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
