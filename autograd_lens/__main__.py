@@ -28,9 +28,9 @@ def main(argv: list[str] | None = None) -> int:
         "as a standalone HTML page (no server, no network needed to view it).",
     )
     parser.add_argument("script", nargs="?", help="the script to run (default: a built-in demo)")
-    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     parser.add_argument("-o", "--output", default="trace.html", help="where to write the page (default: trace.html)")
-    options = parser.parse_args(argv)
+    # anything else on the line is passed on to the script, as sys.argv[1:]
+    options, script_args = parser.parse_known_args(argv)
 
     from .capture.tracer import Lens
 
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with lens:
             if options.script:
-                sys.argv = [options.script, *options.args]
+                sys.argv = [options.script, *script_args]
                 runpy.run_path(options.script, run_name="__main__")
             else:
                 exec(compile(DEMO, "<autograd_lens demo>", "exec"), {"__name__": "__main__"})

@@ -1,0 +1,278 @@
+"""What each step of the walk-through shows, checked from Python against the tracer's events."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+
+import autograd_lens as al
+from autograd_lens.model import GradWritten, HookCall, NodeRun
+from autograd_lens.views.passview import PassView, frame_css
+from autograd_lens.views.static_html import stepper_fragment
+from autograd_lens.views.stepper import Stepper
+from autograd_lens.views.steps import frame, steps_for
+
+
+def two_branch_lens():
+    x = torch.tensor(2.0, requires_grad=True)
+    with al.Lens() as lens:
+        y = x**2
+        y.register_hook(lambda g: g * 0.5)
+        z = y * 3
+        w = y * 2
+        out = z + w
+        out.backward()
+    return lens
+
+
+def test_steps_follow_the_events_one_to_one():
+    lens = two_branch_lens()
+    backward_pass = lens.passes[0]
+    steps = steps_for(backward_pass)
+    assert len(steps) == len(backward_pass.events) + 1
+    assert steps[0].kind == "start" and steps[0].node is None
+    for step, event in zip(steps[1:], backward_pass.events):
+        expected = {NodeRun: "node", HookCall: "hook", GradWritten: "grad"}[type(event)]
+        assert step.kind == expected
+        assert step.node == event.node
+
+
+def test_two_branch_walkthrough_from_output_to_x():
+    lens = two_branch_lens()
+    graph = lens.passes[0].graph
+    steps = steps_for(lens.passes[0])
+    labels = [graph.node(s.node).label if s.node else None for s in steps]
+    assert labels == [None, "add", "mul", "mul", "y", "pow", "x"]
+    hook = steps[4]
+    assert hook.title == "hook <lambda> on y (tensor hook, call 1)"
+    assert hook.lines[0] == "received 5 → returned 2.5 — gradient modified"
+    assert hook.changes == (("5", "2.5"),)
+    assert "used by 2 ops, yet its hook fired once" in hook.note
+    assert "x ends with 10 instead of 20" in hook.note
+    last = steps[-1]
+    assert last.title == "x.grad written: 10"
+    assert "Without the hooks it would be 20." in last.lines
+
+
+def test_chain_rule_cards_with_numbers():
+    lens = two_branch_lens()
+    steps = steps_for(lens.passes[0])
+    text = {s.index: "\n".join(s.lines) for s in steps}
+    assert "Chain rule: out = z + w." in text[1]
+    assert "z receives 1 × 1 = 1." in text[1]
+    assert "Chain rule: z = y * 3." in text[3] or "Chain rule: z = y * 3." in text[2]
+    assert any("y receives 1 × 3 = 3." in t for t in text.values())
+    assert "x receives 2.5 × 4 = 10." in text[5]
+
+
+@pytest.mark.parametrize(
+    "op, expected",
+    [
+        (lambda a: a.exp(), "exp(a)"),
+        (lambda a: a.tanh(), "1 - tanh(a)²"),
+        (lambda a: a.sin(), "cos(a)"),
+        (lambda a: a.sigmoid(), "σ(a)·(1 - σ(a))"),
+        (lambda a: a.relu(), "1 where a > 0, else 0"),
+        (lambda a: a.log(), "1/a"),
+        (lambda a: a / 4, "1/4"),
+        (lambda a: a - 1, "1"),
+    ],
+)
+def test_chain_rule_for_common_ops_matches_autograd(op, expected):
+    a = torch.tensor(0.7, requires_grad=True)
+    with al.Lens() as lens:
+        out = op(a)
+        out.backward()
+    node_steps = [s for s in steps_for(lens.passes[0]) if s.kind == "node"]
+    text = "\n".join(node_steps[0].lines)
+    assert expected in text
+    factor = re.search(r"receives 1 × (\S+) = (\S+)\.", text)
+    assert factor is not None, text
+    assert float(factor.group(2)) == pytest.approx(float(a.grad), rel=1e-3)
+
+
+def test_other_ops_say_what_ran_and_where_it_went():
+    a = torch.tensor([1.0, 2.0], requires_grad=True)
+    with al.Lens() as lens:
+        out = a.cumsum(0).sum()
+        out.backward()
+    cumsum = [s for s in steps_for(lens.passes[0]) if s.kind == "node" and "Cumsum" in s.title][0]
+    assert cumsum.lines[0].startswith("It received")
+    assert cumsum.lines[1].startswith("It sends a ←")
+
+
+def test_frames_mark_current_done_edges_and_running_grad():
+    lens = two_branch_lens()
+    view = PassView(lens.passes[0])
+    steps = view.steps
+    graph = lens.passes[0].graph
+    x = graph.find("x").id
+    start = frame(steps, 0)
+    assert start.current is None and not start.done and not start.edge_labels and not start.grads
+    after_add = frame(steps, 1)
+    add = graph.find("add").id
+    assert after_add.current == add
+    by_id = {e.id: e for e in graph.edges}
+    carried = {(graph.node(by_id[e].src).label, graph.node(by_id[e].dst).label): t for e, t in after_add.edge_labels.items()}
+    assert carried == {("z", "add"): "1", ("w", "add"): "1", ("add", "out"): "1"}
+    before_grad = frame(steps, len(steps) - 2)
+    assert x not in before_grad.grads and add in before_grad.done
+    final = frame(steps, len(steps) - 1)
+    assert final.grads == {x: "10"} and final.current == x
+    # every drawn node that ran is done by the end, except the one just highlighted
+    ran = {s.node for s in steps[1:-1] if s.kind in ("node", "grad")}
+    assert ran <= final.done
+
+
+def test_frame_css_marks_current_with_more_than_colour():
+    lens = two_branch_lens()
+    view = PassView(lens.passes[0])
+    css = frame_css("#s", frame(view.steps, 4))
+    current = frame(view.steps, 4).current
+    assert f"#s #{current} > polygon" in css and "stroke-width: 5px; stroke-dasharray: 8 3" in css
+
+
+def test_svg_has_before_and_after_grad_texts_for_leaves():
+    lens = two_branch_lens()
+    view = PassView(lens.passes[0])
+    x = lens.passes[0].graph.find("x").id
+    group = re.search(rf'<g id="{x}" class="node">.*?</g>', view.svg, re.S).group(0)
+    assert '<text class="al-after"' in group and ">grad 10</text>" in group
+    assert '<text class="al-before"' in group and ">grad None</text>" in group
+    # labels are laid out once with their final text; edges carry ids the CSS can target
+    assert re.search(r'<g id="e\d+" class="edge">', view.svg)
+
+
+def test_static_fragment_is_deterministic_self_contained_and_small():
+    first = stepper_fragment([PassView(p) for p in two_branch_lens().passes])
+    second = stepper_fragment([PassView(p) for p in two_branch_lens().passes])
+    assert first == second
+    assert "http://" not in first.replace("http://www.w3.org", "") and "https://" not in first
+    assert "<script>" in first and 'class="al-data"' in first
+    assert not re.search(r"0x[0-9a-f]{6,}", first)
+    assert len(first.encode()) < 200_000
+
+
+def test_fifty_node_graph_static_page_under_200_kb():
+    torch.manual_seed(0)
+    model = nn.Sequential(*[layer for _ in range(8) for layer in (nn.Linear(3, 3), nn.Tanh())])
+    x = torch.randn(2, 3)
+    model[3].register_full_backward_hook(lambda m, gi, go: None)
+    with al.Lens(names={"model": model, "x": x}) as lens:
+        model(x).sum().backward()
+    backward_pass = lens.passes[0]
+    assert 40 <= len(backward_pass.graph.nodes) <= 80
+    page = lens.to_html()
+    assert len(page.encode()) < 200_000
+
+
+def test_stepper_widget_steps_and_switches_passes():
+    x = torch.tensor(3.0, requires_grad=True)
+    with al.Lens() as lens:
+        y = x * x
+        y.register_hook(lambda g: g * 2)
+        y.backward(retain_graph=True)
+        y.backward()
+    stepper = Stepper(lens.passes)
+    assert stepper.pass_select is not None and len(stepper.pass_select.options) == 2
+    stepper._go("next")
+    assert stepper.step == 1 and stepper.current_step.kind == "hook"
+    assert "call 1" in stepper.card_html.value
+    stepper._go("last")
+    assert stepper.current_step.title == "x.grad written: 12"
+    style_before = stepper.frame_html.value
+    stepper.pass_select.value = 1
+    assert stepper.step == 0 and stepper.frame_html.value != style_before
+    stepper._go("next")
+    assert "call 2" in stepper.card_html.value
+    stepper._go("last")
+    assert stepper.current_step.title == "x.grad written: 24"
+    assert "already held 12" in stepper.current_step.note
+    stepper._go("first")
+    assert stepper.step == 0
+    stepper._go("prev")
+    assert stepper.step == 0
+
+
+def test_stepper_controls_have_labels_and_tooltips():
+    stepper = Stepper(two_branch_lens().passes)
+    for button in stepper.buttons.values():
+        assert button.description and button.tooltip
+    assert stepper.play.description == "play"
+
+
+def test_widget_bundle_carries_static_html_and_plain_text():
+    lens = two_branch_lens()
+    bundle = lens._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["text/plain"] == "<autograd_lens.Lens: 1 backward pass, 1 hook call>"
+    assert bundle["text/html"].startswith('<div class="autograd-lens al-stepper"')
+
+
+def test_no_renderer_shows_events_as_html(monkeypatch):
+    monkeypatch.setenv("AUTOGRAD_LENS_RENDERER", "none")
+    bundle = two_branch_lens()._repr_mimebundle_()
+    assert set(bundle) == {"text/html", "text/plain"}
+    assert "hook &lt;lambda&gt; on y" in bundle["text/html"] and "Traceback" not in bundle["text/html"]
+
+
+def test_autograd_grad_pass_steps_and_table():
+    a = torch.tensor(2.0, requires_grad=True)
+    with al.Lens() as lens:
+        y = a * 3
+        y.register_hook(lambda g: g * 2)
+        (ga,) = torch.autograd.grad(y * y, [a])
+    view = PassView(lens.passes[0])
+    assert "autograd.grad returns gradients for a" in view.steps[0].lines[1]
+    assert "<td>a</td><td>72</td><td>36</td><td>differs</td>" in view.table
+    assert float(ga) == 72.0
+
+
+def test_module_hooks_and_error_passes_render():
+    layer = nn.Linear(2, 1)
+    layer.register_full_backward_hook(lambda m, gi, go: (gi[0] * 0,))
+    x = torch.ones(1, 2, requires_grad=True)
+    with al.Lens(names={"layer": layer, "x": x}) as lens:
+        layer(x).sum().backward()
+    steps = steps_for(lens.passes[0])
+    hook = [s for s in steps if s.kind == "hook"][0]
+    assert "module full hook" in hook.title and "forward call 1" in hook.title
+    y = torch.tensor(1.0, requires_grad=True) * 2
+    y.register_hook(lambda g: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        with al.Lens() as failed:
+            y.backward()
+    steps = steps_for(failed.passes[0])
+    assert steps[-1].kind == "error" and "ZeroDivisionError" in steps[-1].title
+    assert "raised ZeroDivisionError" in steps[-2].lines[0]
+
+
+def test_command_line_demo_writes_a_page(tmp_path):
+    out = tmp_path / "trace.html"
+    done = subprocess.run([sys.executable, "-m", "autograd_lens", "-o", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "x.grad = 10 (it would be 20 without the hook)" in done.stdout
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and "hook &lt;lambda&gt; on y" in page
+
+
+def test_command_line_runs_a_script(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "w = torch.tensor([1.0, 2.0], requires_grad=True)\n"
+        "for step in range(2):\n"
+        "    loss = (w * w).sum()\n"
+        "    loss.backward()\n"
+    )
+    out = tmp_path / "t.html"
+    done = subprocess.run([sys.executable, "-m", "autograd_lens", str(script), "-o", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "2 backward pass(es)" in done.stdout
+    assert "pass 2: backward() of loss" in out.read_text()
