@@ -27,6 +27,8 @@ from .views.render import GraphvizUnavailableError, RenderError, RenderTimeoutEr
 
 if TYPE_CHECKING:
     from .capture.tracer import Lens
+    from .views.plots import plot
+    from .views.stepper import Stepper
 
 __version__ = "0.1.0"
 
@@ -45,6 +47,8 @@ __all__ = [
     "RenderTimeoutError",
     "TensorSummary",
     "graph",
+    "plot",
+    "Stepper",
     "load_ipython_extension",
     "unload_ipython_extension",
 ]
@@ -55,6 +59,14 @@ def __getattr__(name: str) -> Any:
         from .capture.tracer import Lens
 
         return Lens
+    if name == "plot":
+        from .views.plots import plot
+
+        return plot
+    if name == "Stepper":
+        from .views.stepper import Stepper
+
+        return Stepper
     raise AttributeError(f"module 'autograd_lens' has no attribute {name!r}")
 
 

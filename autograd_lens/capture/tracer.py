@@ -1003,6 +1003,12 @@ class Lens:
 
         display(self)
 
+    def plot(self, pass_index: int = -1):
+        """Gradients with vs without hooks, and hook call counts (a matplotlib figure)."""
+        from ..views.plots import plot
+
+        return plot(self, pass_index)
+
     def to_html(self, path: str | None = None) -> str:
         """A standalone HTML page of the recorded passes; written to ``path`` when given."""
         from ..views.static_html import lens_page

@@ -100,9 +100,8 @@ class Stepper(widgets.VBox):
     def show_pass(self, index: int) -> None:
         self.pass_index = index
         view = self.view
-        scope = f"#{self.scope_id}"
-        self.graph_html.value = f'<div id="{self.scope_id}"><style>{base_css(scope)}</style>{view.svg}</div>'
-        self.table_html.value = f'<div class="autograd-lens">{view.table}</div>'
+        self.graph_html.value = _scoped(f'<div class="al-graph">{view.svg}</div>', self.scope_id)
+        self.table_html.value = _scoped(view.table, f"{self.scope_id}-table")
         last = len(view.steps) - 1
         with self.hold_trait_notifications():
             self.slider.max = last
@@ -116,7 +115,7 @@ class Stepper(widgets.VBox):
         view = self.view
         scope = f"#{self.scope_id}"
         self.frame_html.value = f"<style>{frame_css(scope, frame(view.steps, index))}</style>"
-        self.card_html.value = f'<div id="{self.scope_id}-card" class="autograd-lens">{_scoped_card(view.cards[index], scope)}</div>'
+        self.card_html.value = _scoped(view.cards[index], f"{self.scope_id}-card")
 
     def _go(self, where: str) -> None:
         self.play.playing = False
@@ -134,9 +133,9 @@ class Stepper(widgets.VBox):
         return bundle
 
 
-def _scoped_card(card: str, scope: str) -> str:
-    # The card's classes are styled by the base CSS inside the graph's scope; repeat the rules here.
-    return f"<style>{base_css(scope + '-card')}</style>{card}"
+def _scoped(content: str, element_id: str) -> str:
+    """Content in its own container with the stepper's styles (each widget is a separate DOM subtree)."""
+    return f'<div id="{element_id}" class="autograd-lens"><style>{base_css("#" + element_id)}</style>{content}</div>'
 
 
 def lens_widget(lens) -> Stepper:

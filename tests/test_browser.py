@@ -1,0 +1,225 @@
+"""Real-browser tests: the static stepper page in Chromium, and the live stepper in JupyterLab.
+
+Skipped when Debian's ``chromium`` or the ``playwright`` package is missing.  Screenshots go to
+``artifacts/`` (kept by CI as evidence of what a student sees).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+import torch
+
+import autograd_lens as al
+from autograd_lens.views.passview import PassView, frame_css
+from autograd_lens.views.steps import frame
+
+CHROMIUM = shutil.which("chromium")
+playwright = pytest.importorskip("playwright.sync_api")
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed"),
+]
+ARTIFACTS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "artifacts")
+LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+               "--disable-sync", "--no-first-run"]
+
+CELL = """x = torch.tensor(2.0, requires_grad=True)
+y = x ** 2
+y.register_hook(lambda g: g * 0.5)
+z = y * 3
+w = y * 2
+out = z + w
+out.backward()"""
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright.sync_playwright() as driver:
+        chromium = driver.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def shot(page, name):
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    page.screenshot(path=os.path.join(ARTIFACTS, name), full_page=True)
+
+
+def two_branch_lens():
+    with al.Lens() as lens:
+        exec(CELL, {"torch": torch})
+    return lens
+
+
+def current_node(style_text):
+    match = re.search(r"#(n\d+) > polygon[^{]*\{stroke: #2563eb", style_text)
+    return match.group(1) if match else None
+
+
+def test_static_page_steps_with_no_kernel(browser, tmp_path):
+    lens = two_branch_lens()
+    path = tmp_path / "trace.html"
+    lens.to_html(str(path))
+    view = PassView(lens.passes[0])
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(path.as_uri())
+    page.wait_for_selector(".al-stepper[data-step='0']")
+    assert page.inner_text(".al-pos") == "step 0 of 6"
+    # the script and Python agree on what every step shows
+    scope = "#" + page.get_attribute(".al-stepper", "id")
+    for k in range(len(view.steps)):
+        assert page.evaluate(f"document.querySelector('.al-stepper').frameCss(0, {k})") == frame_css(
+            scope, frame(view.steps, k)
+        )
+    seen = []
+    for _ in range(4):
+        page.click("button[data-go=next]")
+        seen.append(current_node(page.evaluate("document.querySelector('style.al-frame').textContent")))
+    assert len(set(seen)) == 4  # a different node highlighted at every step
+    card = page.inner_text(".al-cardbox")
+    assert "hook <lambda> on y" in card and "received 5 → returned 2.5" in card
+    shot(page, "static-step-4.png")
+    page.click("button[data-go=last]")
+    card = page.inner_text(".al-cardbox")
+    assert "x.grad written: 10" in card and "Without the hooks it would be 20." in card
+    shown = page.evaluate(
+        "['.al-after', '.al-before'].map(c => getComputedStyle(document.querySelector("
+        "'#' + document.querySelector('.al-stepper').id + ' ' + c)).display)"
+    )
+    assert shown[0] != "none" and shown[1] == "none"  # x shows its new .grad, not the old one
+    shot(page, "static-last.png")
+    assert errors == []
+    page.close()
+
+
+def test_static_page_without_javascript_shows_the_finished_pass(browser, tmp_path):
+    path = tmp_path / "trace.html"
+    two_branch_lens().to_html(str(path))
+    context = browser.new_context(java_script_enabled=False)
+    page = context.new_page()
+    page.goto(path.as_uri())
+    assert "x.grad written: 10" in page.inner_text(".al-cardbox")
+    context.close()
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    pytest.importorskip("jupyterlab")
+    root = tmp_path_factory.mktemp("lab")
+    notebook = {
+        "cells": [
+            {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+             "source": "%load_ext autograd_lens\nimport torch"},
+            {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": "%%lens\n" + CELL},
+        ],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }
+    (root / "stepper.ipynb").write_text(json.dumps(notebook))
+    settings = tmp_path_factory.mktemp("settings")
+    config = settings / "cfg"
+    (config / "labconfig").mkdir(parents=True)
+    (config / "labconfig" / "page_config.json").write_text(
+        json.dumps({"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}})
+    )
+    port, token = free_port(), "autograd-lens-test"
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(config), JUPYTER_RUNTIME_DIR=str(settings / "rt"))
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.news_url=None",
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+         f"--LabApp.workspaces_dir={settings / 'ws'}", f"--LabApp.user_settings_dir={settings / 'us'}", "--allow-root"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("JupyterLab did not start")
+        yield f"{base}/lab/tree/stepper.ipynb?token={token}"
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def run_all(page):
+    page.wait_for_selector(".jp-Notebook")
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status=idle]", timeout=120_000)
+    for _ in range(5):
+        page.click(".jp-Cell .jp-InputArea-editor")
+        page.click("text=Run")
+        item = page.locator("li.lm-Menu-item[data-command='runmenu:run-all']")
+        item.wait_for()
+        if "lm-mod-disabled" in (item.get_attribute("class") or ""):
+            page.keyboard.press("Escape")
+            time.sleep(1)
+            continue
+        item.click()
+        try:
+            page.wait_for_selector(".jp-InputPrompt:has-text('[2]')", timeout=90_000)
+            return
+        except playwright.TimeoutError:
+            continue
+    pytest.fail("could not run the notebook in JupyterLab")
+
+
+def test_live_stepper_in_jupyterlab(browser, lab):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(lab)
+    run_all(page)
+    next_button = page.locator(".widget-button", has_text=re.compile(r"^>$"))
+    next_button.wait_for(timeout=60_000)
+    card = page.locator(".al-card").first
+    assert "Before backward()" in card.inner_text()
+
+    def style():
+        return page.evaluate(
+            "Array.from(document.querySelectorAll('.jp-OutputArea style'))"
+            ".map(s => s.textContent).filter(t => t.includes('stroke-dasharray')).join('\\n')"
+        )
+
+    highlighted = []
+    cards = []
+    for _ in range(4):
+        before = card.inner_text()
+        next_button.click()
+        page.wait_for_function(
+            "previous => document.querySelector('.al-card').innerText !== previous", arg=before, timeout=15_000
+        )
+        cards.append(card.inner_text())
+        highlighted.append(current_node(style()))
+    assert len(set(highlighted)) == 4 and None not in highlighted
+    assert "add → out (AddBackward0) runs" in cards[0]
+    assert "hook <lambda> on y" in cards[3] and "received 5 → returned 2.5" in cards[3]
+    shot(page, "jupyterlab-step-4.png")
+    page.locator(".widget-button", has_text=re.compile(r"^>\|$")).click()
+    page.wait_for_function("document.querySelector('.al-card').innerText.includes('x.grad written: 10')")
+    assert "Without the hooks it would be 20." in card.inner_text()
+    shot(page, "jupyterlab-last.png")
+    page.close()
