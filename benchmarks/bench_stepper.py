@@ -1,0 +1,49 @@
+"""Python time per step of the live stepper on a ~250-node graph (target: at most 20 ms).
+
+    python benchmarks/bench_stepper.py
+
+The drawing is laid out once per pass; a step only rebuilds a small CSS block and the card.
+Prints the one-off costs (recording, layout) and the median and worst time of a step.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+import autograd_lens as al
+from autograd_lens.views.stepper import Stepper
+
+
+def main() -> float:
+    torch.manual_seed(0)
+    model = nn.Sequential(*[layer for _ in range(50) for layer in (nn.Linear(8, 8), nn.Tanh())])
+    x = torch.randn(4, 8)
+    model[10].register_full_backward_hook(lambda module, grad_input, grad_output: None)
+    with al.Lens(names={"model": model, "x": x}) as lens:
+        model(x).sum().backward()
+    backward_pass = lens.passes[0]
+    start = time.perf_counter()
+    stepper = Stepper(lens.passes)
+    laid_out = time.perf_counter() - start
+    nodes = len(backward_pass.graph.nodes)
+    steps = len(stepper.view.steps)
+    times = []
+    for _ in range(3):
+        stepper._go("first")
+        for _ in range(steps - 1):
+            start = time.perf_counter()
+            stepper._go("next")
+            times.append(time.perf_counter() - start)
+    print(f"graph: {nodes} nodes, {steps} steps")
+    print(f"stepper + its one layout: {laid_out * 1e3:.1f} ms (once per pass; includes compiling the wasm renderer)")
+    print(f"one step: median {statistics.median(times) * 1e3:.2f} ms, worst {max(times) * 1e3:.2f} ms (target <= 20 ms)")
+    return statistics.median(times) * 1e3
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() <= 20 else 1)
