@@ -189,18 +189,16 @@ class _PassRecorder:
         for tensor in self.inputs:
             if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
                 self.input_nodes.add(id(torch.autograd.graph.get_gradient_edge(tensor).node))
-        observe, observe_leaf = self._observe, self._observe_leaf
-        leaves = self.shape.leaves
-        for fn in self.shape.nodes:
-            self.handles.append(fn.register_hook(observe))
-            if id(fn) in leaves:
-                variable = fn.variable
-                self.leaf_ids.add(id(variable))
-                if variable.grad is not None:
-                    # .grad will be added to: keep the old value for the "without hooks" sum
-                    self.handles.append(fn.register_prehook(observe_leaf))
-                else:
-                    self.fresh_leaves.add(id(fn))
+        observe = self._observe
+        self.handles = [fn.register_hook(observe) for fn in self.shape.nodes]
+        for fn in self.shape.leaves.values():
+            variable = fn.variable
+            self.leaf_ids.add(id(variable))
+            if variable.grad is not None:
+                # .grad will be added to: keep the old value for the "without hooks" sum
+                self.handles.append(fn.register_prehook(self._observe_leaf))
+            else:
+                self.fresh_leaves.add(id(fn))
         self.previous_profile = sys.getprofile()
         sys.setprofile(self._profile)
 
