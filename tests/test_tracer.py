@@ -353,6 +353,7 @@ def test_module_full_hooks_with_a_module_used_twice():
     assert calls[1].modified and not calls[0].modified
 
 
+@pytest.mark.filterwarnings("ignore:Full backward hook is firing")  # torch's own note: x needs no grad
 def test_module_hooks_named_by_path_in_a_sequential():
     model = nn.Sequential(nn.Linear(3, 2), nn.Tanh(), nn.Linear(2, 1))
     model[0].register_full_backward_hook(lambda m, gi, go: None)
@@ -784,3 +785,91 @@ def test_small_gradients_are_real_tensors_detached_from_the_graph():
             if value is not None:
                 assert isinstance(value, torch.Tensor) and not value.requires_grad
     assert lens.passes[0].leaf_grads["x"] is not x.grad  # a copy: later passes accumulate in place
+
+
+# ----------------------------------------------------------------------------- more observer-effect checks
+
+
+def test_retained_grads_and_multiple_roots_are_unchanged():
+    def scenario():
+        a = torch.tensor([1.0, -2.0], requires_grad=True)
+        b = torch.tensor([0.5, 3.0], requires_grad=True)
+        h = a * b
+        h.retain_grad()
+        h.register_hook(lambda g: g * 3)
+        first = h.sin()
+        second = (h * a).exp()
+        torch.autograd.backward([first, second], [torch.tensor([1.0, 2.0]), torch.tensor([0.5, -1.0])])
+        return {"a": grab(a.grad), "b": grab(b.grad), "h": grab(h.grad)}
+
+    plain, traced, lens = run_both(scenario)
+    assert_identical(plain, traced)
+    p = lens.passes[0]
+    assert set(p.roots) == {"first", "second"}
+    (call,) = lens.hook_calls
+    assert torch.equal(p.leaf_grads["a"], traced["a"]) and torch.equal(p.leaf_grads["b"], traced["b"])
+    # without the x3 hook, the leaves get a third of the hooked part of their gradient
+    a = torch.tensor([1.0, -2.0], requires_grad=True)
+    b = torch.tensor([0.5, 3.0], requires_grad=True)
+    h = a * b
+    torch.autograd.backward([h.sin(), (h * a).exp()], [torch.tensor([1.0, 2.0]), torch.tensor([0.5, -1.0])])
+    assert torch.allclose(p.grads_without_hooks["a"], a.grad)
+    assert torch.allclose(p.grads_without_hooks["b"], b.grad)
+
+
+def test_memory_budget_keeps_summaries_and_says_what_is_unknown():
+    x = torch.randn(64, requires_grad=True)
+    with al.Lens(memory_budget=1) as lens:
+        y = x * 2
+        y.register_hook(lambda g: g * 3)
+        (y * y).sum().backward()
+    p = lens.passes[0]
+    assert all(isinstance(v, TensorSummary) for run in p.node_runs for v in run.grad_out if v is not None)
+    assert p.grads_without_hooks["x"] is None  # summaries cannot be fed back through a node
+    assert torch.equal(p.leaf_grads["x"], x.grad)
+
+
+def test_a_lens_failure_never_breaks_the_students_backward(monkeypatch):
+    import autograd_lens.capture.tracer as tracer
+
+    def broken(roots):
+        raise RuntimeError("lens bug")
+
+    monkeypatch.setattr(tracer, "structure", broken)
+    x = torch.tensor(3.0, requires_grad=True)
+    with pytest.warns(UserWarning, match="could not trace this backward pass"):
+        with al.Lens() as lens:
+            (x * x).backward()
+    assert float(x.grad) == 6.0 and lens.passes == []
+
+
+def test_passes_are_built_lazily_but_record_the_state_at_the_time():
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    with al.Lens() as lens:
+        (w * w).sum().backward()
+        with torch.no_grad():
+            w.mul_(10)  # an optimizer step after the pass
+            w.grad.zero_()
+        (w * 3).sum().backward()
+    first, second = lens.passes
+    assert torch.equal(first.graph.find("w").value, torch.tensor([1.0, 2.0]))
+    assert torch.equal(first.leaf_grads["w"], torch.tensor([2.0, 4.0]))
+    assert torch.equal(second.graph.find("w").value, torch.tensor([10.0, 20.0]))
+    assert torch.equal(second.leaf_grads["w"], torch.tensor([3.0, 3.0]))
+
+
+def test_many_passes_in_one_block_keep_their_own_records():
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.randn(8, 3)
+    expected = []
+    with al.Lens(names={"model": model}) as lens:
+        for _ in range(12):
+            optimizer.zero_grad()
+            model(data).pow(2).mean().backward()
+            expected.append(model.weight.grad.clone())
+            optimizer.step()
+    assert len(lens.passes) == 12
+    for backward_pass, grad in zip(lens.passes, expected):
+        assert torch.equal(backward_pass.leaf_grads["model.weight"], grad)

@@ -46,15 +46,6 @@ def snapshot(tensor: torch.Tensor | None, store_limit: int = DEFAULT_STORE_LIMIT
     return tensor.detach().clone()
 
 
-def snapshot_all(values, store_limit: int = DEFAULT_STORE_LIMIT):
-    """``snapshot`` over a tuple (node and module hooks get tuples), keeping its shape."""
-    if isinstance(values, (tuple, list)):
-        return tuple(snapshot_all(item, store_limit) for item in values)
-    if isinstance(values, torch.Tensor) or values is None:
-        return snapshot(values, store_limit)
-    return None
-
-
 def values_equal(first, second) -> bool:
     """Exact equality of two recorded values (NaN equals NaN), tuples element-wise."""
     if isinstance(first, (tuple, list)) or isinstance(second, (tuple, list)):

@@ -107,14 +107,6 @@ class _Hooked:
     output_nr: int
 
 
-def _detach_all(values: Any) -> Any:
-    if isinstance(values, torch.Tensor):
-        return values.detach()
-    if isinstance(values, (tuple, list)):
-        return tuple(_detach_all(item) for item in values)
-    return None
-
-
 def _clone_all(values: Any) -> Any:
     """Copies of the tensors in ``values`` (anything else, e.g. a summary, as it is)."""
     if isinstance(values, torch.Tensor):
@@ -167,6 +159,7 @@ class _PassRecorder:
         self.leaf_grads: dict[str, Value] | None = None
         self.written: dict[int, Value] = {}  # id(AccumulateGrad) -> copy of .grad when written
         self.uncopied: list[int] = []  # raw positions of .grad writes whose value is not kept yet
+        self.ordinals: dict[tuple, int] = {}  # (hook key, node) -> calls seen in this pass
         self.names: Names | None = None
         self.hooked: dict[Any, list[_Hooked]] = {}
         self.leaf_ids: set[int] = set()
@@ -512,7 +505,7 @@ class _PassRecorder:
         self.counted = len(raw)
         if self.bytes_held <= self.lens.memory_budget:
             return
-        limit = self.lens.store_limit
+        limit = self.lens.options.max_elements  # only what a label prints stays a tensor
         for position, entry in enumerate(raw):
             if entry[0] == "node":
                 raw[position] = ("node", entry[1], _snapshot_values(entry[2], limit), _snapshot_values(entry[3], limit))
@@ -694,9 +687,11 @@ class _PassRecorder:
                 call.target = self.walk.labels.get(id(call.node_fn), call.node_fn.name())
         function = call.function if call.function is not None else call.code
         key = (call.kind, call.target, function)
-        # The same function registered twice on one tensor is two hooks: count by position.
-        ordinal = self._ordinals.setdefault((key, id(call.node_fn), self._batch_of(call)), 0)
-        self._ordinals[(key, id(call.node_fn), self._batch_of(call))] = ordinal + 1
+        # The same function registered twice on one tensor is two hooks: within a pass, the
+        # n-th call of it at one node is its n-th registration.
+        position = (key, id(call.node_fn))
+        ordinal = self.ordinals.get(position, 0)
+        self.ordinals[position] = ordinal + 1
         lens_key = key + (ordinal,)
         lens._invocations[lens_key] = lens._invocations.get(lens_key, 0) + 1
         return HookCall(
@@ -715,11 +710,6 @@ class _PassRecorder:
             error=call.error,
             forward_call=call.wrapper_seq,
         )
-
-    _ordinals: dict
-
-    def _batch_of(self, call: _Call) -> int:
-        return self._batches.setdefault(id(call.node_fn), 0)
 
     def _node_id_for(self, call: _Call) -> str | None:
         walk_ = self.walk
@@ -957,8 +947,6 @@ class Lens:
         # Unbuilt passes keep their graphs alive: build all but the newest few.
         self._build_pending(keep=MAX_UNBUILT)
         recorder = _PassRecorder(self, t_outputs, args, kwargs)
-        recorder._ordinals = {}
-        recorder._batches = {}
         try:
             recorder.start(sys._getframe(1))
         except Exception as problem:  # the student's backward must run even if the lens cannot follow
