@@ -223,3 +223,21 @@ def test_live_stepper_in_jupyterlab(browser, lab):
     assert "Without the hooks it would be 20." in card.inner_text()
     shot(page, "jupyterlab-last.png")
     page.close()
+
+
+def test_course_notebook_steps_in_nbconvert_html(browser, tmp_path):
+    """The committed notebook, exported by nbconvert with no kernel and no CDN, still steps."""
+    notebook = os.path.join(os.path.dirname(ARTIFACTS), "notebooks", "02_hooks_step_through.ipynb")
+    subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", notebook, "--output-dir", str(tmp_path)],
+                   check=True, capture_output=True, timeout=300)
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    page.route("**/*", lambda route: route.abort() if route.request.url.startswith("http") else route.continue_())
+    page.goto((tmp_path / "02_hooks_step_through.html").as_uri(), wait_until="domcontentloaded")
+    stepper = page.locator(".al-stepper").first
+    stepper.locator(".al-pos").wait_for()
+    assert stepper.locator(".al-pos").inner_text() == "step 0 of 6"
+    for _ in range(4):
+        stepper.locator("button[data-go=next]").click()
+    assert "received 5 → returned 2.5" in stepper.locator(".al-cardbox").inner_text()
+    shot(page, "nbconvert-step-4.png")
+    page.close()
