@@ -16,6 +16,8 @@ def format_number(number: float | int | bool | None) -> str:
     """
     if number is None:
         return "None"
+    if isinstance(number, complex):
+        return f"{format_number(number.real)}{'+' if number.imag >= 0 else '-'}{format_number(abs(number.imag))}j"
     if isinstance(number, bool):
         return str(number)
     if isinstance(number, int):

@@ -873,3 +873,84 @@ def test_many_passes_in_one_block_keep_their_own_records():
     assert len(lens.passes) == 12
     for backward_pass, grad in zip(lens.passes, expected):
         assert torch.equal(backward_pass.leaf_grads["model.weight"], grad)
+
+
+# ----------------------------------------------------------------------------- odd inputs
+
+
+def test_sparse_gradients():
+    def scenario():
+        torch.manual_seed(0)
+        emb = nn.Embedding(10, 3, sparse=True)
+        emb(torch.tensor([1, 2, 1])).sum().backward()
+        return {"grad": emb.weight.grad.to_dense()}
+
+    plain, traced, lens = run_both(scenario)
+    assert_identical(plain, traced)
+    (value,) = lens.passes[0].leaf_grads.values()
+    assert isinstance(value, TensorSummary) and value.shape == (10, 3)
+
+
+def test_complex_and_empty_tensors():
+    z = torch.tensor([1 + 2j], requires_grad=True)
+    e = torch.zeros(0, requires_grad=True)
+    with al.Lens() as lens:
+        (z * z).abs().sum().backward()
+        e.sum().backward()
+    assert torch.equal(lens.passes[0].leaf_grads["z"], z.grad)
+    assert lens.passes[1].leaf_grads["e"].shape == (0,)
+
+
+def test_backward_of_a_leaf_itself():
+    x = torch.tensor(3.0, requires_grad=True)
+    with al.Lens() as lens:
+        x.backward()
+    assert [type(e).__name__ for e in lens.passes[0].events] == ["GradWritten"]
+    assert float(lens.passes[0].leaf_grads["x"]) == 1.0
+
+
+def test_backward_inside_a_hook_runs_untraced_and_unchanged():
+    def scenario():
+        a = torch.tensor(2.0, requires_grad=True)
+        c = torch.tensor(1.0, requires_grad=True)
+        b = a * a
+
+        def inner(g):
+            with torch.enable_grad():
+                (c * 5).backward()
+            return g * 2
+
+        b.register_hook(inner)
+        b.backward()
+        return {"a": grab(a.grad), "c": grab(c.grad)}
+
+    plain, traced, lens = run_both(scenario)
+    assert_identical(plain, traced)
+    assert len(lens.passes) == 1  # the inner backward() is not a pass of its own
+    assert [call.hook.split(".")[-1] for call in lens.hook_calls] == ["inner"]
+
+
+def test_batched_grads_and_torch_func_are_left_alone():
+    x = torch.randn(3, requires_grad=True)
+    with al.Lens() as lens:
+        (jac,) = torch.autograd.grad(x * 2, x, torch.eye(3), is_grads_batched=True)
+        from torch.func import grad
+
+        value = grad(lambda t: (t * t).sum())(torch.ones(2))
+    assert torch.equal(jac, 2 * torch.eye(3)) and torch.equal(value, torch.full((2,), 2.0))
+    assert lens.passes == []
+
+
+def test_checkpointed_module():
+    from torch.utils.checkpoint import checkpoint
+
+    def scenario():
+        torch.manual_seed(0)
+        layer = nn.Linear(3, 3)
+        inputs = torch.randn(2, 3, requires_grad=True)
+        checkpoint(lambda t: layer(t).tanh(), inputs, use_reentrant=False).sum().backward()
+        return {"w": grab(layer.weight.grad), "x": grab(inputs.grad)}
+
+    plain, traced, lens = run_both(scenario)
+    assert_identical(plain, traced)
+    assert len(lens.passes) == 1

@@ -470,6 +470,8 @@ class _PassRecorder:
             id(fn) in self.fresh_leaves
             and received is not None
             and current is not None
+            and current.layout == torch.strided
+            and received.layout == torch.strided
             and current.data_ptr() != received.data_ptr()
         ):
             if received.grad_fn is None and received.numel() <= self.lens.store_limit:
@@ -798,6 +800,16 @@ class _PassRecorder:
         return f"input {index}"
 
 
+def _batched(args: tuple) -> bool:
+    """Gradients batched by vmap (``autograd.grad(..., is_grads_batched=True)``) cannot be recorded."""
+    grads = args[0] if args else None
+    functorch = torch._C._functorch
+    for grad in grads or ():
+        if isinstance(grad, torch.Tensor) and (functorch.is_legacy_batchedtensor(grad) or functorch.is_batchedtensor(grad)):
+            return True
+    return torch._C._are_functorch_transforms_active()
+
+
 _UNKNOWN: Any = object()  # an unhooked value that cannot be computed without running user code
 
 
@@ -942,7 +954,9 @@ class Lens:
     def _run(self, t_outputs: Any, args: tuple, kwargs: dict) -> Any:
         __tracebackhide__ = True  # noqa: F841
         original = self._original
-        if self._recording or threading.get_ident() != self._thread:
+        if self._recording or threading.get_ident() != self._thread or _batched(args):
+            # nested backward (inside a hook), another thread, or vmap'ed grads (is_grads_batched):
+            # not traced, never changed
             return original(t_outputs, *args, **kwargs)
         # Unbuilt passes keep their graphs alive: build all but the newest few.
         self._build_pending(keep=MAX_UNBUILT)
