@@ -70,3 +70,20 @@ def format_value(value: Any, max_chars: int = 60) -> str:
             return text[: max_chars - 1] + "…"
         return text
     return str(value)[:max_chars]
+
+
+def format_block(value: Any, max_chars: int = 60) -> str:
+    """Like :func:`format_value`, but a small matrix is written one row per line (for drawings).
+
+    >>> import torch
+    >>> print(format_block(torch.tensor([[1.0, 2.0], [3.0, 4.0]])))
+    [1, 2]
+    [3, 4]
+    """
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return format_value(value, max_chars)
+    if isinstance(value, torch.Tensor) and value.dim() == 2 and 1 < value.shape[0] <= 8 and value.numel() <= 64:
+        return "\n".join(format_value(row, max_chars) for row in value.detach())
+    return format_value(value, max_chars)

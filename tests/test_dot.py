@@ -112,9 +112,14 @@ def test_dot_has_no_addresses_or_python_ids():
 
 def test_two_branch_dot_shows_values_grads_and_constants():
     dot = scalar_two_branch().to_dot()
-    for text in ("{x|data 2|grad 20}", "{y|data 4|grad None}", "{z|data 12", "{w|data 8", "{out|data 20",
+    for text in ('"x|data 2|grad 20"', '"y|data 4|grad None"', '"z|data 12', '"w|data 8', '"out|data 20',
                  "label=3", "label=2", "PowBackward0", "cluster_legend"):
         assert text in dot, text
+
+
+def test_small_matrices_are_written_one_row_per_line():
+    dot = small_mlp().to_dot()
+    assert re.search(r'label="w1 \[3x2\]\|data\\n\[-?[0-9.]+, -?[0-9.]+\]\\n', dot), dot
 
 
 def test_backward_direction_reverses_arrows():

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import graphviz
 
-from ..format import format_shape, format_value
+from ..format import format_block, format_shape
 from ..model import Graph, Node
 
 COLORS = {
@@ -77,11 +77,16 @@ def tensor_fields(node: Node, grad_text: str | None = None) -> list[str]:
         title += f" ({node.detail})"
     fields = [title]
     if node.value is not None:
-        fields.append(f"data {format_value(node.value, 48)}")
-    grad = grad_text if grad_text is not None else (format_value(node.grad, 48) if node.grad is not None else "None")
-    fields.append(f"grad {grad}")
+        fields.append(_labelled("data", format_block(node.value, 48)))
+    grad = grad_text if grad_text is not None else (format_block(node.grad, 48) if node.grad is not None else "None")
+    fields.append(_labelled("grad", grad))
     fields.extend(node.hooks)
     return fields
+
+
+def _labelled(name: str, text: str) -> str:
+    """``data 2`` on one line; a matrix starts on the next line, one row per line."""
+    return f"{name}\n{text}" if "\n" in text else f"{name} {text}"
 
 
 def function_lines(node: Node) -> list[str]:
@@ -136,7 +141,8 @@ def _add_node(dot: graphviz.Digraph, node: Node, grad_text: str | None) -> None:
     attributes = {"id": node.id, "style": "filled", "fillcolor": COLORS.get(node.kind, "#ffffff")}
     if node.is_tensor:
         fields = tensor_fields(node, grad_text)
-        attributes.update(shape="record", label=graphviz.nohtml("{" + "|".join(record_text(f) for f in fields) + "}"))
+        # fields stacked top to bottom (a record's fields run across the rank direction)
+        attributes.update(shape="record", label=graphviz.nohtml("|".join(record_text(f) for f in fields)))
         if node.kind == "output":
             attributes["penwidth"] = "1.5"
     elif node.kind == "function":

@@ -126,7 +126,8 @@ def frame_css(scope: str, shown: Frame) -> str:
 BASE_CSS = """\
 {scope} .edge text {{visibility: hidden}}
 {scope} .al-after {{display: none}}
-{scope} .al-graph {{overflow: auto; max-height: 70vh}}
+{scope} .al-graph {{overflow: auto; max-height: 75vh}}
+{scope} .al-graph svg {{max-width: 100%; height: auto}}
 {scope} .al-card {{border: 1px solid #d1d5db; border-radius: 6px; padding: 8px 12px; margin: 6px 0;
   font-family: Helvetica, Arial, sans-serif; font-size: 13px; line-height: 1.45; background: #f9fafb}}
 {scope} .al-title {{font-weight: bold; margin-bottom: 2px}}

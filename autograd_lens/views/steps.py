@@ -14,7 +14,7 @@ import html
 from dataclasses import dataclass, field
 
 from ..capture.snapshot import values_equal
-from ..format import format_value
+from ..format import format_block, format_value
 from ..model import BackwardPass, GradWritten, Graph, HookCall, NodeRun, PassError
 from .chain import chain_rule
 
@@ -111,8 +111,8 @@ def _node_step(index: int, event: NodeRun, graph: Graph) -> Step:
     rule = chain_rule(event, graph, CHAIN_RULE_LIMIT)
     if rule:
         lines.extend(rule)
-    edges = [(edge, format_value(value)) for edge, value in zip(event.edges, event.grad_out) if edge]
-    edges += [(edge, format_value(value)) for edge, value in zip(event.in_edges, event.grad_in) if edge]
+    edges = [(edge, format_block(value)) for edge, value in zip(event.edges, event.grad_out) if edge]
+    edges += [(edge, format_block(value)) for edge, value in zip(event.in_edges, event.grad_in) if edge]
     done = [event.node] if event.node else []
     done += [edge_dst for edge_dst in _output_tensors(graph, event)]
     return Step(index, "node", event.node, title, lines=tuple(lines), edges=tuple(edges), done=tuple(done))
@@ -209,7 +209,7 @@ def _grad_step(index: int, event: GradWritten, graph: Graph, backward_pass: Back
     if before is not None:
         note = f"{event.name}.grad already held {format_value(before)}: backward() adds to .grad, it does not overwrite it."
     copies = leaf_copies(graph, event.node)
-    text = format_value(event.grad, 48)
+    text = format_value(event.grad, 48)  # one line: the drawing swaps this text in place
     return Step(index, "grad", event.node, title, lines=tuple(lines), grads=tuple((c, text) for c in copies),
                 done=tuple(copies), note=note)
 
