@@ -9,26 +9,26 @@ from .model import TensorSummary
 
 
 def format_number(number: float | int | bool | None) -> str:
-    """A number as a student reads it: ``2``, ``0.5``, ``1.2346e-05``, ``nan``.
+    """A number as a student reads it: floats keep a decimal point (``20.0``, ``0.5``,
+    ``1.235e-05``), integers do not (``3``).
 
-    >>> format_number(20.0), format_number(0.123456789), format_number(-3)
-    ('20', '0.1235', '-3')
+    >>> format_number(20.0), format_number(0.123456789), format_number(-3), format_number(1e-5)
+    ('20.0', '0.1235', '-3', '1e-05')
     """
     if number is None:
         return "None"
     if isinstance(number, complex):
         return f"{format_number(number.real)}{'+' if number.imag >= 0 else '-'}{format_number(abs(number.imag))}j"
-    if isinstance(number, bool):
-        return str(number)
-    if isinstance(number, int):
+    if isinstance(number, (bool, int)):
         return str(number)
     if math.isnan(number):
         return "nan"
     if math.isinf(number):
         return "inf" if number > 0 else "-inf"
-    if number == int(number) and abs(number) < 1e15:
-        return str(int(number)) if number != 0 or math.copysign(1, number) > 0 else "-0"
-    return f"{number:.4g}"
+    text = f"{number:.4g}"
+    if "e" not in text and "." not in text:
+        text += ".0"
+    return text
 
 
 def format_shape(shape: tuple[int, ...]) -> str:

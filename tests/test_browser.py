@@ -89,11 +89,11 @@ def test_static_page_steps_with_no_kernel(browser, tmp_path):
         seen.append(current_node(page.evaluate("document.querySelector('style.al-frame').textContent")))
     assert len(set(seen)) == 4  # a different node highlighted at every step
     card = page.inner_text(".al-cardbox")
-    assert "hook <lambda> on y" in card and "received 5 → returned 2.5" in card
+    assert "hook <lambda> on y" in card and "received 5.0 → returned 2.5" in card
     shot(page, "static-step-4.png")
     page.click("button[data-go=last]")
     card = page.inner_text(".al-cardbox")
-    assert "x.grad written: 10" in card and "Without the hooks it would be 20." in card
+    assert "x.grad written: 10.0" in card and "Without the hooks it would be 20.0." in card
     shown = page.evaluate(
         "['.al-after', '.al-before'].map(c => getComputedStyle(document.querySelector("
         "'#' + document.querySelector('.al-stepper').id + ' ' + c)).display)"
@@ -216,11 +216,11 @@ def test_live_stepper_in_jupyterlab(browser, lab):
         highlighted.append(current_node(style()))
     assert len(set(highlighted)) == 4 and None not in highlighted
     assert "add → out (AddBackward0) runs" in cards[0]
-    assert "hook <lambda> on y" in cards[3] and "received 5 → returned 2.5" in cards[3]
+    assert "hook <lambda> on y" in cards[3] and "received 5.0 → returned 2.5" in cards[3]
     shot(page, "jupyterlab-step-4.png")
     page.locator(".widget-button", has_text=re.compile(r"^>\|$")).click()
     page.wait_for_function("document.querySelector('.al-card').innerText.includes('x.grad written: 10')")
-    assert "Without the hooks it would be 20." in card.inner_text()
+    assert "Without the hooks it would be 20.0." in card.inner_text()
     shot(page, "jupyterlab-last.png")
     page.close()
 
@@ -238,6 +238,6 @@ def test_course_notebook_steps_in_nbconvert_html(browser, tmp_path):
     assert stepper.locator(".al-pos").inner_text() == "step 0 of 6"
     for _ in range(4):
         stepper.locator("button[data-go=next]").click()
-    assert "received 5 → returned 2.5" in stepper.locator(".al-cardbox").inner_text()
+    assert "received 5.0 → returned 2.5" in stepper.locator(".al-cardbox").inner_text()
     shot(page, "nbconvert-step-4.png")
     page.close()

@@ -112,7 +112,7 @@ def test_dot_has_no_addresses_or_python_ids():
 
 def test_two_branch_dot_shows_values_grads_and_constants():
     dot = scalar_two_branch().to_dot()
-    for text in ('"x|data 2|grad 20"', '"y|data 4|grad None"', '"z|data 12', '"w|data 8', '"out|data 20',
+    for text in ('"x|data 2.0|grad 20.0"', '"y|data 4.0|grad None"', '"z|data 12.0', '"w|data 8.0', '"out|data 20.0',
                  "label=3", "label=2", "PowBackward0", "cluster_legend"):
         assert text in dot, text
 
@@ -131,8 +131,8 @@ def test_edge_labels_and_grad_texts_are_applied():
     graph = scalar_two_branch()
     first_edge = graph.edges[0].id
     leaf = graph.find("x").id
-    dot = to_dot(graph, edge_labels={first_edge: "5 → 2.5"}, grad_texts={leaf: "10"})
-    assert 'label="5 → 2.5"' in dot and "grad 10" in dot
+    dot = to_dot(graph, edge_labels={first_edge: "5.0 → 2.5"}, grad_texts={leaf: "10.0"})
+    assert 'label="5.0 → 2.5"' in dot and "grad 10.0" in dot
 
 
 # ----------------------------------------------------------------------------- escaping

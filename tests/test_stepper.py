@@ -49,14 +49,14 @@ def test_two_branch_walkthrough_from_output_to_x():
     labels = [graph.node(s.node).label if s.node else None for s in steps]
     assert labels == [None, "add", "mul", "mul", "y", "pow", "x"]
     hook = steps[4]
-    assert hook.title == "hook <lambda> on y (tensor hook, call 1)"
-    assert hook.lines[0] == "received 5 → returned 2.5 — gradient modified"
-    assert hook.changes == (("5", "2.5"),)
+    assert hook.title == "hook <lambda> on y (tensor hook, call 1 of 1 in this cell)"
+    assert hook.lines[0] == "received 5.0 → returned 2.5 — gradient modified"
+    assert hook.changes == (("5.0", "2.5"),)
     assert "used by 2 ops, yet its hook fired once" in hook.note
-    assert "x ends with 10 instead of 20" in hook.note
+    assert "x ends with 10.0 instead of 20.0" in hook.note
     last = steps[-1]
-    assert last.title == "x.grad written: 10"
-    assert "Without the hooks it would be 20." in last.lines
+    assert last.title == "x.grad written: 10.0"
+    assert "Without the hooks it would be 20.0." in last.lines
 
 
 def test_chain_rule_cards_with_numbers():
@@ -64,10 +64,10 @@ def test_chain_rule_cards_with_numbers():
     steps = steps_for(lens.passes[0])
     text = {s.index: "\n".join(s.lines) for s in steps}
     assert "Chain rule: out = z + w." in text[1]
-    assert "z receives 1 × 1 = 1." in text[1]
+    assert "z receives 1.0 × 1.0 = 1.0." in text[1]
     assert "Chain rule: z = y * 3." in text[3] or "Chain rule: z = y * 3." in text[2]
-    assert any("y receives 1 × 3 = 3." in t for t in text.values())
-    assert "x receives 2.5 × 4 = 10." in text[5]
+    assert any("y receives 1.0 × 3.0 = 3.0." in t for t in text.values())
+    assert "x receives 2.5 × 4.0 = 10.0." in text[5]
 
 
 @pytest.mark.parametrize(
@@ -91,7 +91,7 @@ def test_chain_rule_for_common_ops_matches_autograd(op, expected):
     node_steps = [s for s in steps_for(lens.passes[0]) if s.kind == "node"]
     text = "\n".join(node_steps[0].lines)
     assert expected in text
-    factor = re.search(r"receives 1 × (\S+) = (\S+)\.", text)
+    factor = re.search(r"receives 1\.0 × (\S+) = (\S+)\.", text)
     assert factor is not None, text
     assert float(factor.group(2)) == pytest.approx(float(a.grad), rel=1e-3)
 
@@ -119,11 +119,11 @@ def test_frames_mark_current_done_edges_and_running_grad():
     assert after_add.current == add
     by_id = {e.id: e for e in graph.edges}
     carried = {(graph.node(by_id[e].src).label, graph.node(by_id[e].dst).label): t for e, t in after_add.edge_labels.items()}
-    assert carried == {("z", "add"): "1", ("w", "add"): "1", ("add", "out"): "1"}
+    assert carried == {("z", "add"): "1.0", ("w", "add"): "1.0", ("add", "out"): "1.0"}
     before_grad = frame(steps, len(steps) - 2)
     assert x not in before_grad.grads and add in before_grad.done
     final = frame(steps, len(steps) - 1)
-    assert final.grads == {x: "10"} and final.current == x
+    assert final.grads == {x: "10.0"} and final.current == x
     # every drawn node that ran is done by the end, except the one just highlighted
     ran = {s.node for s in steps[1:-1] if s.kind in ("node", "grad")}
     assert ran <= final.done
@@ -142,7 +142,7 @@ def test_svg_has_before_and_after_grad_texts_for_leaves():
     view = PassView(lens.passes[0])
     x = lens.passes[0].graph.find("x").id
     group = re.search(rf'<g id="{x}" class="node">.*?</g>', view.svg, re.S).group(0)
-    assert '<text class="al-after"' in group and ">grad 10</text>" in group
+    assert '<text class="al-after"' in group and ">grad 10.0</text>" in group
     assert '<text class="al-before"' in group and ">grad None</text>" in group
     # labels are laid out once with their final text; edges carry ids the CSS can target
     assert re.search(r'<g id="e\d+" class="edge">', view.svg)
@@ -182,17 +182,17 @@ def test_stepper_widget_steps_and_switches_passes():
     assert stepper.pass_select is not None and len(stepper.pass_select.options) == 2
     stepper._go("next")
     assert stepper.step == 1 and stepper.current_step.kind == "hook"
-    assert "call 1" in stepper.card_html.value
+    assert "call 1 of 2 in this cell" in stepper.card_html.value
     stepper._go("last")
-    assert stepper.current_step.title == "x.grad written: 12"
+    assert stepper.current_step.title == "x.grad written: 12.0"
     style_before = stepper.frame_html.value
     stepper.pass_select.value = 1
     assert stepper.step == 0 and stepper.frame_html.value != style_before
     stepper._go("next")
-    assert "call 2" in stepper.card_html.value
+    assert "call 2 of 2 in this cell" in stepper.card_html.value
     stepper._go("last")
-    assert stepper.current_step.title == "x.grad written: 24"
-    assert "already held 12" in stepper.current_step.note
+    assert stepper.current_step.title == "x.grad written: 24.0"
+    assert "already held 12.0" in stepper.current_step.note
     stepper._go("first")
     assert stepper.step == 0
     stepper._go("prev")
@@ -229,7 +229,7 @@ def test_autograd_grad_pass_steps_and_table():
         (ga,) = torch.autograd.grad(y * y, [a])
     view = PassView(lens.passes[0])
     assert "autograd.grad returns gradients for a" in view.steps[0].lines[1]
-    assert "<td>a</td><td>72</td><td>36</td><td>differs</td>" in view.table
+    assert "<td>a</td><td>72.0</td><td>36.0</td><td>differs</td>" in view.table
     assert float(ga) == 72.0
 
 

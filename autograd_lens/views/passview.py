@@ -21,7 +21,7 @@ from ..format import format_value
 from ..model import BackwardPass
 from .dot import to_dot
 from .render import render_svg
-from .steps import Frame, Step, card_html, frame, grads_table_html, steps_for
+from .steps import Frame, Step, card_html, frame, grads_table_html, hook_totals, steps_for
 
 CURRENT_COLOR = "#2563eb"
 DONE_COLOR = "#16a34a"
@@ -30,10 +30,11 @@ DONE_COLOR = "#16a34a"
 @dataclass
 class PassView:
     backward_pass: BackwardPass
+    totals: dict | None = None  # hook call counts over the whole recording (see steps.hook_totals)
 
     @cached_property
     def steps(self) -> list[Step]:
-        return steps_for(self.backward_pass)
+        return steps_for(self.backward_pass, self.totals)
 
     @cached_property
     def cards(self) -> list[str]:
@@ -78,6 +79,12 @@ class PassView:
 
 # a node's group up to its "grad …" text, never running into the next group
 _GRAD_TEXT = re.compile(r'(<g id="(n\d+)" class="node">(?:(?!</g>).)*?)(<text([^>]*)>grad ([^<]*)</text>)', re.S)
+
+
+def views_for(passes: list[BackwardPass]) -> list[PassView]:
+    """One view per pass, hook calls counted over all of them."""
+    totals = hook_totals(passes)
+    return [PassView(p, totals) for p in passes]
 
 
 def prepare_svg(svg: str, backward_pass: BackwardPass, final: Frame) -> str:

@@ -11,7 +11,7 @@ import html
 import json
 from importlib import resources
 
-from .passview import PassView, base_css, frame_css
+from .passview import PassView, base_css, frame_css, views_for
 from .steps import frame
 from .trace_display import pass_title
 
@@ -90,5 +90,5 @@ def page(body: str, title: str = "autograd_lens") -> str:
 
 def lens_page(lens) -> str:
     """A standalone page for everything a Lens recorded."""
-    views = [PassView(p) for p in lens.passes]
+    views = views_for(lens.passes)
     return page(stepper_fragment(views), title="autograd_lens: backward pass")

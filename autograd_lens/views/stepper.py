@@ -13,7 +13,7 @@ import itertools
 import ipywidgets as widgets
 
 from ..model import BackwardPass
-from .passview import PassView, base_css, frame_css
+from .passview import PassView, base_css, frame_css, views_for
 from .steps import Frame, Step, frame
 from .trace_display import lens_text, pass_title
 
@@ -35,7 +35,7 @@ class Stepper(widgets.VBox):
     """
 
     def __init__(self, passes: list[BackwardPass], text: str = "") -> None:
-        self.views = [PassView(p) for p in passes]
+        self.views = views_for(passes)
         self._text = text or f"<autograd_lens.Stepper: {len(passes)} pass{'es' if len(passes) != 1 else ''}>"
         self.scope_id = f"al-live-{next(_live_ids)}-{self.views[0].key if self.views else 'empty'}"
         self.pass_index = 0

@@ -71,15 +71,28 @@ def leaf_copies(graph: Graph, node_id: str | None) -> list[str]:
     return [n.id for n in graph.nodes if n.label == label and n.kind in ("leaf", "output") and n.op.endswith("AccumulateGrad")] or [node_id]
 
 
-def steps_for(backward_pass: BackwardPass) -> list[Step]:
+def hook_totals(passes: list[BackwardPass]) -> dict[tuple[str, str, str], int]:
+    """How many times each hook (by name, target and kind) fired over the given passes."""
+    totals: dict[tuple[str, str, str], int] = {}
+    for backward_pass in passes:
+        for call in backward_pass.hook_calls:
+            key = (call.hook, call.target, call.kind)
+            totals[key] = max(totals.get(key, 0), call.invocation)
+    return totals
+
+
+def steps_for(backward_pass: BackwardPass, totals: dict[tuple[str, str, str], int] | None = None) -> list[Step]:
+    """The walk-through of one pass.  ``totals`` (from :func:`hook_totals` over every pass of the
+    recording) lets a hook's card say "call 2 of 3"; by default this pass alone is counted."""
     graph = backward_pass.graph
+    totals = totals if totals is not None else hook_totals([backward_pass])
     steps = [_start_step(backward_pass)]
     for event in backward_pass.events:
         index = len(steps)
         if isinstance(event, NodeRun):
             steps.append(_node_step(index, event, graph))
         elif isinstance(event, HookCall):
-            steps.append(_hook_step(index, event, graph, backward_pass))
+            steps.append(_hook_step(index, event, graph, backward_pass, totals))
         elif isinstance(event, GradWritten):
             steps.append(_grad_step(index, event, graph, backward_pass))
         elif isinstance(event, PassError):
@@ -123,9 +136,9 @@ def _output_tensors(graph: Graph, event: NodeRun) -> list[str]:
     return [edge.dst for edge in graph.edges if edge.id in ids]
 
 
-def _hook_step(index: int, call: HookCall, graph: Graph, backward_pass: BackwardPass) -> Step:
-    total = sum(1 for c in backward_pass.hook_calls if c.hook == call.hook and c.target == call.target and c.kind == call.kind)
-    where = f"call {call.invocation}" + (f" of {total} in this pass" if total > 1 else "")
+def _hook_step(index: int, call: HookCall, graph: Graph, backward_pass: BackwardPass, totals: dict) -> Step:
+    total = max(totals.get((call.hook, call.target, call.kind), 0), call.invocation)
+    where = f"call {call.invocation} of {total} in this cell"
     if call.forward_call:
         where += f", for forward call {call.forward_call}"
     title = f"hook {call.hook} on {call.target} ({call.kind_label} hook, {where})"
