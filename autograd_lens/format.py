@@ -46,7 +46,7 @@ def format_value(value: Any, max_chars: int = 60) -> str:
 
     >>> import torch
     >>> format_value(torch.tensor(2.5)), format_value(torch.tensor([1.0, 2.0])), format_value(None)
-    ('2.5', '[1, 2]', 'None')
+    ('2.5', '[1.0, 2.0]', 'None')
     """
     if value is None:
         return "None"
@@ -77,8 +77,8 @@ def format_block(value: Any, max_chars: int = 60) -> str:
 
     >>> import torch
     >>> print(format_block(torch.tensor([[1.0, 2.0], [3.0, 4.0]])))
-    [1, 2]
-    [3, 4]
+    [1.0, 2.0]
+    [3.0, 4.0]
     """
     try:
         import torch

@@ -22,7 +22,7 @@ class TensorSummary:
     """What is kept of a tensor too large to clone: enough for a one-line label.
 
     >>> TensorSummary(shape=(32, 64), dtype="float32", min=-1.0, max=2.0, norm=3.5, head=(0.1, 0.2)).text()
-    '[32x64 float32] min -1 max 2 norm 3.5'
+    '[32x64 float32] min -1.0 max 2.0 norm 3.5'
     """
 
     shape: tuple[int, ...]
