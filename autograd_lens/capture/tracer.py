@@ -8,8 +8,9 @@ measurements behind each choice):
   ``torch.autograd.backward`` and ``torch.autograd.grad``), is wrapped; the
   original is put back when the block ends, whatever happens.
 * For each pass, a post-hook (returning ``None``) goes on every node of the
-  graph, plus a pre-hook on each ``AccumulateGrad``; all are removed in
-  ``finally``.  They see what each node received and sent.
+  graph, plus a pre-hook on the ``AccumulateGrad`` of each leaf that already
+  has a ``.grad``; all are removed in ``finally``.  They see what each node
+  received and sent.
 * A profile function, installed only while the engine runs, sees each user
   hook being called (tensor, node, module, post-accumulate, multi-grad hooks,
   also ones registered long before) with its arguments and return value.
@@ -41,8 +42,6 @@ from ..model import (
     PassError,
     Value,
 )
-_current_node = torch._C._current_autograd_node
-
 from .hooks import (
     ENGINE_CODE,
     TORCH_DIR,
@@ -60,6 +59,8 @@ from .names import Names, caller_namespace, names_from, user_frame
 from .snapshot import snapshot, values_equal
 from .walk import Structure, Walk, leaf_state, structure, walk
 
+_current_node = torch._C._current_autograd_node
+
 # Graphs up to this many nodes are modelled before the pass (saved tensors included);
 # larger ones after it, so tracing a big model adds little to its backward().
 EAGER_MODEL_LIMIT = 100
@@ -73,14 +74,11 @@ _BEFORE_NODE = ("tensor", "node_pre", "multi_grad")
 class _Call:
     """A user hook call while it is being recorded."""
 
-    order: int
     code: Any
     function: Any
     kind: str
-    args: list[Any]
     received: Any  # the live object the hook got (tensor, tuple, or the leaf itself)
     grad_in: Any
-    raw_in: Any  # full clones, for the counterfactual
     frame: FrameType
     candidates: list = field(default_factory=list)  # _Hooked entries this call may be
     module: Any = None
@@ -140,7 +138,6 @@ class _PassRecorder:
         self.frozen = 0  # raw records before this index hold copies, after it references
         self.counted = 0  # raw records before this index are in bytes_held
         self.handles: list[Any] = []
-        self.order = 0
         self.current: _Call | None = None
         self.engine_frame: FrameType | None = None
         self.wrapper: Wrapper | None = None
@@ -306,25 +303,19 @@ class _PassRecorder:
         limit = self.lens.store_limit
         if kind == "post_accumulate_grad":
             grad_in = snapshot(received.grad, limit)
-            raw_in = None
         else:
             grad_in = _snapshot_copies(received, limit)
-            raw_in = _clone_all(received)
         self.current = _Call(
-            order=self.order,
             code=frame.f_code,
             function=function,
             kind=kind,
-            args=args,
             received=received,
             grad_in=grad_in,
-            raw_in=raw_in,
             frame=frame,
             candidates=candidates,
             module=module,
             context=_snapshot_copies(context, limit) if context is not None else None,
         )
-        self.order += 1
 
     def _candidates(self, frame: FrameType, function: Any) -> list[_Hooked]:
         """Hooks found on known tensors that could be the one running in ``frame``.
@@ -516,18 +507,23 @@ class _PassRecorder:
 
     # ------------------------------------------------------------------ counterfactual
     def _counterfactual(self, fn: Any, grad_inputs: tuple, grad_outputs: tuple, calls: list[_Call], is_leaf: bool) -> None:
-        own_change = any(call.modified for call in calls if call.node_fn is fn or call.kind in _BEFORE_NODE and call.node_fn is fn)
-        diverged = own_change
+        """What ``fn`` would have sent with no hook anywhere, where that differs from what it sent.
+
+        ``fn`` diverges when a hook on it changed something, or when an unhooked gradient reaching
+        it differs from the real one; then it is called directly on the unhooked gradients.
+        """
+        changes = [call for call in calls if call.node_fn is fn and call.modified]
+        diverged = bool(changes)  # any change on fn, before or after it ran
         cf_in = list(grad_outputs)
         for output_nr in range(len(grad_outputs)):
             consumers = self.shape.consumers.get((id(fn), output_nr), [])
             upstream = any(id(consumer) in self.cf_out for consumer, _ in consumers)
-            changed_here = any(
-                call.modified and call.kind in _BEFORE_NODE and (call.output_nr in (None, output_nr))
-                for call in calls
-                if call.node_fn is fn
-            ) or any(call.modified and call.kind.endswith("pre") and call.node_fn is fn for call in calls)
-            if upstream or changed_here:
+            # a tensor hook or a pre-hook changed what this output received
+            changed_before = any(
+                (call.kind in _BEFORE_NODE or call.kind.endswith("pre")) and call.output_nr in (None, output_nr)
+                for call in changes
+            )
+            if upstream or changed_before:
                 cf_in[output_nr] = self._unhooked_input(fn, output_nr, consumers)
                 diverged = True
         if not diverged:
