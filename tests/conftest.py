@@ -42,6 +42,21 @@ def live_recorders():
     return [obj for obj in gc.get_objects() if type(obj) is _PassRecorder and obj.handles]
 
 
+def two_branch_lens():
+    """The course example: y used twice, a hook halving y's gradient.  Returns (lens, x)."""
+    import autograd_lens as al
+
+    x = torch.tensor(2.0, requires_grad=True)
+    with al.Lens() as lens:
+        y = x**2
+        y.register_hook(lambda g: g * 0.5)
+        z = y * 3
+        w = y * 2
+        out = z + w
+        out.backward()
+    return lens, x
+
+
 @pytest.fixture
 def quiet_warnings():
     with warnings.catch_warnings():

@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 
 import autograd_lens as al
+import conftest
 from autograd_lens.model import GradWritten, HookCall, NodeRun
 from autograd_lens.views.passview import PassView, frame_css
 from autograd_lens.views.static_html import stepper_fragment
@@ -19,15 +20,7 @@ from autograd_lens.views.steps import frame, steps_for
 
 
 def two_branch_lens():
-    x = torch.tensor(2.0, requires_grad=True)
-    with al.Lens() as lens:
-        y = x**2
-        y.register_hook(lambda g: g * 0.5)
-        z = y * 3
-        w = y * 2
-        out = z + w
-        out.backward()
-    return lens
+    return conftest.two_branch_lens()[0]
 
 
 def test_steps_follow_the_events_one_to_one():

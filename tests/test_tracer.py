@@ -17,7 +17,7 @@ import torch.nn as nn
 
 import autograd_lens as al
 from autograd_lens.model import GradWritten, HookCall, NodeRun, PassError, TensorSummary
-from conftest import live_recorders
+from conftest import live_recorders, two_branch_lens
 
 
 def run_both(scenario, **lens_options):
@@ -92,14 +92,7 @@ def test_two_branch_example_records_one_call_with_the_summed_gradient():
 
 
 def test_issue_example_as_written_in_a_with_block():
-    x = torch.tensor(2.0, requires_grad=True)
-    with al.Lens() as lens:
-        y = x**2
-        y.register_hook(lambda g: g * 0.5)
-        z = y * 3
-        w = y * 2
-        out = z + w
-        out.backward()
+    lens, x = two_branch_lens()
     (call,) = lens.hook_calls
     assert call.hook == "<lambda>" and call.target == "y"
     assert float(call.grad_in) == 5.0 and float(call.grad_out) == 2.5
