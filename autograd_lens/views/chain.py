@@ -37,6 +37,7 @@ RULES: dict[str, tuple[str, tuple[str, ...]]] = {
     "MvBackward": ("{out} = {a} @ {b}", ("upstream ⊗ {b}", "{a}ᵀ @ upstream")),
     "DotBackward": ("{out} = {a} · {b}", ("{b}", "{a}")),
     "AddmmBackward": ("{out} = {a} + {b} @ {c}", ("1 (summed over the batch)", "upstream @ {c}ᵀ", "{b}ᵀ @ upstream")),
+    "AddmvBackward": ("{out} = {a} + {b} @ {c}", ("1", "upstream ⊗ {c}", "{b}ᵀ @ upstream")),
 }
 # ops whose gradient is the upstream gradient times a local factor, element by element
 ELEMENTWISE = {"AddBackward", "SubBackward", "RsubBackward", "MulBackward", "DivBackward", "PowBackward",
@@ -58,8 +59,8 @@ def operands(event: NodeRun, graph: Graph) -> list[str]:
         constants = [by_id[edge.src].label for edge in graph.edges if edge.dst == event.node and edge.kind == "saved"]
     names = []
     for target in event.targets:
-        if target == _NO_GRAD and constants:
-            names.append(constants.pop(0))
+        if target == _NO_GRAD:
+            names.append(constants.pop(0) if constants else "input")  # a tensor that needs no gradient
         else:
             names.append(target)
     names.extend(constants)  # e.g. pow's exponent: not an input of the backward function
@@ -67,11 +68,12 @@ def operands(event: NodeRun, graph: Graph) -> list[str]:
 
 
 def output_name(event: NodeRun, graph: Graph) -> str:
+    """The name of what the op computed: its tensor's name, or the op itself (``addmm``)."""
     ids = {edge for edge in event.in_edges if edge}
     for edge in graph.edges:
         if edge.id in ids:
             return graph.node(edge.dst).label
-    return "out"
+    return graph.node(event.node).label if event.node else "out"
 
 
 def _ratio(sent: Any, received: Any, limit: int) -> Any:
