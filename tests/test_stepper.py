@@ -269,3 +269,13 @@ def test_command_line_runs_a_script(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "2 backward pass(es)" in done.stdout
     assert "pass 2: backward() of loss" in out.read_text()
+
+
+def test_legacy_module_hook_card_warns(quiet_warnings):
+    module = nn.Linear(2, 1)
+    module.register_backward_hook(lambda m, grad_input, grad_output: None)
+    x = torch.ones(1, 2, requires_grad=True)
+    with al.Lens(names={"module": module, "x": x}) as lens:
+        module(x).sum().backward()
+    hook = [s for s in steps_for(lens.passes[0]) if s.kind == "hook"][0]
+    assert "module legacy hook" in hook.title and "register_full_backward_hook" in hook.note

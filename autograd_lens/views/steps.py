@@ -186,6 +186,11 @@ def _changes(before, after) -> tuple[tuple[str, str], ...]:
 
 def _hook_note(call: HookCall, graph: Graph, backward_pass: BackwardPass) -> str:
     notes = []
+    if call.kind.endswith("module_legacy"):
+        notes.append(
+            "This is a legacy register_backward_hook: its grad_input belongs to the module's last operation "
+            "only, which is wrong for any module made of more than one op. Use register_full_backward_hook."
+        )
     if call.kind == "tensor" and call.node:
         uses = sum(1 for edge in graph.edges if edge.src == call.node and edge.kind == "data")
         if uses > 1:
