@@ -147,6 +147,7 @@ BASE_CSS = """\
 {scope} table.al-grads {{border-collapse: collapse; font-family: Helvetica, Arial, sans-serif; font-size: 13px}}
 {scope} table.al-grads td, {scope} table.al-grads th {{border: 1px solid #e5e7eb; padding: 2px 8px; text-align: left}}
 {scope} tr.al-differs {{background: #fef3c7; font-weight: bold}}
+{scope} .al-controls {{font-family: Helvetica, Arial, sans-serif; font-size: 13px}}
 {scope} .al-controls button {{font-family: monospace; min-width: 3em; margin-right: 2px}}
 """
 
