@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .api import graph
+from .format import format_value
 from .model import BackwardPass, Edge, Graph, GradWritten, HookCall, Node, NodeRun, PassError, TensorSummary
 from .views.render import GraphvizUnavailableError, RenderError, RenderTimeoutError
 
@@ -46,6 +47,7 @@ __all__ = [
     "RenderError",
     "RenderTimeoutError",
     "TensorSummary",
+    "format_value",
     "graph",
     "plot",
     "Stepper",

@@ -597,6 +597,26 @@ def test_in_place_edit_inside_a_hook_is_recorded_as_a_change():
     assert [float(v) for v in add_run.grad_out] == [1.0, 1.0]  # as sent, before the hook edited it
 
 
+def test_in_place_edit_leaking_into_the_sibling_branch_is_not_counted_as_unhooked():
+    def scenario(where):
+        def run():
+            x = torch.tensor(1.0, requires_grad=True)
+            p = x * 2
+            q = x * 5
+            out = p + q
+            {"p": p, "q": q}[where].register_hook(lambda g: g.mul_(2))
+            out.backward()
+            return {"grad": grab(x.grad)}
+
+        return run
+
+    for where, expected in (("q", 14.0), ("p", 9.0)):  # q's node runs first, so its edit leaks into p's
+        plain, traced, lens = run_both(scenario(where))
+        assert_identical(plain, traced)
+        assert float(traced["grad"]) == expected
+        assert float(lens.passes[0].grads_without_hooks["x"]) == 7.0
+
+
 def test_create_graph_double_backward():
     def scenario():
         x = torch.tensor(3.0, requires_grad=True)

@@ -114,6 +114,13 @@ def _clone_all(values: Any) -> Any:
     return values
 
 
+def _same(first: Any, second: Any) -> bool:
+    """Bit-equal tensors (or both None)."""
+    if first is None or second is None:
+        return first is None and second is None
+    return first.shape == second.shape and first.dtype == second.dtype and bool(torch.equal(first, second))
+
+
 def _add(first: torch.Tensor | None, second: torch.Tensor | None) -> torch.Tensor | None:
     if first is None:
         return second
@@ -509,22 +516,18 @@ class _PassRecorder:
     def _counterfactual(self, fn: Any, grad_inputs: tuple, grad_outputs: tuple, calls: list[_Call], is_leaf: bool) -> None:
         """What ``fn`` would have sent with no hook anywhere, where that differs from what it sent.
 
-        ``fn`` diverges when a hook on it changed something, or when an unhooked gradient reaching
-        it differs from the real one; then it is called directly on the unhooked gradients.
+        Runs once some hook changed a gradient in this pass.  ``fn`` diverges when a hook on it
+        changed something, or when the unhooked sum of what reached it differs from what it got
+        (a hook upstream, or one that edited a shared gradient in place); then it is called
+        directly on the unhooked gradients.
         """
-        changes = [call for call in calls if call.node_fn is fn and call.modified]
-        diverged = bool(changes)  # any change on fn, before or after it ran
+        diverged = any(call.node_fn is fn and call.modified for call in calls)
         cf_in = list(grad_outputs)
-        for output_nr in range(len(grad_outputs)):
+        for output_nr, received in enumerate(grad_outputs):
             consumers = self.shape.consumers.get((id(fn), output_nr), [])
-            upstream = any(id(consumer) in self.cf_out for consumer, _ in consumers)
-            # a tensor hook or a pre-hook changed what this output received
-            changed_before = any(
-                (call.kind in _BEFORE_NODE or call.kind.endswith("pre")) and call.output_nr in (None, output_nr)
-                for call in changes
-            )
-            if upstream or changed_before:
-                cf_in[output_nr] = self._unhooked_input(fn, output_nr, consumers)
+            unhooked = self._unhooked_input(fn, output_nr, consumers)
+            if unhooked is _UNKNOWN or not _same(unhooked, received):
+                cf_in[output_nr] = unhooked
                 diverged = True
         if not diverged:
             return
