@@ -143,7 +143,6 @@ def _internal_prefixes() -> tuple[str, ...]:
         _INTERNAL_PREFIXES = (
             os.path.dirname(torch.__file__) + os.sep,
             os.path.dirname(autograd_lens.__file__) + os.sep,
-            os.path.dirname(__import__("contextlib").__file__) + os.sep + "contextlib.py",
         )
     return _INTERNAL_PREFIXES
 
