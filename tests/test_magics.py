@@ -114,3 +114,15 @@ def test_unload_removes_the_magics(shell):
     assert shell.find_cell_magic("lens") is None
     shell.run_cell("%load_ext autograd_lens")
     assert shell.find_line_magic("lens_graph") is not None
+
+
+def test_lens_cell_without_backward_says_so(shell):
+    shown = []
+    shell.display_pub.publish = lambda data, metadata=None, **kwargs: shown.append(data)
+    try:
+        shell.run_cell("%%lens\nimport torch\nt = torch.ones(2) * 3\n")
+    finally:
+        del shell.display_pub.publish
+    assert len(shown) == 1
+    assert "No backward pass ran in this cell" in shown[0]["text/html"]
+    assert shown[0]["text/plain"] == "<autograd_lens.Lens: 0 backward passes, 0 hook calls>"
