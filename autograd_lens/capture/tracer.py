@@ -197,7 +197,8 @@ class _PassRecorder:
             else:
                 self.fresh_leaves.add(id(fn))
         self.previous_profile = sys.getprofile()
-        sys.setprofile(self._profile)
+        self.profile_function = self._profile  # one bound method, re-installed after each observer
+        sys.setprofile(self.profile_function)
 
     def stop(self) -> None:
         sys.setprofile(self.previous_profile)
@@ -394,7 +395,7 @@ class _PassRecorder:
                 if len(raw) - self.counted >= 64:
                     self._count_bytes()
         finally:
-            sys.setprofile(self._profile)
+            sys.setprofile(self.profile_function)
 
     def _record_node(self, fn: Any, grad_inputs: tuple, grad_outputs: tuple) -> None:
         pending, self.pending = self.pending, []
