@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 
-import pytest
 import torch
 from IPython.core.interactiveshell import InteractiveShell
 

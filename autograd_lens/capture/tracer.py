@@ -23,6 +23,7 @@ measurements behind each choice):
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import warnings
@@ -79,7 +80,8 @@ class _Call:
     kind: str
     received: Any  # the live object the hook got (tensor, tuple, or the leaf itself)
     grad_in: Any
-    frame: FrameType
+    frame: FrameType  # while the hook runs; then only its code is kept (frame_code)
+    frame_code: Any = None
     candidates: list = field(default_factory=list)  # _Hooked entries this call may be
     module: Any = None
     target: str | None = None
@@ -581,11 +583,13 @@ class _PassRecorder:
             call.frame = None  # type: ignore[assignment]
             call.received = None
             self.pending.append(call)
-        for call in self.pending:
-            if call.error is None and call.returned_none and call.frame_code in frames and call is self.pending[-1]:
-                call.error = f"{type(error).__name__}: {error}"
-                call.grad_out = None
-                call.modified = False
+        # Usually the profiler already saw the raising hook "return" (with None): it is the
+        # last call recorded, and its frame is in the traceback.
+        last = self.pending[-1] if self.pending else None
+        if last is not None and last.error is None and last.returned_none and last.frame_code in frames:
+            last.error = f"{type(error).__name__}: {error}"
+            last.grad_out = None
+            last.modified = False
 
     def seal(self, error: BaseException | None, result: Any = None) -> None:
         """End of the pass: copy everything that later code could change (cheap; no model yet)."""
@@ -735,7 +739,7 @@ class _PassRecorder:
         for index, event in enumerate(events):
             if isinstance(event, HookCall) and event.forward_call is not None:
                 order = sorted(sequences[(event.target, event.kind.endswith("pre"))])
-                events[index] = _replace(event, forward_call=order.index(event.forward_call) + 1)
+                events[index] = dataclasses.replace(event, forward_call=order.index(event.forward_call) + 1)
 
     def _by_name(self, values: dict) -> dict[str, Value]:
         """Results are kept by leaf node (backward) or input position (grad); shown by name."""
@@ -834,12 +838,6 @@ def _call_node(fn: Any, grads: list) -> Any:
     return tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
 
 
-def _replace(event: Any, **changes: Any) -> Any:
-    import dataclasses
-
-    return dataclasses.replace(event, **changes)
-
-
 def _snapshot_copies(values: Any, limit: int) -> Any:
     """Clones (or summaries) of values that user code may still change in place."""
     if isinstance(values, (tuple, list)):
@@ -855,11 +853,12 @@ def _snapshot_values(values: Any, limit: int) -> Any:
         if values.numel() <= limit and not values.requires_grad and values.layout == torch.strided:
             return values.detach()
         return snapshot(values, limit)
-    return values if values is None or not isinstance(values, torch.Tensor) else None
+    return values  # None, or a summary already
 
 
 def _output_of(call: _Call, grad_outputs: tuple) -> int:
-    """Which output of a multi-output node an unnamed tensor hook belonged to (by identity)."""
+    """Which output of a multi-output node an unnamed tensor hook belonged to: the one whose
+    gradient equals what the hook passed on."""
     produced = call.raw_out
     for index, value in enumerate(grad_outputs):
         if value is not None and produced is not None and value.shape == getattr(produced, "shape", None):
@@ -921,7 +920,7 @@ class Lens:
             try:
                 self._passes.append(recorder.build())
             except Exception as problem:  # never break the student's code over a drawing
-                warnings.warn(f"autograd_lens could not record backward pass {recorder.index + 1} ({problem!r}).")
+                warnings.warn(f"autograd_lens could not record backward pass {recorder.index + 1} ({problem!r}).", stacklevel=2)
 
     @property
     def hook_calls(self) -> list[HookCall]:
@@ -965,7 +964,7 @@ class Lens:
             recorder.start(sys._getframe(1))
         except Exception as problem:  # the student's backward must run even if the lens cannot follow
             recorder.stop()
-            warnings.warn(f"autograd_lens could not trace this backward pass ({problem!r}); it ran untraced.")
+            warnings.warn(f"autograd_lens could not trace this backward pass ({problem!r}); it ran untraced.", stacklevel=2)
             return original(t_outputs, *args, **kwargs)
         self._recording = True
         error: BaseException | None = None
@@ -984,7 +983,7 @@ class Lens:
                 recorder.seal(error, result)
                 self._unbuilt.append(recorder)
             except Exception as problem:
-                warnings.warn(f"autograd_lens could not record this backward pass ({problem!r}).")
+                warnings.warn(f"autograd_lens could not record this backward pass ({problem!r}).", stacklevel=2)
 
     # ------------------------------------------------------------------ showing
     def _repr_mimebundle_(self, include=None, exclude=None):
