@@ -61,11 +61,15 @@ def format_value(value: Any, max_chars: int = 60) -> str:
     except ImportError:  # pragma: no cover - torch is a dependency
         return str(value)
     if isinstance(value, torch.Tensor):
-        if value.dim() == 0:
-            return format_number(value.item())
-        if value.numel() > 64:
-            return f"[{format_shape(tuple(value.shape))} {str(value.dtype).replace('torch.', '')}]"
-        text = _nested(value.detach().cpu().tolist())
+        try:
+            if value.dim() == 0:
+                return format_number(value.item())
+            if value.numel() > 64:
+                raise ValueError("too many numbers to print")
+            text = _nested(value.detach().cpu().tolist())
+        except Exception:  # large, or with no readable numbers (sparse, meta, no storage): shape and dtype
+            layout = "" if value.layout == torch.strided else " " + str(value.layout).replace("torch.", "")
+            return f"[{format_shape(tuple(value.shape))} {str(value.dtype).replace('torch.', '')}{layout}]"
         if len(text) > max_chars:
             return text[: max_chars - 1] + "…"
         return text

@@ -31,6 +31,7 @@ class TensorSummary:
     max: float | None = None
     norm: float | None = None
     head: tuple[float, ...] = ()
+    kind: str = "dense"  # or what the tensor is when its numbers cannot be read: "sparse_coo", "meta", …
 
     @property
     def numel(self) -> int:
@@ -42,12 +43,43 @@ class TensorSummary:
     def text(self) -> str:
         from .format import format_shape, format_number
 
-        parts = [f"[{format_shape(self.shape)} {self.dtype}]"]
+        parts = [f"[{format_shape(self.shape)} {self.dtype}" + ("" if self.kind == "dense" else f" {self.kind}") + "]"]
         if self.min is not None:
             parts.append(f"min {format_number(self.min)} max {format_number(self.max)}")
         if self.norm is not None:
             parts.append(f"norm {format_number(self.norm)}")
         return " ".join(parts)
+
+
+def values_equal(first: Any, second: Any) -> bool:
+    """Exact equality of two recorded values (NaN equals NaN), tuples element-wise; never raises.
+
+    >>> import torch
+    >>> values_equal(torch.tensor([1.0, float("nan")]), torch.tensor([1.0, float("nan")]))
+    True
+    """
+    if isinstance(first, (tuple, list)) or isinstance(second, (tuple, list)):
+        if not (isinstance(first, (tuple, list)) and isinstance(second, (tuple, list))):
+            return False
+        return len(first) == len(second) and all(values_equal(a, b) for a, b in zip(first, second))
+    if first is None or second is None:
+        return first is None and second is None
+    if isinstance(first, TensorSummary) or isinstance(second, TensorSummary):
+        return first == second
+    if first is second:
+        return True
+    try:
+        if first.shape != second.shape or first.dtype != second.dtype:
+            return False
+        import torch
+
+        if torch.equal(first, second):
+            return True
+        if first.is_floating_point() or first.is_complex():
+            return bool(((first == second) | (first.isnan() & second.isnan())).all())
+        return False
+    except Exception:  # values that cannot be compared (e.g. on the meta device) are not known to be equal
+        return False
 
 
 # A recorded value: a small tensor clone, a summary of a large one, or None
@@ -275,10 +307,13 @@ Event = Union[NodeRun, HookCall, GradWritten, PassError]
 class BackwardPass:
     """One call of ``backward()`` / ``torch.autograd.backward`` / ``torch.autograd.grad``.
 
-    ``grads_without_hooks`` holds, per leaf, what ``.grad`` would hold after
-    this pass had no user hook run during it (for ``autograd.grad``: what it
-    would have returned, per input).  ``None`` where it cannot be known without
-    running user code again (a custom ``autograd.Function`` on the way).
+    ``leaf_grads`` is each leaf's ``.grad`` after the pass.  ``grads_without_hooks``
+    is what ``.grad`` would hold had no hook been registered since the ``Lens``
+    started (for ``autograd.grad``: what it would have returned, per input);
+    ``added`` and ``added_without_hooks`` are this pass's own contribution to
+    ``.grad``, with and without hooks.  A value is ``None`` where it cannot be
+    known without running user code again, and ``unknown[name]`` says why.
+    ``notes`` say where the recording itself is incomplete.
     """
 
     index: int
@@ -291,6 +326,10 @@ class BackwardPass:
     roots: tuple[str, ...] = ()
     inputs: tuple[str, ...] = ()
     input_grads: dict[str, Value] = field(default_factory=dict)  # what autograd.grad returned
+    added: dict[str, Value] = field(default_factory=dict)
+    added_without_hooks: dict[str, Value] = field(default_factory=dict)
+    unknown: dict[str, str] = field(default_factory=dict)  # name -> why its value without hooks is unknown
+    notes: tuple[str, ...] = ()  # where the recording is incomplete, and why
 
     @property
     def grads(self) -> dict[str, Value]:

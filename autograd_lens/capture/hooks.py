@@ -11,6 +11,8 @@ function it is, and what it received.  It changes nothing.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 from dataclasses import dataclass
 from types import CodeType, FrameType
@@ -53,17 +55,36 @@ def wrapper_family(code: CodeType) -> str:
     return "ignore"  # custom Function.backward, logging, anything else internal
 
 
-def positional_args(frame: FrameType) -> list[Any]:
-    """The positional arguments a frame was called with (``*args`` expanded)."""
+def engine_call_args(frame: FrameType, function: Any) -> list[Any]:
+    """The arguments a hook was called with, first to last, without what the caller did not pass:
+    the ``self`` of a bound method or callable object and the arguments a ``functools.partial``
+    bound come off the front.  Parameters with defaults (``lambda g, i=i: ...``) stay at the end,
+    so the received values are always read from the front."""
     code = frame.f_code
     local = frame.f_locals
     names = code.co_varnames[: code.co_argcount]
     args = [local.get(name) for name in names]
     if code.co_flags & 0x04:  # CO_VARARGS
         args.extend(local.get(code.co_varnames[code.co_argcount + code.co_kwonlyargcount], ()) or ())
-    if names and names[0] == "self" and args and not isinstance(args[0], (torch.Tensor, tuple, torch.nn.Module)):
-        args = args[1:]  # a callable object's __call__ or a bound method
-    return args
+    skip = 0
+    target = function
+    if isinstance(target, functools.partial):
+        skip += len(target.args)
+        target = target.func
+    if target is not None:
+        if inspect.ismethod(target) or not (inspect.isfunction(target) or inspect.isbuiltin(target)):
+            skip += 1  # a bound method or an object with __call__: its self
+    elif names and names[0] == "self" and args and not isinstance(args[0], (torch.Tensor, tuple, type(None))):
+        skip = 1
+    return args[skip:]
+
+
+def multi_grad_received(wrapper: "Wrapper", args: list[Any]) -> Any:
+    """What a multi-grad hook received: all gradients (``mode="all"``), or the first one (``"any"``)."""
+    first = args[0] if args else None
+    if wrapper.frame.f_code.co_qualname == _MULTI_ANY[0]:
+        return first
+    return tuple(first) if isinstance(first, (tuple, list)) else first
 
 
 def user_function(frame: FrameType, wrapper: Wrapper | None) -> Any:

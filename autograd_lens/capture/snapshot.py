@@ -1,65 +1,104 @@
-"""Turn live tensors into recorded values: a clone when small, a summary when large."""
+"""Turn live tensors into recorded values: a clone when small, a summary when large.
+
+Every function here works on any tensor autograd can hand over — sparse, nested,
+mkldnn, meta, quantized, complex, torch's storage-less ZeroTensor, tensor
+subclasses — and never raises: what cannot be read is kept as shape and dtype.
+None of them keeps a reference to the tensor it was given.
+"""
 
 from __future__ import annotations
 
 import torch
 
-from ..model import TensorSummary, Value
+from ..model import TensorSummary, Value, values_equal  # noqa: F401  (values_equal: re-exported)
 
 # Tensors with at most this many elements are cloned; larger ones are summarised.
 DEFAULT_STORE_LIMIT = 4096
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+def _shape(tensor: torch.Tensor) -> tuple[int, ...]:
+    try:
+        return tuple(int(size) for size in tensor.shape)
+    except Exception:  # nested tensors with ragged sizes, symbolic shapes
+        return ()
+
+
+def kind_of(tensor: torch.Tensor) -> str:
+    """``"dense"`` for an ordinary tensor whose numbers can be read, otherwise what it is."""
+    if type(tensor) not in _PLAIN_TYPES:
+        return type(tensor).__name__
+    if tensor.is_nested:
+        return "nested"
+    if tensor.layout != torch.strided:
+        return str(tensor.layout).replace("torch.", "")
+    if tensor.device.type == "meta":
+        return "meta"
+    if tensor.is_quantized:
+        return "quantized"
+    if tensor._is_zerotensor():
+        return "zero"
+    return "dense"
+
+
+def _bare(tensor: torch.Tensor, kind: str) -> TensorSummary:
+    return TensorSummary(shape=_shape(tensor), dtype=dtype_name(tensor.dtype), kind=kind)
+
+
 def summarize(tensor: torch.Tensor) -> TensorSummary:
     """Shape, dtype, min/max/norm and the first entries of a tensor, without keeping it."""
-    shape = tuple(tensor.shape)
-    dtype = dtype_name(tensor.dtype)
-    if tensor.numel() == 0 or tensor.is_complex() or tensor.layout != torch.strided or tensor.device.type == "meta":
-        return TensorSummary(shape=shape, dtype=dtype)
-    with torch.no_grad():
-        flat = tensor.detach().reshape(-1)
-        as_float = flat if flat.is_floating_point() else flat.double()
-        low, high = torch.aminmax(as_float)
-        norm = torch.linalg.vector_norm(as_float)
-        head = tuple(float(item) for item in flat[:4].tolist())
-    return TensorSummary(shape=shape, dtype=dtype, min=float(low), max=float(high), norm=float(norm), head=head)
+    try:
+        kind = kind_of(tensor)
+        if kind != "dense" or tensor.numel() == 0:
+            return _bare(tensor, "dense" if kind == "dense" else kind)
+        with torch.no_grad():
+            flat = tensor.detach().reshape(-1)
+            if flat.is_complex():
+                return TensorSummary(shape=_shape(tensor), dtype=dtype_name(tensor.dtype),
+                                     norm=float(torch.linalg.vector_norm(flat)))
+            as_float = flat if flat.is_floating_point() else flat.double()
+            low, high = torch.aminmax(as_float)
+            norm = torch.linalg.vector_norm(as_float)
+            head = tuple(float(item) for item in flat[:4].tolist())
+        return TensorSummary(shape=_shape(tensor), dtype=dtype_name(tensor.dtype), min=float(low), max=float(high),
+                             norm=float(norm), head=head)
+    except Exception:
+        return TensorSummary(shape=_shape(tensor), dtype=dtype_name(tensor.dtype), kind="unreadable")
 
 
 def snapshot(tensor: torch.Tensor | None, store_limit: int = DEFAULT_STORE_LIMIT) -> Value:
-    """A detached clone of a small tensor, a :class:`TensorSummary` of a large one.
+    """A detached clone of a small tensor, a :class:`TensorSummary` of a large or unusual one.
 
     >>> snapshot(torch.tensor([1.0, 2.0]))
     tensor([1., 2.])
     >>> snapshot(torch.zeros(3, 3), store_limit=4).shape
     (3, 3)
     """
-    if tensor is None:
-        return None
     if not isinstance(tensor, torch.Tensor):
         return None
-    if tensor.numel() > store_limit or tensor.layout != torch.strided:
-        return summarize(tensor)
-    return tensor.detach().clone()
+    try:
+        kind = kind_of(tensor)
+        if kind == "zero":  # torch's ZeroTensor has no storage; its value is all zeros
+            return torch.zeros(_shape(tensor), dtype=tensor.dtype) if tensor.numel() <= store_limit else summarize(tensor)
+        if kind != "dense" or tensor.numel() > store_limit:
+            return summarize(tensor)
+        with torch.no_grad():
+            return tensor.detach().clone()
+    except Exception:
+        return TensorSummary(shape=_shape(tensor), dtype=dtype_name(tensor.dtype), kind="unreadable")
 
 
-def values_equal(first, second) -> bool:
-    """Exact equality of two recorded values (NaN equals NaN), tuples element-wise."""
-    if isinstance(first, (tuple, list)) or isinstance(second, (tuple, list)):
-        if not (isinstance(first, (tuple, list)) and isinstance(second, (tuple, list))):
-            return False
-        return len(first) == len(second) and all(values_equal(a, b) for a, b in zip(first, second))
-    if first is None or second is None:
-        return first is None and second is None
-    if isinstance(first, TensorSummary) or isinstance(second, TensorSummary):
-        return first == second
-    if first is second:
-        return True
-    if first.shape != second.shape or first.dtype != second.dtype:
-        return False
-    if first.is_floating_point() or first.is_complex():
-        return bool(torch.equal(first, second) or ((first == second) | (first.isnan() & second.isnan())).all())
-    return bool(torch.equal(first, second))
+def held_bytes(value: object) -> int:
+    """Bytes a recorded value holds (summaries hold none)."""
+    if isinstance(value, torch.Tensor):
+        try:
+            return value.numel() * value.element_size()
+        except Exception:
+            return 0
+    if isinstance(value, tuple):
+        return sum(held_bytes(item) for item in value)
+    return 0

@@ -255,7 +255,7 @@ def walk(
         shape = structure(roots)
         shape.label(names, root_names)
     reachable = shape.nodes
-    kept = reachable[: options.max_nodes]
+    kept = _within_budget(reachable, shape, options.max_nodes)
     kept_ids = {id(fn) for fn in kept}
     build = _Builder(options)
     result = Walk(graph=None, structure=shape)  # type: ignore[arg-type]
@@ -266,9 +266,11 @@ def walk(
         if tensor.grad_fn is not None:
             tensors_by_node.setdefault((id(tensor.grad_fn), tensor.output_nr), tensor)
     root_label = {(id(fn), nr): label for (fn, nr), label in zip(shape.root_edges, shape.root_labels)}
-    uses = {key[0]: 0 for key in shape.consumers}
-    for (node_id, _), users in shape.consumers.items():
-        uses[node_id] += len(users)
+    uses: dict[int, int] = {}  # id(AccumulateGrad) -> uses by the functions drawn
+    for fn in kept:
+        for next_fn, _ in fn.next_functions:
+            if next_fn is not None and id(next_fn) in shape.leaf_labels:
+                uses[id(next_fn)] = uses.get(id(next_fn), 0) + 1
     storage_names = _storage_names(names) if options.show_saved else {}
     module_badges = names.module_badges()
 
@@ -370,6 +372,22 @@ def walk(
     return result
 
 
+def _within_budget(reachable: list[Any], shape: Structure, max_nodes: int) -> list[Any]:
+    """The first backward functions (walk order) whose boxes, counting one box per use of a leaf
+    (a leaf may be drawn once per use), stay within ``max_nodes``."""
+    kept: list[Any] = []
+    boxes = 0
+    leaves = shape.leaf_labels or shape.leaves
+    for fn in reachable:
+        cost = 1 if id(fn) not in leaves else 0  # a leaf's boxes are counted at its uses
+        cost += sum(1 for next_fn, _ in fn.next_functions if next_fn is not None and id(next_fn) in leaves)
+        if kept and boxes + cost > max_nodes:
+            break
+        kept.append(fn)
+        boxes += cost
+    return kept
+
+
 def leaf_state(shape: Structure, options: GraphOptions) -> dict[int, tuple[Value, Value]]:
     """The values and ``.grad`` of small leaves as labels will show them, read before a pass
     changes them.  Large leaves are labelled by shape and dtype only, which a pass leaves alone."""
@@ -397,14 +415,50 @@ def _is_constant_name(attribute: str) -> bool:
     return not _STRUCTURAL.search(attribute[len("_saved_"):])
 
 
+# A saved tensor that a saved-tensor hook packed (``saved_tensors_hooks``, checkpointing):
+# reading it would run the user's unpack hook (or recompute a checkpointed forward).
+PACKED = "packed by a saved-tensor hook"
+
+
+def packed_by_hook(raw: Any) -> bool:
+    """True when a ``_raw_saved_*`` value (a ``SavedTensor`` or a sequence of them) was packed by a hook."""
+    if isinstance(raw, (tuple, list)):
+        return any(packed_by_hook(item) for item in raw)
+    return getattr(raw, "unpack_hook", None) is not None
+
+
+def saved_value(fn: Any, attribute: str) -> Any:
+    """``fn._saved_<name>`` without running any user code: tensors are read through ``_raw_saved_<name>``
+    and only when no saved-tensor hook packed them (``PACKED`` otherwise; ``None`` once freed)."""
+    raw_name = "_raw" + attribute
+    if hasattr(type(fn), raw_name):
+        raw = getattr(fn, raw_name)
+        if packed_by_hook(raw):
+            return PACKED
+        if isinstance(raw, (tuple, list)):
+            return tuple(item.data for item in raw)
+        return raw.data
+    return getattr(fn, attribute)  # sizes, scalars, flags: plain values, nothing to unpack
+
+
+def saved_tensors_packed(fn: Any) -> bool:
+    """True when any tensor ``fn`` saved was packed by a saved-tensor hook (so running ``fn`` would unpack it)."""
+    for attribute in saved_names(fn):
+        raw_name = "_raw" + attribute
+        if hasattr(type(fn), raw_name) and packed_by_hook(getattr(fn, raw_name)):
+            return True
+    return False
+
+
 def _saved_values(fn: Any) -> list[tuple[str, Any]]:
     values = []
     for attribute in saved_names(fn):
-        if attribute.startswith("_saved_") and not attribute.startswith("_saved_raw"):
-            try:
-                values.append((attribute[len("_saved_"):], getattr(fn, attribute)))
-            except RuntimeError:  # freed by an earlier backward()
-                continue
+        try:
+            value = saved_value(fn, attribute)
+        except Exception:  # freed by an earlier backward(), or not readable
+            continue
+        if value is not None:
+            values.append((attribute[len("_saved_"):], value))
     return values
 
 
@@ -439,6 +493,9 @@ def _saved_summary(fn: Any, names: Names, storage_names: dict, options: GraphOpt
 
     parts = []
     for name, value in _saved_values(fn):
+        if value is PACKED:
+            parts.append(f"{name} {PACKED}")
+            continue
         if not isinstance(value, torch.Tensor) or value.dim() == 0 and not value.requires_grad:
             continue
         known = names.tensor_name(value) or storage_names.get(_storage_key(value))
@@ -455,7 +512,7 @@ def _storage_key(tensor: torch.Tensor) -> tuple | None:
     """Where a tensor's numbers live: saved tensors are new objects over the same memory."""
     try:
         pointer = tensor.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError):
+    except Exception:  # sparse, nested, meta, subclasses: no storage to share
         return None
     if pointer == 0:
         return None
@@ -465,8 +522,7 @@ def _storage_key(tensor: torch.Tensor) -> tuple | None:
 def _storage_names(names: Names) -> dict[tuple, str]:
     found: dict[tuple, str] = {}
     for kept in names.tensor_objects:
-        if True:
-            key = _storage_key(kept)
-            if key is not None:
-                found.setdefault(key, names.tensors[id(kept)])
+        key = _storage_key(kept)
+        if key is not None:
+            found.setdefault(key, names.tensors[id(kept)])
     return found

@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 
-from ..capture.snapshot import values_equal
+from ..model import values_equal
 from ..format import format_block, format_value
 from ..model import BackwardPass, GradWritten, Graph, HookCall, NodeRun, PassError
 from .chain import chain_rule

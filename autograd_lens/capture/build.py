@@ -1,0 +1,244 @@
+"""Turn one observed pass into the model (:class:`~autograd_lens.model.BackwardPass`).
+
+Runs at the end of each pass, while torch's graph is still reachable; afterwards
+the lens keeps nothing of the graph, the hooks or the caller's variables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from typing import Any
+
+import torch
+
+from ..model import BackwardPass, GradWritten, HookCall, NodeRun, PassError, Value
+from .hooks import function_name
+from .observe import GradRecord, HookRecord, NodeRecord, PassObserver
+from .snapshot import snapshot
+from .unhooked import SAME, LeafHistory, Unknown, add, carry, is_known
+from .walk import Walk
+
+
+def build_pass(observer: PassObserver, walk: Walk, index: int, history: dict, invocations: dict,
+               result: Any = None) -> BackwardPass:
+    """The model of a finished pass.  ``history`` (per leaf, across passes) and ``invocations``
+    (per hook, across passes) belong to the Lens and are updated here."""
+    events: list[Any] = []
+    for record in observer.records:
+        step = len(events)
+        if isinstance(record, NodeRecord):
+            events.append(_node_event(walk, step, record))
+        elif isinstance(record, GradRecord):
+            events.append(GradWritten(step=step, node=walk.function_ids.get(id(record.fn)),
+                                      name=observer.shape.leaf_labels.get(id(record.fn), "leaf"),
+                                      grad=record.grad, received=record.received))
+        elif isinstance(record, HookRecord):
+            events.append(_hook_event(walk, step, record, index, invocations))
+    pass_error = None
+    if observer.error is not None:
+        error = observer.error
+        pass_error = PassError(step=len(events), type=type(error).__name__, message=str(error))
+        events.append(pass_error)
+    _number_module_calls(events)
+    values = _results(observer, history, result)
+    names = _Namer(observer)
+    return BackwardPass(
+        index=index,
+        kind=observer.kind,
+        graph=walk.graph,
+        events=tuple(events),
+        leaf_grads=names.by_name(values["grads"]),
+        grads_without_hooks=names.by_name(values["without"]),
+        error=pass_error,
+        roots=tuple(observer.shape.root_labels),
+        inputs=tuple(names.input_name(i, t) for i, t in enumerate(observer.inputs)),
+        input_grads=names.by_name(values["returned"]),
+        added=names.by_name(values["added"]),
+        added_without_hooks=names.by_name(values["added_without"]),
+        unknown=names.by_name(values["unknown"]),
+        notes=tuple(observer.notes),
+    )
+
+
+# ----------------------------------------------------------------------------- values with and without hooks
+
+
+def _untrusted(observer: PassObserver) -> Unknown | None:
+    if observer.broken:
+        return Unknown("the recording of this pass is incomplete (see the notes)")
+    if not observer.profiling and observer.notes:
+        return Unknown("another profiler was active, so the lens could not see which hooks changed gradients")
+    return None
+
+
+def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, dict]:
+    """Per leaf (backward) or per input (autograd.grad): real values, values without hooks, reasons."""
+    limit = observer.store_limit
+    out: dict[str, dict] = {key: {} for key in ("grads", "without", "added", "added_without", "unknown", "returned")}
+    untrusted = _untrusted(observer)
+    unhooked = observer.unhooked
+
+    def settle(key: Any, value: Any, real: Value) -> None:
+        if value is SAME:
+            out["without"][key] = real
+        elif isinstance(value, Unknown):
+            out["without"][key] = None
+            out["unknown"][key] = value.reason
+        else:
+            out["without"][key] = snapshot(value, limit) if isinstance(value, torch.Tensor) else value
+
+    if observer.kind == "grad":
+        for index, tensor in enumerate(observer.inputs):
+            returned = result[index] if isinstance(result, (tuple, list)) and index < len(result) else None
+            out["returned"][index] = snapshot(returned, limit)
+            if untrusted is not None:
+                value: Any = untrusted
+            elif not unhooked.active:
+                value = SAME
+            else:
+                value = _unhooked_input(observer, tensor)
+            settle(index, value, out["returned"][index])
+        return out
+    for key, fn in observer.shape.leaves.items():
+        variable = fn.variable
+        real = snapshot(variable.grad, limit)
+        out["grads"][key] = real
+        entry = history.get(id(variable))
+        if entry is not None and entry.ref() is not variable:
+            entry = None  # another tensor that happened to get the same id
+        position = observer.ran.get(key)
+        if position is None:  # not reached in this pass: .grad as before
+            settle(key, carry(entry, real), real)
+            continue
+        record = observer.records[position]
+        out["added"][key] = record.received
+        if untrusted is not None:
+            contribution: Any = untrusted
+        else:
+            contribution = unhooked.added(fn, record.received) if unhooked.active else record.received
+        diverged = contribution is not record.received
+        out["added_without"][key] = contribution if is_known(contribution) else None
+        if isinstance(contribution, Unknown):
+            out["unknown"][key] = contribution.reason
+        old = observer.old_grads.get(key)
+        base = carry(entry, old)
+        if base is SAME and not diverged:
+            without: Any = SAME
+        else:
+            without = add(old if base is SAME else base, contribution)
+        settle(key, without, real)
+        history[id(variable)] = LeafHistory(ref=weakref.ref(variable), grad=real, without=without)
+    return out
+
+
+def _unhooked_input(observer: PassObserver, tensor: Any) -> Any:
+    if not isinstance(tensor, torch.Tensor):
+        return None
+    if tensor.grad_fn is not None:
+        fn, output_nr = tensor.grad_fn, tensor.output_nr
+    else:
+        fn, output_nr = torch.autograd.graph.get_gradient_edge(tensor).node, 0
+    return observer.unhooked.input_of(fn, output_nr)
+
+
+# ----------------------------------------------------------------------------- events
+
+
+def _node_event(walk: Walk, step: int, record: NodeRecord) -> NodeRun:
+    fn = record.fn
+    targets = [walk.output_label(next_fn, output_nr) if next_fn is not None else "(no grad needed)"
+               for next_fn, output_nr in fn.next_functions]
+    received = record.received if isinstance(record.received, tuple) else ()
+    sent = record.sent if isinstance(record.sent, tuple) else ()
+    return NodeRun(
+        step=step,
+        node=walk.function_ids.get(id(fn)),
+        name=fn.name(),
+        label=walk.labels.get(id(fn), fn.name()),
+        grad_in=received,
+        grad_out=sent,
+        edges=tuple(walk.input_edges.get((id(fn), slot)) for slot in range(len(sent))),
+        in_edges=tuple(walk.output_edges.get((id(fn), k)) for k in range(len(received))),
+        targets=tuple(targets),
+    )
+
+
+def _hook_event(walk: Walk, step: int, call: HookRecord, index: int, invocations: dict) -> HookCall:
+    if call.target is None and call.node_fn is not None:
+        if call.kind in ("tensor", "post_accumulate_grad"):
+            call.target = walk.output_label(call.node_fn, call.output_nr or 0)
+        else:
+            call.target = walk.labels.get(id(call.node_fn), call.node_fn.name())
+    # Keyed by code, not by the function object: the Lens must not keep hooks (and what they close over) alive.
+    key = (call.kind, call.target, call.code, function_name(call.function, call.code))
+    position = (key, id(call.node_fn))
+    ordinal = invocations.setdefault("_ordinals", {}).get(position, 0)
+    invocations["_ordinals"][position] = ordinal + 1
+    lens_key = key + (ordinal,)
+    invocations[lens_key] = invocations.get(lens_key, 0) + 1
+    return HookCall(
+        hook=function_name(call.function, call.code),
+        kind=call.kind,
+        target=call.target or "?",
+        pass_index=index,
+        invocation=invocations[lens_key],
+        grad_in=call.grad_in,
+        grad_out=call.grad_out,
+        modified=call.modified,
+        returned_none=call.returned_none,
+        node=_node_id_for(walk, call),
+        step=step,
+        context=call.context,
+        error=call.error,
+        forward_call=call.wrapper_seq,
+    )
+
+
+def _node_id_for(walk: Walk, call: HookRecord) -> str | None:
+    if call.node_fn is None:
+        return None
+    if call.kind in ("tensor", "multi_grad") and call.output_nr is not None:
+        tensor_id = walk.tensor_ids.get((id(call.node_fn), call.output_nr))
+        if tensor_id is not None:
+            return tensor_id
+    return walk.function_ids.get(id(call.node_fn))
+
+
+def _number_module_calls(events: list[Any]) -> None:
+    """Module hooks get no call index from torch: pair them with forward calls by node order."""
+    sequences: dict[tuple[str, bool], list[int]] = {}
+    for event in events:
+        if isinstance(event, HookCall) and event.forward_call is not None:
+            calls = sequences.setdefault((event.target, event.kind.endswith("pre")), [])
+            if event.forward_call not in calls:
+                calls.append(event.forward_call)
+    for index, event in enumerate(events):
+        if isinstance(event, HookCall) and event.forward_call is not None:
+            order = sorted(sequences[(event.target, event.kind.endswith("pre"))])
+            events[index] = dataclasses.replace(event, forward_call=order.index(event.forward_call) + 1)
+
+
+class _Namer:
+    """Results are kept by leaf node (backward) or input position (grad); shown by name."""
+
+    def __init__(self, observer: PassObserver) -> None:
+        self.observer = observer
+
+    def by_name(self, values: dict) -> dict[str, Any]:
+        observer = self.observer
+        if observer.kind == "grad":
+            return {self.input_name(index, observer.inputs[index]): value for index, value in values.items()}
+        return {observer.shape.leaf_labels[key]: value for key, value in values.items()}
+
+    def input_name(self, index: int, tensor: Any) -> str:
+        observer = self.observer
+        if isinstance(tensor, torch.Tensor):
+            name = observer.ensure_names().tensor_name(tensor)
+            if name is not None:
+                return name
+            if tensor.grad_fn is None and tensor.requires_grad:
+                fn = torch.autograd.graph.get_gradient_edge(tensor).node
+                if id(fn) in observer.shape.leaf_labels:
+                    return observer.shape.leaf_labels[id(fn)]
+        return f"input {index}"

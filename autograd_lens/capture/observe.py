@@ -1,0 +1,574 @@
+"""Observe one backward pass: which node ran, what it received and sent, and every user hook call.
+
+Read beside ``shared/HOOK_FACTS.md``.  For the length of one engine run:
+
+* a post-hook returning ``None`` sits on every node of the graph (registered
+  last, removed in ``finally``): it sees what the node received (after hooks)
+  and what it sent.  Leaves that already have a ``.grad``, or that have
+  post-accumulate hooks, also get a pre-hook on their ``AccumulateGrad`` that
+  reads the old ``.grad`` and the incoming gradient before the write;
+* a profile function — only when no other profiler (cProfile, ``%prun``,
+  ``torch.profiler``) holds the slot — sees each user hook being called by the
+  engine, with its arguments and its return value.  Only calls made while
+  torch's C++ ``run_backward`` runs count, so whatever the Python wrapper calls
+  around it (``logging``) is never taken for a hook, wherever the standard
+  library is installed.
+
+Every gradient is copied (or summarised, above ``store_limit`` elements) the
+moment it is seen, so the lens holds no reference to a tensor autograd uses:
+``AccumulateGrad`` adopts buffers exactly as without the lens, and nothing
+outlives the pass.  The lens's own tensor work is hidden from user dispatch
+modes.  Any failure of the lens becomes a note on the pass; it never reaches
+the user's ``backward()``.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+import torch
+
+from ..model import Value, values_equal
+from .hooks import (
+    ENGINE_CODE,
+    TORCH_DIR,
+    Wrapper,
+    code_of,
+    engine_call_args,
+    module_hook_kind,
+    multi_grad_received,
+    multi_grad_user_fn,
+    user_function,
+    wrapper_family,
+    wrapper_module,
+)
+from .names import Names, names_from
+from .snapshot import held_bytes, snapshot
+from .unhooked import Unhooked
+from .walk import Structure, saved_names
+
+_current_node = torch._C._current_autograd_node
+_hidden_from_modes = torch._C._DisableTorchDispatch  # the lens's tensor ops never reach a user's dispatch mode
+BEFORE_NODE = ("tensor", "node_pre", "multi_grad")  # hook kinds that run before their node's backward
+
+
+@dataclass
+class NodeRecord:
+    """A backward function ran: what reached it (after hooks) and what it sent, as copies."""
+
+    fn: Any
+    received: tuple[Value, ...]
+    sent: tuple[Value, ...]
+
+
+@dataclass
+class GradRecord:
+    """``AccumulateGrad`` wrote a leaf's ``.grad``."""
+
+    fn: Any
+    received: Value  # what this pass added
+    grad: Value  # .grad right after the write, before any post-accumulate hook
+
+
+@dataclass
+class HookRecord:
+    """One user hook call while it is being recorded."""
+
+    code: Any
+    function: Any
+    kind: str
+    received: Any  # the live object the hook got (dropped when the call ends)
+    grad_in: Any
+    frame: FrameType | None  # while the hook runs
+    candidates: list = field(default_factory=list)
+    module: Any = None
+    target: str | None = None
+    node_fn: Any = None
+    output_nr: int | None = None
+    grad_out: Any = None
+    returned_none: bool = True
+    modified: bool = False
+    error: str | None = None
+    context: Any = None
+    wrapper_seq: int | None = None
+
+
+@dataclass
+class KnownHook:
+    """A hook found on a named tensor before the pass: where it is attached."""
+
+    function: Any
+    kind: str  # "tensor" / "post_accumulate_grad" / "multi_grad"
+    target: str
+    grad_fn: Any  # the node whose execution it precedes (AccumulateGrad for leaves)
+    output_nr: int
+
+
+def snapshot_all(values: Any, limit: int) -> Any:
+    """Copies (or summaries) of a tensor or a tuple of them; anything else becomes None."""
+    if isinstance(values, (tuple, list)):
+        return tuple(snapshot_all(item, limit) for item in values)
+    return snapshot(values, limit) if isinstance(values, torch.Tensor) else None
+
+
+class PassObserver:
+    """Records one engine run.  ``start()`` before it, ``stop()`` after it (always)."""
+
+    def __init__(self, *, structure: Structure, roots: tuple, seeds: tuple, inputs: tuple, kind: str,
+                 namespace: dict, store_limit: int, memory_budget: int | None, nested: Any) -> None:
+        self.shape = structure
+        self.roots = roots
+        self.inputs = inputs
+        self.kind = kind
+        self.namespace = namespace
+        self.store_limit = store_limit
+        self.memory_budget = memory_budget
+        self.nested = nested  # callable: True while a backward runs inside a hook
+        self.thread = threading.get_ident()
+        self.records: list[Any] = []
+        self.pending: list[HookRecord] = []
+        self.current: HookRecord | None = None
+        self.engine_frame: FrameType | None = None
+        self.in_engine = False
+        self.wrapper: Wrapper | None = None
+        self.profiling = False
+        self.handles: list[Any] = []
+        self.notes: list[str] = []
+        self.broken = False
+        self.bytes_held = 0
+        self.over_budget = False
+        self.ran: dict[int, int] = {}  # id(fn) -> index of its record
+        self.names: Names | None = None
+        self.known_hooks: dict[Any, list[KnownHook]] = {}
+        self.leaf_ids: set[int] = set()
+        self.old_grads: dict[int, Value] = {}  # id(AccumulateGrad) -> .grad before this pass wrote it
+        self.incoming: dict[int, Value] = {}  # id(AccumulateGrad) -> the gradient it was about to add
+        self.written: dict[int, Value] = {}  # id(AccumulateGrad) -> .grad right after the write
+        self.unpack_codes: set[Any] = set()
+        self.seeds = tuple(snapshot(seed, store_limit) if isinstance(seed, torch.Tensor) else None for seed in seeds)
+        self.unhooked = Unhooked(self)
+        self.error: BaseException | None = None
+        self.profiling_allowed = True
+        self.walk: Any = None  # the graph's model, when drawn before the pass
+        self.leaf_state: Any = None  # leaf values read before the pass, when drawn after it
+
+    # ------------------------------------------------------------------ set-up / tear-down
+    def start(self) -> None:
+        observe = self._on_node
+        self.handles = [fn.register_hook(observe) for fn in self.shape.nodes]
+        for fn in self.shape.leaves.values():
+            variable = fn.variable
+            self.leaf_ids.add(id(variable))
+            if variable.grad is not None or getattr(variable, "_post_accumulate_grad_hooks", None):
+                self.handles.append(fn.register_prehook(self._before_write))
+        defaults = torch._C._autograd._top_saved_tensors_default_hooks(False)
+        if defaults is not None:  # pack/unpack hooks active during backward (double backward) are not gradient hooks
+            self.unpack_codes.update(code for code in map(code_of, defaults) if code is not None)
+        if not self.profiling_allowed:
+            pass
+        elif sys.getprofile() is None:
+            self.profiling = True
+            sys.setprofile(self._profile)
+        else:
+            self.note("hook calls not attributed: another profiler (cProfile, %prun or torch.profiler) is active, "
+                      "so only the backward functions were recorded")
+
+    def stop(self) -> None:
+        if self.profiling and sys.getprofile() == self._profile:
+            sys.setprofile(None)
+        self.profiling = False
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+
+    def release(self) -> None:
+        """Let go of torch's graph, the hooks, the caller's variables and every live tensor."""
+        self.records = []
+        self.pending = []
+        self.current = None
+        self.engine_frame = None
+        self.wrapper = None
+        self.names = None
+        self.namespace = {}
+        self.known_hooks = {}
+        self.walk = self.leaf_state = None
+        self.roots = self.inputs = self.seeds = ()
+        self.old_grads, self.incoming, self.written = {}, {}, {}
+        self.unhooked = Unhooked(self)
+        self.error = None
+        self.shape = None  # type: ignore[assignment]
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def _failed(self, where: str, problem: BaseException) -> None:
+        """A failure of the lens itself: stop recording this pass, say so, never raise."""
+        self.broken = True
+        self.current = None
+        self.note(f"recording incomplete at {where}: {type(problem).__name__}: {problem}")
+
+    def ensure_names(self) -> Names:
+        """Look up names (and the hooks on named tensors) once, when first needed."""
+        if self.names is None:
+            self.names = names_from(self.namespace)
+            root_names = [self.names.tensor_name(root) if isinstance(root, torch.Tensor) else None for root in self.roots]
+            self.shape.label(self.names, root_names)
+            self._index_hooks()
+        return self.names
+
+    def _index_hooks(self) -> None:
+        """Map each hook function found on a known tensor to the tensor it is attached to."""
+        names = self.names
+        shape = self.shape
+        leaf_nodes = {id(fn.variable): fn for fn in shape.leaves.values()}
+        labelled: list[tuple[str, torch.Tensor]] = [(names.tensors[id(t)], t) for t in names.tensor_objects]
+        labelled += [(shape.leaf_labels[id(fn)], fn.variable) for fn in leaf_nodes.values()]
+        labelled += [(f"input {i}", t) for i, t in enumerate(self.inputs) if isinstance(t, torch.Tensor)]
+        seen: set[int] = set()
+        for label, tensor in labelled:
+            hooks = tensor._backward_hooks
+            after = getattr(tensor, "_post_accumulate_grad_hooks", None)
+            if not hooks and not after or id(tensor) in seen:
+                continue
+            seen.add(id(tensor))
+            if tensor.grad_fn is not None:
+                grad_fn, output_nr = tensor.grad_fn, tensor.output_nr
+            elif id(tensor) in leaf_nodes:
+                grad_fn, output_nr = leaf_nodes[id(tensor)], 0
+            elif tensor.requires_grad:
+                grad_fn, output_nr = torch.autograd.graph.get_gradient_edge(tensor).node, 0
+            else:
+                continue
+            for hook in (hooks or {}).values():
+                user = multi_grad_user_fn(hook)
+                kind = "multi_grad" if user is not None else "tensor"
+                self._remember(KnownHook(user if user is not None else hook, kind, label, grad_fn, output_nr))
+            for hook in (after or {}).values():
+                self._remember(KnownHook(hook, "post_accumulate_grad", label, grad_fn, output_nr))
+
+    def _remember(self, known: KnownHook) -> None:
+        code = code_of(known.function)
+        if code is not None:
+            self.known_hooks.setdefault(code, []).append(known)
+
+    # ------------------------------------------------------------------ the profile function
+    def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
+        try:
+            if event == "call":
+                if self.current is not None or not self.in_engine:
+                    if self.engine_frame is None and frame.f_code is ENGINE_CODE:
+                        self.engine_frame = frame
+                    return  # inside a user hook (its own calls are not hooks), or outside the C++ engine
+                parent = frame.f_back
+                if parent is self.engine_frame:
+                    code = frame.f_code
+                    if code.co_filename.startswith(TORCH_DIR):
+                        self.wrapper = Wrapper(frame, wrapper_family(code))
+                    elif code in _OWN_CODES:
+                        return
+                    elif code not in self.unpack_codes and not self._is_unpack_hook(code):
+                        self._begin(frame, None)
+                elif self.wrapper is not None and parent is self.wrapper.frame:
+                    if self.wrapper.family != "ignore" and user_function(frame, self.wrapper) is not None:
+                        self._begin(frame, self.wrapper)
+            elif event == "return":
+                current = self.current
+                if current is not None and frame is current.frame:
+                    self._end(current, arg)
+                elif self.wrapper is not None and frame is self.wrapper.frame:
+                    self.wrapper = None
+            elif frame is self.engine_frame and getattr(arg, "__name__", None) == "run_backward":
+                self.in_engine = event == "c_call"  # c_call starts the engine; c_return / c_exception end it
+        except Exception as problem:  # never let the profile function raise into the user's code
+            self._failed("a hook call", problem)
+
+    def _is_unpack_hook(self, code: Any) -> bool:
+        """A saved-tensor unpack hook called while the current node unpacks what it saved."""
+        node = _current_node()
+        if node is None:
+            return False
+        for attribute in saved_names(node):
+            raw_name = "_raw" + attribute
+            if hasattr(type(node), raw_name):
+                raw = getattr(node, raw_name)
+                for item in raw if isinstance(raw, (tuple, list)) else (raw,):
+                    hook = getattr(item, "unpack_hook", None)
+                    if hook is not None and code_of(hook) is code:
+                        self.unpack_codes.add(code)
+                        return True
+        return False
+
+    def _begin(self, frame: FrameType, wrapper: Wrapper | None) -> None:
+        if self.broken:
+            return
+        with _hidden_from_modes():
+            self.ensure_names()
+            function = user_function(frame, wrapper)
+            candidates = self._candidates(frame, function)
+            if function is None and len({id(h.function) for h in candidates}) == 1:
+                function = candidates[0].function
+            args = engine_call_args(frame, function)
+            module = None
+            context = None
+            if wrapper is None:
+                first = args[0] if args else None
+                second = args[1] if len(args) > 1 else None
+                if isinstance(first, tuple) and isinstance(second, tuple):
+                    kind, received, context = "node", first, second
+                elif isinstance(first, tuple):
+                    kind, received = "node_pre", first
+                elif isinstance(first, torch.Tensor) and id(first) in self.leaf_ids and first.grad_fn is None:
+                    kind, received = "post_accumulate_grad", first
+                else:
+                    kind, received = "tensor", first
+            elif wrapper.family == "multi_grad":
+                kind, received = "multi_grad", multi_grad_received(wrapper, args)
+            else:
+                module = wrapper_module(wrapper)
+                kind = module_hook_kind(wrapper, function, module)
+                if kind.endswith("module_full_pre"):
+                    received = args[1] if len(args) > 1 else ()
+                else:
+                    received, context = (args[1], args[2]) if len(args) > 2 else ((), ())
+            limit = self.store_limit
+            node = _current_node()
+            if node is not None and id(node) in self.shape.leaves and id(node) not in self.written:
+                # user code is about to run after AccumulateGrad wrote .grad: keep the value it wrote
+                self.written[id(node)] = snapshot(node.variable.grad, limit)
+            if kind == "post_accumulate_grad":
+                grad_in = snapshot(received.grad, limit)
+            else:
+                grad_in = snapshot_all(received, limit)
+            self.current = HookRecord(
+                code=frame.f_code,
+                function=function,
+                kind=kind,
+                received=received,
+                grad_in=grad_in,
+                frame=frame,
+                candidates=candidates,
+                module=module,
+                context=snapshot_all(context, limit) if context is not None else None,
+            )
+
+    def _candidates(self, frame: FrameType, function: Any) -> list[KnownHook]:
+        """Hooks found on named tensors that could be the one running in ``frame``.
+
+        Closures made by one ``def`` share a code object; their cells tell them apart.
+        """
+        found = []
+        for known in self.known_hooks.get(frame.f_code, ()):
+            if function is not None:
+                if known.function is function:
+                    found.append(known)
+                continue
+            cells = getattr(known.function, "__closure__", None) or ()
+            names = getattr(getattr(known.function, "__code__", None), "co_freevars", ())
+            try:
+                if all(frame.f_locals.get(name) is cell.cell_contents for name, cell in zip(names, cells)):
+                    found.append(known)
+            except ValueError:  # an empty cell
+                continue
+        return found
+
+    def _end(self, call: HookRecord, returned: Any) -> None:
+        self.current = None
+        limit = self.store_limit
+        with _hidden_from_modes():
+            call.returned_none = returned is None
+            if call.kind == "post_accumulate_grad":
+                call.grad_out = snapshot(call.received.grad, limit)
+            elif call.kind == "multi_grad":
+                call.grad_out = None
+            elif returned is None:
+                call.grad_out = snapshot_all(call.received, limit)  # edits in place count
+            else:
+                call.grad_out = snapshot_all(returned, limit)
+            edited = False
+            if call.kind != "multi_grad":
+                call.modified = not values_equal(call.grad_in, call.grad_out)
+                if call.kind == "post_accumulate_grad" or returned is None:
+                    edited = call.modified
+                else:  # returned a new value: did it also edit what it received?
+                    edited = not values_equal(call.grad_in, snapshot_all(call.received, limit))
+        if call.modified or edited:
+            self.unhooked.activate(edited)
+        call.frame = None  # don't keep the hook's locals alive
+        call.received = None
+        self.pending.append(call)
+
+    # ------------------------------------------------------------------ node observers
+    def _before_write(self, grad_outputs: tuple) -> None:
+        """Pre-hook on ``AccumulateGrad``: the old ``.grad`` and what is about to be added.  Returns None."""
+        if threading.get_ident() != self.thread or self.nested() or self.broken:
+            return None
+        profiling = self.profiling
+        if profiling:
+            sys.setprofile(None)
+        try:
+            with _hidden_from_modes():
+                fn = _current_node()
+                self.old_grads[id(fn)] = self._keep(fn.variable.grad)
+                self.incoming[id(fn)] = self._keep(grad_outputs[0] if grad_outputs else None)
+        except Exception as problem:
+            self._failed("a leaf's .grad", problem)
+        finally:
+            if profiling:
+                sys.setprofile(self._profile)
+        return None
+
+    def _on_node(self, grad_inputs: tuple, grad_outputs: tuple) -> None:
+        """Post-hook on every node: what reached it and what it sent.  Returns None."""
+        if threading.get_ident() != self.thread or self.nested() or self.broken:
+            return None  # another thread's backward, or one run inside a hook: not this pass
+        profiling = self.profiling
+        if profiling:
+            sys.setprofile(None)
+        fn = None
+        try:
+            with _hidden_from_modes():
+                fn = _current_node()
+                self._record_node(fn, grad_inputs, grad_outputs)
+        except Exception as problem:
+            self._failed(f"node {fn.name() if fn is not None else '?'}", problem)
+        finally:
+            if profiling:
+                sys.setprofile(self._profile)
+        return None
+
+    def _keep(self, value: Any) -> Any:
+        """A copy of ``value`` for the record, within the memory budget (shape only beyond it)."""
+        if not isinstance(value, (torch.Tensor, tuple, list)):
+            return None
+        if self.over_budget:
+            return snapshot_all(value, -1)
+        kept = snapshot_all(value, self.store_limit)
+        self.bytes_held += held_bytes(kept)
+        if self.memory_budget is not None and self.bytes_held > self.memory_budget:
+            self.over_budget = True
+            self.note(f"values not kept past {self.memory_budget} bytes (memory_budget): later gradients are "
+                      "shown as summaries")
+        return kept
+
+    def _record_node(self, fn: Any, grad_inputs: tuple, grad_outputs: tuple) -> None:
+        pending, self.pending = self.pending, []
+        for call in pending:
+            self.place(call, fn, grad_outputs)
+        records = self.records
+        records.extend(call for call in pending if call.kind in BEFORE_NODE)
+        position = len(records)
+        is_leaf = id(fn) in self.shape.leaves
+        if is_leaf:
+            key = id(fn)
+            if key not in self.written:  # no user code ran since the write
+                self.written[key] = self._keep(fn.variable.grad)
+            # a leaf without a .grad before the pass: .grad is exactly what arrived
+            received = self.incoming.pop(key) if key in self.incoming else self.written[key]
+            records.append(GradRecord(fn, received, self.written[key]))
+        else:
+            records.append(NodeRecord(fn, self._keep(tuple(grad_outputs)), self._keep(tuple(grad_inputs))))
+        records.extend(call for call in pending if call.kind not in BEFORE_NODE)
+        self.ran[id(fn)] = position
+        if self.unhooked.active:
+            self.unhooked.on_node(fn, grad_inputs, grad_outputs, pending, is_leaf)
+
+    def place(self, call: HookRecord, fn: Any, grad_outputs: tuple) -> None:
+        """Decide what a hook call is attached to (tensor name, node, output index)."""
+        if call.kind in ("tensor", "post_accumulate_grad", "multi_grad"):
+            candidates = [h for h in call.candidates if h.kind == call.kind]
+            if call.kind == "multi_grad":
+                targets = sorted({h.target for h in candidates}, key=[h.target for h in candidates].index)
+                call.target = ", ".join(targets) if targets else "several tensors"
+                call.node_fn = fn
+                return
+            here = [h for h in candidates if h.grad_fn is fn]
+            if not here and fn is not None:
+                # Only an input of autograd.grad fires its hooks without its node running next.
+                here = [h for h in candidates if self._is_input_node(h.grad_fn) and self._all_consumers_ran(h.grad_fn)]
+            same_target = len({(h.target, id(h.grad_fn)) for h in candidates}) == 1
+            chosen = here[0] if here else (candidates[0] if candidates and same_target and fn is None else None)
+            if chosen is not None:
+                call.target, call.node_fn, call.output_nr = chosen.target, chosen.grad_fn, chosen.output_nr
+                return
+            if fn is None:  # fired after the last node ran and matches no known tensor
+                call.target = "an unnamed tensor"
+                return
+            call.node_fn = fn
+            call.output_nr = _output_of(call, grad_outputs, self.store_limit)
+            return  # target: the output's label, known once the model is built
+        call.node_fn = fn
+        if call.module is not None:
+            call.target = self.ensure_names().module_name(call.module) or type(call.module).__name__
+            if fn is not None:
+                call.wrapper_seq = fn._sequence_nr()
+        # node hooks: the target is the node's label, known once the model is built
+
+    def _is_input_node(self, node: Any) -> bool:
+        for tensor in self.inputs:
+            if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+                if torch.autograd.graph.get_gradient_edge(tensor).node is node:
+                    return True
+        return False
+
+    def _all_consumers_ran(self, node: Any) -> bool:
+        """True when the engine could now reach ``node`` (it is used, and every user of it ran)."""
+        found = False
+        for (node_id, _), consumers in self.shape.consumers.items():
+            if node_id == id(node):
+                found = True
+                if not all(id(consumer) in self.ran for consumer, _ in consumers):
+                    return False
+        return found
+
+    # ------------------------------------------------------------------ end of the pass
+    def fail(self, error: BaseException) -> None:
+        """The engine raised: keep what was recorded, and attribute the error to the hook that raised."""
+        self.error = error
+        frames = set()
+        traceback = error.__traceback__
+        while traceback is not None:
+            frames.add(traceback.tb_frame.f_code)
+            traceback = traceback.tb_next
+        message = f"{type(error).__name__}: {error}"
+        if self.current is not None:  # a hook raised: the profiler saw its call but no normal return
+            call = self.current
+            self.current = None
+            call.error = message
+            call.frame = None
+            call.received = None
+            self.pending.append(call)
+            return
+        # Usually the profiler already saw the raising hook "return" (with None): it is the
+        # last call recorded, and its code is in the traceback.
+        last = self.pending[-1] if self.pending else None
+        if last is not None and last.error is None and last.returned_none and last.code in frames:
+            last.error = message
+            last.grad_out = None
+            last.modified = False
+
+    def seal(self) -> None:
+        """Calls seen after the last node ran (an autograd.grad input's hooks, a raising hook) are placed."""
+        for call in self.pending:
+            if call.target is None and call.node_fn is None:
+                self.place(call, None, ())
+            self.records.append(call)
+        self.pending = []
+
+
+def _output_of(call: HookRecord, grad_outputs: tuple, limit: int) -> int:
+    """Which output of a multi-output node an unnamed tensor hook belonged to: the one whose
+    gradient equals what the hook passed on."""
+    produced = call.grad_out
+    for index, value in enumerate(grad_outputs):
+        if isinstance(value, torch.Tensor) and produced is not None:
+            if values_equal(snapshot(value, limit), produced):
+                return index
+    return 0
+
+
+_OWN_CODES = frozenset({PassObserver._on_node.__code__, PassObserver._before_write.__code__})

@@ -1,0 +1,223 @@
+"""What each gradient would have been with no hook: computed only where a hook changed something.
+
+Read beside ``shared/HOOK_FACTS.md`` ("Observing without changing anything" and "Traps for an
+observer").  Nothing runs until some hook changes a gradient.  From then on, when a node has run:
+
+* its *unhooked input* is what would have reached it with no hook anywhere: the root's seed
+  (copied before any hook could edit it) plus, in arrival order, what each user of it sent —
+  the recorded copy, or the unhooked value of a user that diverged;
+* it *diverges* when a hook on it changed something, when one of its users diverged, or (after a
+  hook edited a gradient in place, which can leak into a sibling branch) when its unhooked input
+  differs from what it received;
+* a diverged node is run again on its unhooked input — ``fn(*grads)`` runs the backward function
+  and no hook — then each result is reduced to the shape its receiver expects, as the engine does
+  after every node (broadcast dimensions summed, dtype converted).
+
+Only torch's C++ backward functions are run again, and only when none of their saved tensors was
+packed by a saved-tensor hook (unpacking would run that hook, or recompute a checkpointed
+forward).  Anything else — a custom ``autograd.Function``, reentrant checkpointing, a value too
+large to keep — makes the value *unknown*, with the reason: never a guess.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..model import TensorSummary, values_equal
+from .walk import saved_tensors_packed
+
+if TYPE_CHECKING:
+    from .observe import PassObserver
+
+_hidden_from_modes = torch._C._DisableTorchDispatch
+_PYTHON_NODE = torch.autograd.function.BackwardCFunction
+_IDENTITY_NODES = ("BackwardHookFunctionBackward",)  # torch's module-hook boundary: backward returns its input
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A value the lens cannot know without running user code again, and why."""
+
+    reason: str
+
+
+def is_known(value: Any) -> bool:
+    return not isinstance(value, (Unknown, TensorSummary))
+
+
+def add(first: Any, second: Any, why_large: str = "") -> Any:
+    """``first + second`` as the engine adds gradients (None is zero); Unknown wins."""
+    for value in (first, second):
+        if isinstance(value, Unknown):
+            return value
+        if isinstance(value, TensorSummary):
+            return Unknown(why_large or _too_large(value))
+    if first is None:
+        return second
+    if second is None:
+        return first
+    return first + second
+
+
+def _too_large(summary: TensorSummary) -> str:
+    return (f"a gradient of {summary.numel} elements was kept as a summary only (pass a larger store_limit, "
+            "or a larger memory_budget, to compute it)")
+
+
+def run_node(fn: Any, grads: list[Any]) -> tuple[Any, ...] | Unknown:
+    """What ``fn`` sends for ``grads`` with no hook, reduced to what each receiver expects; or Unknown."""
+    name = fn.name()
+    if isinstance(fn, _PYTHON_NODE):
+        if type(fn).__name__ not in _IDENTITY_NODES:
+            return Unknown(f"{name}'s backward is Python code (a custom autograd.Function or torch's own, "
+                           "e.g. reentrant checkpointing); running it again could change your program")
+        outputs: Any = tuple(grads)
+    elif type(fn).__module__ != "builtins":
+        return Unknown(f"{name} is not one of torch's C++ backward functions, so it is not run again")
+    elif saved_tensors_packed(fn):
+        return Unknown(f"{name}'s saved tensors were packed by a saved-tensor hook (e.g. checkpointing); "
+                       "unpacking them again would run that hook")
+    else:
+        try:
+            with torch.no_grad(), _hidden_from_modes():
+                outputs = fn(*grads)
+        except Exception as problem:
+            return Unknown(f"{name} could not be run again ({type(problem).__name__}: {problem})")
+    outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
+    try:
+        return _reduce(fn, outputs)
+    except Exception as problem:
+        return Unknown(f"the result of {name} could not be reduced to its inputs' shapes ({problem})")
+
+
+def _reduce(fn: Any, outputs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The engine's ``validate_outputs``: sum broadcast dimensions away and convert the dtype."""
+    reduced = []
+    with torch.no_grad(), _hidden_from_modes():
+        for slot, (next_fn, output_nr) in enumerate(fn.next_functions):
+            value = outputs[slot] if slot < len(outputs) else None
+            if next_fn is None or not isinstance(value, torch.Tensor):
+                reduced.append(None)
+                continue
+            metadata = next_fn._input_metadata[output_nr]
+            shape = tuple(metadata.shape)
+            if tuple(value.shape) != shape:
+                value = value.sum_to_size(shape)
+            if value.dtype != metadata.dtype:
+                value = value.to(metadata.dtype)
+            reduced.append(value)
+    return tuple(reduced)
+
+
+def _same(unhooked: Any, received: Any) -> bool:
+    if isinstance(unhooked, (Unknown, TensorSummary)):
+        return False
+    if not isinstance(received, torch.Tensor) or not isinstance(unhooked, torch.Tensor):
+        return unhooked is None and received is None
+    return values_equal(unhooked, received)
+
+
+class Unhooked:
+    """The unhooked values of one pass, kept as the pass goes (see the module docstring)."""
+
+    def __init__(self, observer: "PassObserver") -> None:
+        self.observer = observer
+        self.active = False
+        self.edited_in_place = False
+        self.out: dict[int, tuple | Unknown] = {}  # id(fn) -> what a diverged node would have sent
+        self.leaf: dict[int, Any] = {}  # id(AccumulateGrad) -> what it would have added (diverged leaves)
+
+    def activate(self, edited_in_place: bool) -> None:
+        """A hook changed a gradient (``edited_in_place``: by editing the tensor it received)."""
+        self.active = True
+        self.edited_in_place = self.edited_in_place or edited_in_place
+
+    def on_node(self, fn: Any, grad_inputs: tuple, grad_outputs: tuple, calls: list, is_leaf: bool) -> None:
+        """``fn`` has just run (its post-hook): decide whether it diverged, and what it would have sent."""
+        diverged = any(call.node_fn is fn and call.modified for call in calls)
+        if not diverged and not self.edited_in_place:
+            # only a diverged user can change what reached fn
+            consumers = self.observer.shape.consumers
+            diverged = any(
+                id(user) in self.out
+                for output_nr in range(len(grad_outputs))
+                for user, _ in consumers.get((id(fn), output_nr), ())
+            )
+        unhooked = [self.input_of(fn, output_nr) for output_nr in range(len(grad_outputs))]
+        if not diverged and self.edited_in_place:
+            diverged = not all(_same(value, received) for value, received in zip(unhooked, grad_outputs))
+        if not diverged:
+            return
+        if is_leaf:
+            self.leaf[id(fn)] = unhooked[0] if unhooked else None
+            return
+        unknown = next((value for value in unhooked if isinstance(value, Unknown)), None)
+        if unknown is not None:
+            self.out[id(fn)] = unknown
+        else:
+            large = next((value for value in unhooked if isinstance(value, TensorSummary)), None)
+            self.out[id(fn)] = Unknown(_too_large(large)) if large is not None else run_node(fn, unhooked)
+
+    def input_of(self, fn: Any, output_nr: int) -> Any:
+        """What output ``output_nr`` of ``fn`` would have received with no hook anywhere."""
+        observer = self.observer
+        arrivals = []
+        for user, slot in observer.shape.consumers.get((id(fn), output_nr), ()):
+            position = observer.ran.get(id(user))
+            if position is None:
+                continue
+            if id(user) in self.out:
+                outputs = self.out[id(user)]
+                if isinstance(outputs, Unknown):
+                    return outputs
+                value = outputs[slot]
+            else:
+                sent = observer.records[position].sent
+                value = sent[slot] if isinstance(sent, tuple) and slot < len(sent) else sent
+            arrivals.append((position, value))
+        arrivals.sort(key=lambda item: item[0])
+        total: Any = None
+        for index, (root_fn, root_nr) in enumerate(observer.shape.root_edges):
+            if root_fn is fn and root_nr == output_nr:
+                total = add(total, observer.seeds[index] if index < len(observer.seeds) else None)
+        with torch.no_grad(), _hidden_from_modes():
+            for _, value in arrivals:
+                total = add(total, value)
+        return total
+
+    def added(self, fn: Any, received: Any) -> Any:
+        """What leaf ``fn`` would have had added to its ``.grad`` in this pass with no hook."""
+        if id(fn) in self.leaf:
+            return self.leaf[id(fn)]
+        return received
+
+
+@dataclass
+class LeafHistory:
+    """Across the passes of one ``Lens``: a leaf's ``.grad`` after the last pass, and what it would
+    hold had no hook been registered (``SAME``: equal to the real one, nothing to keep)."""
+
+    ref: Any  # weakref to the leaf: the history never keeps a tensor alive
+    grad: Any
+    without: Any
+
+
+SAME: Any = object()
+
+
+def carry(history: LeafHistory | None, old: Any) -> Any:
+    """What ``.grad`` would hold before this pass with no hook, given its real value ``old`` now."""
+    if history is None or history.without is SAME:
+        return SAME
+    if old is None:
+        return None  # set to None by the user (zero_grad): the same without hooks
+    if values_equal(old, history.grad):
+        return history.without  # untouched since the last pass
+    if isinstance(old, torch.Tensor) and not old.any():
+        return torch.zeros_like(old)  # zeroed in place by the user
+    if isinstance(history.without, Unknown):
+        return history.without
+    return Unknown(".grad was changed between passes by code the lens did not see")
