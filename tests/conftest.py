@@ -32,14 +32,14 @@ def _no_lens_left_behind():
 
 
 def live_recorders():
-    """Pass recorders that still have hooks registered on some graph (there must be none).
+    """Pass observers that still have hooks registered on some graph (there must be none).
 
-    A recorder object may outlive its pass (a traceback keeps its frame), but never its hooks.
+    An observer object may outlive its pass (a traceback keeps its frame), but never its hooks.
     """
-    from autograd_lens.capture.tracer import _PassRecorder
+    from autograd_lens.capture.observe import PassObserver
 
     gc.collect()
-    return [obj for obj in gc.get_objects() if type(obj) is _PassRecorder and obj.handles]
+    return [obj for obj in gc.get_objects() if type(obj) is PassObserver and obj.handles]
 
 
 def two_branch_lens():

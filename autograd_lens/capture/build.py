@@ -25,6 +25,7 @@ def build_pass(observer: PassObserver, walk: Walk, index: int, history: dict, in
     """The model of a finished pass.  ``history`` (per leaf, across passes) and ``invocations``
     (per hook, across passes) belong to the Lens and are updated here."""
     events: list[Any] = []
+    ordinals: dict[Any, int] = {}  # (hook, node) -> calls seen in this pass
     for record in observer.records:
         step = len(events)
         if isinstance(record, NodeRecord):
@@ -34,7 +35,7 @@ def build_pass(observer: PassObserver, walk: Walk, index: int, history: dict, in
                                       name=observer.shape.leaf_labels.get(id(record.fn), "leaf"),
                                       grad=record.grad, received=record.received))
         elif isinstance(record, HookRecord):
-            events.append(_hook_event(walk, step, record, index, invocations))
+            events.append(_hook_event(walk, step, record, index, invocations, ordinals))
     pass_error = None
     if observer.error is not None:
         error = observer.error
@@ -164,7 +165,7 @@ def _node_event(walk: Walk, step: int, record: NodeRecord) -> NodeRun:
     )
 
 
-def _hook_event(walk: Walk, step: int, call: HookRecord, index: int, invocations: dict) -> HookCall:
+def _hook_event(walk: Walk, step: int, call: HookRecord, index: int, invocations: dict, ordinals: dict) -> HookCall:
     if call.target is None and call.node_fn is not None:
         if call.kind in ("tensor", "post_accumulate_grad"):
             call.target = walk.output_label(call.node_fn, call.output_nr or 0)
@@ -173,8 +174,10 @@ def _hook_event(walk: Walk, step: int, call: HookRecord, index: int, invocations
     # Keyed by code, not by the function object: the Lens must not keep hooks (and what they close over) alive.
     key = (call.kind, call.target, call.code, function_name(call.function, call.code))
     position = (key, id(call.node_fn))
-    ordinal = invocations.setdefault("_ordinals", {}).get(position, 0)
-    invocations["_ordinals"][position] = ordinal + 1
+    # The same function registered twice on one tensor is two hooks: within a pass, the
+    # n-th call of it at one node is its n-th registration.
+    ordinal = ordinals.get(position, 0)
+    ordinals[position] = ordinal + 1
     lens_key = key + (ordinal,)
     invocations[lens_key] = invocations.get(lens_key, 0) + 1
     return HookCall(
