@@ -4,6 +4,7 @@ static stepper page.  With no script, a built-in demo (the two-branch example wi
 from __future__ import annotations
 
 import argparse
+import os
 import runpy
 import sys
 
@@ -32,6 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     # anything else on the line is passed on to the script, as sys.argv[1:]
     options, script_args = parser.parse_known_args(argv)
 
+    problem = _unwritable(options.output)
+    if problem:  # say so before running a script that may take long
+        parser.error(f"cannot write {options.output!r}: {problem}")
+    if options.script and not os.path.isfile(options.script):
+        parser.error(f"no script at {options.script!r}")
+
     from .capture.tracer import Lens
 
     lens = Lens()
@@ -44,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
                 runpy.run_path(options.script, run_name="__main__")
             else:
                 exec(compile(DEMO, "<autograd_lens demo>", "exec"), {"__name__": "__main__"})
+    except SystemExit as raised:  # `sys.exit(main())`: the usual end of a script
+        if raised.code not in (None, 0):
+            error = raised
     except Exception as raised:  # still write what was recorded up to the error
         error = raised
     finally:
@@ -60,6 +70,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autograd_lens: the script stopped with {type(error).__name__}: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _unwritable(path: str) -> str:
+    """Why ``path`` cannot be written, or ``""``."""
+    if os.path.isdir(path):
+        return "it is a folder"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"the folder {folder} does not exist"
+    if not os.access(folder, os.W_OK) or os.path.exists(path) and not os.access(path, os.W_OK):
+        return "permission denied"
+    return ""
 
 
 if __name__ == "__main__":

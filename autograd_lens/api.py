@@ -40,6 +40,10 @@ def graph(
     """
     if not roots:
         raise TypeError("graph() needs at least one tensor, e.g. graph(loss)")
+    from .capture.tracer import _check_options
+
+    _check_options(names, max_elements=(max_elements, 0), max_nodes=(max_nodes, 1),
+                   split_leaf_uses=(split_leaf_uses, 0))
     options = GraphOptions(
         max_elements=max_elements,
         max_nodes=max_nodes,

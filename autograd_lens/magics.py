@@ -28,6 +28,9 @@ class LensMagics(Magics):
         from .api import graph
 
         args = parse_argstring(self.lens_graph, line)
+        if args.max_nodes < 1 or args.max_elements < 0:
+            print("%lens_graph: --max-nodes must be at least 1 and --max-elements at least 0, e.g. --max-nodes 300")
+            return None
         namespace = self.shell.user_ns
         source = " ".join(args.expression)
         try:
@@ -68,26 +71,53 @@ class LensMagics(Magics):
         recording is kept as a ``Lens`` object under ``_lens`` (``--as NAME``).
         If the cell raises, the usual traceback is followed by the partial trace.
         """
+        import builtins
+        import keyword
+
         from .capture.tracer import Lens
 
         args = parse_argstring(self.lens, line)
-        if not args.name.isidentifier():
-            print(f"%%lens: --as needs a Python name, not {args.name!r}")
+        if not args.name.isidentifier() or keyword.iskeyword(args.name):
+            print(f"%%lens: --as needs a Python name, e.g. --as trace, not {args.name!r}")
             return None
-        lens = Lens(
-            names=self.shell.user_ns,
-            store_limit=args.store_limit,
-            max_elements=args.max_elements,
-            max_nodes=args.max_nodes,
-        )
+        if hasattr(builtins, args.name):
+            print(f"%%lens: --as {args.name} would hide Python's built-in {args.name}; choose another name, "
+                  "e.g. --as trace")
+            return None
+        try:
+            lens = Lens(
+                names=self.shell.user_ns,
+                store_limit=args.store_limit,
+                max_elements=args.max_elements,
+                max_nodes=args.max_nodes,
+            )
+        except (TypeError, ValueError) as error:
+            print(f"%%lens: {str(error).replace('_', '-').replace('max-nodes=', '--max-nodes ')}")
+            return None
         self.shell.user_ns[args.name] = lens
-        with lens:
-            result = self.shell.run_cell(cell, store_history=False)
+        result = self._run_quietly(lens, cell)
         if not args.no_show and (lens.passes or result.success):
             from IPython.display import display
 
             display(lens)
+        # A failing cell fails as any cell does (Run All and nbclient stop), after the partial trace.
+        if result.error_before_exec is not None:
+            raise result.error_before_exec
+        if result.error_in_exec is not None:
+            raise result.error_in_exec
         return None
+
+    def _run_quietly(self, lens: Any, cell: str) -> Any:
+        """Run the cell under the Lens; its traceback is shown once, when the magic re-raises."""
+        shell = self.shell
+        shell.showtraceback = lambda *args, **kwargs: None
+        shell.showsyntaxerror = lambda *args, **kwargs: None
+        try:
+            with lens:
+                return shell.run_cell(cell, store_history=False)
+        finally:
+            del shell.showtraceback
+            del shell.showsyntaxerror
 
 
 def load(ipython: Any) -> None:

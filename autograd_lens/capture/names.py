@@ -35,6 +35,7 @@ class Names:
     def add_tensor(self, name: str, tensor: torch.Tensor) -> None:
         if id(tensor) in self.tensors:
             return
+        name = printable(name)
         self.tensors[id(tensor)] = name
         self.tensor_objects.append(tensor)
         grad_fn = tensor.grad_fn
@@ -48,7 +49,7 @@ class Names:
         """Name a module, its submodules (``model.0``) and their parameters (``model.0.weight``)."""
         if id(module) in self.modules:
             return
-        stack = [(name, module)]
+        stack = [(printable(name), module)]
         while stack:  # iterative, in the order named_modules() would give
             prefix, current = stack.pop()
             if id(current) in self.modules:
@@ -84,6 +85,19 @@ class Names:
 
     def module_name(self, module: Any) -> str | None:
         return self.modules.get(id(module))
+
+
+def printable(name: str) -> str:
+    """A name every page and notebook can carry: lone surrogates (e.g. from ``os.fsdecode``) escaped.
+
+    >>> printable("loss\\udcff")
+    'loss\\\\udcff'
+    """
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def names_from(namespace: Mapping[str, Any] | None) -> Names:

@@ -32,6 +32,9 @@ def kind_of(tensor: torch.Tensor) -> str:
     """``"dense"`` for an ordinary tensor whose numbers can be read, otherwise what it is."""
     if type(tensor) not in _PLAIN_TYPES:
         return type(tensor).__name__
+    if tensor.layout == torch.strided and tensor.device.type == "cpu" and not tensor.is_nested \
+            and not tensor.is_quantized and not tensor._is_zerotensor():
+        return "dense"  # the common case, answered first
     if tensor.is_nested:
         return "nested"
     if tensor.layout != torch.strided:
@@ -86,8 +89,7 @@ def snapshot(tensor: torch.Tensor | None, store_limit: int = DEFAULT_STORE_LIMIT
             return torch.zeros(_shape(tensor), dtype=tensor.dtype) if tensor.numel() <= store_limit else summarize(tensor)
         if kind != "dense" or tensor.numel() > store_limit:
             return summarize(tensor)
-        with torch.no_grad():
-            return tensor.detach().clone()
+        return tensor.detach().clone()  # detached first: the clone records no graph, whatever the grad mode
     except Exception:
         return TensorSummary(shape=_shape(tensor), dtype=dtype_name(tensor.dtype), kind="unreadable")
 

@@ -34,6 +34,10 @@ _hidden_from_modes = torch._C._DisableTorchDispatch  # the lens's own tensor wor
 _SELF_CHECK: dict[str, Any] = {}  # "result": None (fine) or the reason recording is off, once per process
 
 
+_EXAMPLES = {"store_limit": "4096", "max_elements": "16", "max_nodes": "300", "memory_budget": "256 * 2**20",
+             "split_leaf_uses": "4"}
+
+
 def _check_options(names: Any, **numbers: Any) -> None:
     """Refuse bad arguments with a message that says what to pass."""
     if names is not None and not isinstance(names, Mapping):
@@ -43,7 +47,8 @@ def _check_options(names: Any, **numbers: Any) -> None:
         )
     for keyword, (value, lowest) in numbers.items():
         if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{keyword} must be a whole number (at least {lowest}), e.g. {keyword}={max(lowest, 16)}, "
+            example = _EXAMPLES.get(keyword, max(lowest, 1))
+            raise TypeError(f"{keyword} must be a whole number (at least {lowest}), e.g. {keyword}={example}, "
                             f"not {value!r}")
         if value < lowest:
             raise ValueError(f"{keyword} must be at least {lowest}, not {value}")
@@ -273,7 +278,7 @@ class Lens:
 
         page = lens_page(self)
         if path is not None:
-            with open(path, "w", encoding="utf-8", errors="surrogatepass") as handle:
+            with open(path, "w", encoding="utf-8") as handle:
                 handle.write(page)
         return page
 

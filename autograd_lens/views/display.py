@@ -46,6 +46,8 @@ def graph_table_html(graph: Graph) -> str:
 
 def hint_html(error: Exception) -> str:
     first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+    if not isinstance(error, RENDER_PROBLEMS):
+        first_line = f"the graph could not be drawn ({type(error).__name__}: {first_line})"
     full = html.escape(str(error))
     return (
         f'<p style="color:#92400e"><b>autograd_lens:</b> {html.escape(first_line)} '
@@ -55,9 +57,18 @@ def hint_html(error: Exception) -> str:
 
 def graph_bundle(graph: Graph) -> dict[str, str]:
     """The MIME bundle for a graph: SVG + text, or (no renderer) HTML table + text."""
-    text = graph_text(graph)
     try:
-        svg = render_svg(graph.to_dot())
-    except RENDER_PROBLEMS as error:
-        return {"text/html": hint_html(error) + graph_table_html(graph), "text/plain": text}
-    return {"image/svg+xml": svg, "text/plain": text}
+        text = graph_text(graph)
+        try:
+            svg = render_svg(graph.to_dot())
+        except Exception as error:  # never raise from a display method: a table and the real cause
+            return {"text/html": hint_html(error) + graph_table_html(graph), "text/plain": text}
+        return {"image/svg+xml": svg, "text/plain": text}
+    except Exception as error:
+        return safe_bundle("graph", error)
+
+
+def safe_bundle(what: str, error: Exception) -> dict[str, str]:
+    """The last resort of a display method: one line naming the problem."""
+    line = f"autograd_lens could not show this {what}: {type(error).__name__}: {error}"
+    return {"text/plain": line, "text/html": f"<p>{html.escape(line)}</p>"}

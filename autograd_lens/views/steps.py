@@ -19,6 +19,7 @@ from ..model import BackwardPass, GradWritten, Graph, HookCall, NodeRun, PassErr
 from .chain import chain_rule
 
 CHAIN_RULE_LIMIT = 16  # tensors up to this many elements get the numbers written out
+STEP_LIMIT = 1000  # events shown as steps; a larger pass ends with one step saying how many more there are
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,8 @@ def steps_for(backward_pass: BackwardPass, totals: dict[tuple[str, str, str], in
     graph = backward_pass.graph
     totals = totals if totals is not None else hook_totals([backward_pass])
     steps = [_start_step(backward_pass)]
-    for event in backward_pass.events:
+    events = backward_pass.events
+    for event in events[:STEP_LIMIT]:
         index = len(steps)
         if isinstance(event, NodeRun):
             steps.append(_node_step(index, event, graph))
@@ -98,6 +100,11 @@ def steps_for(backward_pass: BackwardPass, totals: dict[tuple[str, str, str], in
         elif isinstance(event, PassError):
             steps.append(Step(index, "error", None, f"The pass stopped: {event.type}: {event.message}",
                               lines=("Everything before this step happened; nothing after it did.",)))
+    if len(events) > STEP_LIMIT:
+        steps.append(Step(len(steps), "collapsed", None,
+                          f"{len(events) - STEP_LIMIT:,} more events are not shown as steps",
+                          lines=(f"This pass has {len(events):,} events; the stepper shows the first {STEP_LIMIT:,}. "
+                                 f"All of them are in lens.passes[{backward_pass.index}].events.",)))
     return steps
 
 
@@ -107,6 +114,7 @@ def _start_step(backward_pass: BackwardPass) -> Step:
     lines = [f"The engine starts at {roots}: its gradient with respect to itself is 1 (or the gradient you passed)."]
     if backward_pass.kind == "grad":
         lines.append(f"autograd.grad returns gradients for {', '.join(backward_pass.inputs)} and writes no .grad.")
+    lines.extend(f"Recording note: {note}." for note in backward_pass.notes)
     return Step(0, "start", None, f"Before {what}", lines=tuple(lines))
 
 
@@ -256,19 +264,29 @@ def grads_table_html(backward_pass: BackwardPass) -> str:
     grads = backward_pass.grads
     if not grads:
         return ""
-    head = ".grad" if backward_pass.kind == "backward" else "returned"
+    backward = backward_pass.kind == "backward"
+    head = ".grad" if backward else "returned"
+    several = backward and backward_pass.index > 0  # .grad may hold earlier passes too: show this pass's own part
     rows = []
     for name, value in grads.items():
         without = backward_pass.grads_without_hooks.get(name)
-        unknown = without is None and value is not None
+        reason = backward_pass.unknown.get(name)
+        unknown = reason is not None or (without is None and value is not None)
         differs = not unknown and not values_equal(value, without)
         mark = ' class="al-differs"' if differs else ""
-        flag = "differs" if differs else ("unknown: a custom Function's backward would have to run again" if unknown else "same")
-        rows.append(
-            f"<tr{mark}><td>{html.escape(name)}</td><td>{html.escape(format_value(value))}</td>"
-            f"<td>{html.escape(format_value(without) if not unknown else '?')}</td><td>{flag}</td></tr>"
-        )
-    return (
-        f'<table class="al-grads"><thead><tr><th>tensor</th><th>{head} with hooks</th>'
-        f"<th>without hooks</th><th></th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
-    )
+        flag = "differs" if differs else ("unknown: " + (reason or "not recorded") if unknown else "same")
+        cells = [name, format_value(value), "unknown" if unknown else format_value(without)]
+        if several:
+            added = backward_pass.added.get(name)
+            added_without = backward_pass.added_without_hooks.get(name)
+            cells += [format_value(added) if name in backward_pass.added else "not reached",
+                      format_value(added_without) if added_without is not None else
+                      ("unknown" if name in backward_pass.added else "not reached")]
+        rows.append(f"<tr{mark}>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in cells)
+                    + f"<td>{html.escape(flag)}</td></tr>")
+    columns = [f"{head} with hooks", f"{head} if no hook had run"]
+    if several:
+        columns += ["added by this pass", "this pass without hooks"]
+    header = "".join(f"<th>{html.escape(column)}</th>" for column in ["tensor", *columns, ""])
+    return f'<table class="al-grads"><thead><tr>{header}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+

@@ -49,12 +49,15 @@ def events_bundle(lens: Any, hint: str = "") -> dict[str, str]:
 
 def lens_bundle(lens: Any) -> dict[str, str]:
     """A stepper widget (with a static HTML stepper inside) or, without a renderer, the steps in HTML."""
-    from .display import RENDER_PROBLEMS, hint_html
+    from .display import hint_html, safe_bundle
     from .stepper import lens_widget
 
-    if not lens.passes:
-        return events_bundle(lens)
     try:
-        return lens_widget(lens)._repr_mimebundle_()
-    except RENDER_PROBLEMS as error:
-        return events_bundle(lens, hint_html(error))
+        if not lens.passes:
+            return events_bundle(lens)
+        try:
+            return lens_widget(lens)._repr_mimebundle_()
+        except Exception as error:  # never raise from a display method: the steps in words, and the cause
+            return events_bundle(lens, hint_html(error))
+    except Exception as error:
+        return safe_bundle("recording", error)
