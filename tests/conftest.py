@@ -1,3 +1,4 @@
+import contextlib
 import gc
 import os
 import sys
@@ -62,3 +63,47 @@ def quiet_warnings():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         yield
+
+
+def assert_identical(first, second):
+    assert type(first) is type(second)
+    if isinstance(first, dict):
+        assert first.keys() == second.keys()
+        for key in first:
+            assert_identical(first[key], second[key])
+    elif isinstance(first, (list, tuple)):
+        assert len(first) == len(second)
+        for a, b in zip(first, second):
+            assert_identical(a, b)
+    elif isinstance(first, torch.Tensor):
+        assert first.dtype == second.dtype and first.shape == second.shape and first.layout == second.layout
+        if first.layout != torch.strided:
+            first, second = first.to_dense(), second.to_dense()
+        assert torch.equal(first, second) or (first.isnan() == second.isnan()).all() and torch.equal(
+            first.nan_to_num(), second.nan_to_num()
+        )
+    else:
+        assert first == second
+
+
+def run_plain_and_traced(scenario, **lens_options):
+    """Run ``scenario`` plainly and inside a Lens, from the same seed, and return
+    ``(plain, traced, lens)``: each an outcome dict with the returned values (or the exception raised,
+    by type and message) and every warning raised, for comparison with :func:`assert_identical`."""
+    import autograd_lens as al
+
+    def outcome(lens):
+        torch.manual_seed(0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                with lens if lens is not None else contextlib.nullcontext():
+                    result = {"returned": scenario()}  # one line for both runs: tracebacks in warnings match
+            except Exception as error:
+                result = {"raised": f"{type(error).__name__}: {error}"}
+        result["warnings"] = [f"{w.category.__name__}: {w.message}" for w in caught]
+        return result
+
+    lens = al.Lens(**lens_options)
+    plain, traced = [outcome(each) for each in (None, lens)]  # plain first, from the same line
+    return plain, traced, lens

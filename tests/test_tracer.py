@@ -16,7 +16,7 @@ import torch.nn as nn
 
 import autograd_lens as al
 from autograd_lens.model import GradWritten, NodeRun, PassError, TensorSummary
-from conftest import live_recorders, two_branch_lens
+from conftest import assert_identical, live_recorders, two_branch_lens
 
 
 def run_both(scenario, **lens_options):
@@ -27,25 +27,6 @@ def run_both(scenario, **lens_options):
     with al.Lens(**lens_options) as lens:
         traced = scenario()
     return plain, traced, lens
-
-
-def assert_identical(first, second):
-    assert type(first) is type(second)
-    if isinstance(first, dict):
-        assert first.keys() == second.keys()
-        for key in first:
-            assert_identical(first[key], second[key])
-    elif isinstance(first, (list, tuple)):
-        assert len(first) == len(second)
-        for a, b in zip(first, second):
-            assert_identical(a, b)
-    elif isinstance(first, torch.Tensor):
-        assert first.dtype == second.dtype and first.shape == second.shape
-        assert torch.equal(first, second) or (first.isnan() == second.isnan()).all() and torch.equal(
-            first.nan_to_num(), second.nan_to_num()
-        )
-    else:
-        assert first == second
 
 
 def grab(tensor):

@@ -139,9 +139,18 @@ def caller_namespace(frame: FrameType | None) -> dict[str, Any]:
     if frame is None:
         return {}
     namespace = dict(frame.f_globals)
-    if frame.f_locals is not frame.f_globals:
-        namespace.update(frame.f_locals)
+    local = frame.f_locals
+    if local is not frame.f_globals:
+        namespace.update(local)
+        if sys.version_info < (3, 13) and frame.f_code.co_flags & _CO_OPTIMIZED:
+            # Before 3.13, reading a function frame's f_locals leaves a snapshot dict on the frame that
+            # keeps every local alive until the next read; the function's own `del y` would no longer free y.
+            # The snapshot is rebuilt from the real locals whenever anything reads it again.
+            local.clear()
     return namespace
+
+
+_CO_OPTIMIZED = 0x0001  # a function's frame: its f_locals is a snapshot, not its namespace
 
 
 _INTERNAL_PREFIXES: tuple[str, ...] = ()
