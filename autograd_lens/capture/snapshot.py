@@ -38,7 +38,7 @@ def kind_of(tensor: torch.Tensor) -> str:
     if tensor.is_nested:
         return "nested"
     if tensor.layout != torch.strided:
-        return str(tensor.layout).replace("torch.", "")
+        return str(tensor.layout).replace("torch.", "").lstrip("_")
     if tensor.device.type == "meta":
         return "meta"
     if tensor.is_quantized:
