@@ -448,7 +448,8 @@ class PassObserver:
         if self.over_budget:
             return snapshot_all(value, -1)
         kept = snapshot_all(value, self.store_limit)
-        self.bytes_held += held_bytes(kept)
+        if self.memory_budget is not None:
+            self.bytes_held += held_bytes(kept)
         if self.memory_budget is not None and self.bytes_held > self.memory_budget:
             self.over_budget = True
             self.note(f"values not kept past {self.memory_budget} bytes (memory_budget): later gradients are "

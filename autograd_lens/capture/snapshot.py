@@ -84,6 +84,10 @@ def snapshot(tensor: torch.Tensor | None, store_limit: int = DEFAULT_STORE_LIMIT
     if not isinstance(tensor, torch.Tensor):
         return None
     try:
+        if type(tensor) is torch.Tensor and tensor.layout == torch.strided and tensor.numel() <= store_limit \
+                and tensor.device.type == "cpu" and not tensor.is_nested and not tensor._is_zerotensor() \
+                and not tensor.is_quantized:
+            return tensor.detach().clone()  # the common case first; detached: the clone records no graph
         kind = kind_of(tensor)
         if kind == "zero":  # torch's ZeroTensor has no storage; its value is all zeros
             return torch.zeros(_shape(tensor), dtype=tensor.dtype) if tensor.numel() <= store_limit else summarize(tensor)
