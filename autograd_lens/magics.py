@@ -78,22 +78,24 @@ class LensMagics(Magics):
 
         args = parse_argstring(self.lens, line)
         if not args.name.isidentifier() or keyword.iskeyword(args.name):
-            print(f"%%lens: --as needs a Python name, e.g. --as trace, not {args.name!r}")
+            print(f"%%lens: --as needs a Python name, e.g. --as trace, not {args.name!r}; the cell did not run")
             return None
         if hasattr(builtins, args.name):
             print(f"%%lens: --as {args.name} would hide Python's built-in {args.name}; choose another name, "
-                  "e.g. --as trace")
+                  "e.g. --as trace; the cell did not run")
             return None
-        try:
-            lens = Lens(
-                names=self.shell.user_ns,
-                store_limit=args.store_limit,
-                max_elements=args.max_elements,
-                max_nodes=args.max_nodes,
-            )
-        except (TypeError, ValueError) as error:
-            print(f"%%lens: {str(error).replace('_', '-').replace('max-nodes=', '--max-nodes ')}")
-            return None
+        for option, value, lowest, example in (("--max-nodes", args.max_nodes, 1, 300),
+                                               ("--max-elements", args.max_elements, 0, 16),
+                                               ("--store-limit", args.store_limit, 0, 4096)):
+            if value < lowest:
+                print(f"%%lens: {option} must be at least {lowest}, e.g. {option} {example}; the cell did not run")
+                return None
+        lens = Lens(
+            names=self.shell.user_ns,
+            store_limit=args.store_limit,
+            max_elements=args.max_elements,
+            max_nodes=args.max_nodes,
+        )
         self.shell.user_ns[args.name] = lens
         result = self._run_quietly(lens, cell)
         if not args.no_show and (lens.passes or result.success):
