@@ -610,3 +610,30 @@ def test_every_repro_script_behaves_as_without_the_lens(tmp_path):
         if "autograd_lens" in done.stderr and "Warning" in done.stderr:
             failures.append(f"{name}: lens warning: {done.stderr[-300:]}")
     assert failures == []
+
+
+SELF_CHECK_IN_A_HOSTILE_CONTEXT = """
+import torch, autograd_lens as al
+from autograd_lens.capture import tracer
+from torch.utils._python_dispatch import TorchDispatchMode
+
+class Log(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args, kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+with torch.no_grad(), torch.device("meta"), Log() as log:
+    with al.Lens():
+        pass
+print(tracer._SELF_CHECK, log.ops)
+"""
+
+
+def test_the_self_check_ignores_the_callers_context_and_is_invisible_to_it():
+    done = run_python(SELF_CHECK_IN_A_HOSTILE_CONTEXT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "{'result': None} []"
