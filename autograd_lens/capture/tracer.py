@@ -11,6 +11,7 @@ the lens keeps nothing of the graph afterwards.
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import warnings
@@ -233,12 +234,18 @@ class Lens:
     def _finish(self, observer: PassObserver, result: Any) -> None:
         """Build the pass's model now, then let go of everything torch (graph, hooks, variables)."""
         index = len(self._passes)
+        collecting = gc.isenabled()
         try:
+            # The cyclic collector would scan every live object many times while the model's records are
+            # created; what it would free now it frees at its next run.
+            gc.disable()
             with _hidden_from_modes():
                 self._build(observer, index, result)
         except Exception as problem:
             self._say(f"could not record backward pass {index + 1} ({type(problem).__name__}: {problem})")
         finally:
+            if collecting:
+                gc.enable()
             observer.release()
             self._forget_dead_leaves()
 

@@ -147,6 +147,7 @@ class Walk:
     output_edges: dict[tuple[int, int], str] = field(default_factory=dict)
     tensor_ids: dict[tuple[int, int], str] = field(default_factory=dict)
     labels: dict[int, str] = field(default_factory=dict)  # id(grad_fn) -> label
+    tensor_labels: dict[tuple[int, int], str] = field(default_factory=dict)  # as tensor_ids, the node's label
 
     @property
     def leaf_names(self) -> dict[int, str]:
@@ -170,9 +171,9 @@ class Walk:
 
     def output_label(self, fn: Any, output_nr: int) -> str:
         """What a student calls output ``output_nr`` of ``fn``: its tensor's name, or the op."""
-        tensor_id = self.tensor_ids.get((id(fn), output_nr))
-        if tensor_id is not None:
-            return self.graph.node(tensor_id).label
+        label = self.tensor_labels.get((id(fn), output_nr))
+        if label is not None:
+            return label
         return self.labels.get(id(fn), fn.name())
 
 
@@ -304,6 +305,7 @@ def walk(
             result.function_ids[id(fn)] = ids[0]
             result.labels[id(fn)] = label
             result.tensor_ids[(id(fn), 0)] = ids[0]
+            result.tensor_labels[(id(fn), 0)] = label
             continue
         named_output = names.outputs.get((id(fn), 0))
         label = op_label(name)
@@ -336,6 +338,7 @@ def walk(
                 hooks=_hook_badges(live) if live is not None else (),
             )
             result.tensor_ids[key] = tensor_id
+            result.tensor_labels[key] = tensor_label
             result.output_edges[key] = build.edge(node_id, tensor_id)
         if options.show_saved:
             _add_constants(build, fn, node_id)
