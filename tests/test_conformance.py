@@ -380,3 +380,16 @@ def test_torch_compile_inside_a_lens():
     assert not any("autograd_lens" in warning for warning in traced["warnings"])
     (backward_pass,) = lens.passes  # the user's backward, not the compiler's own autograd calls
     assert backward_pass.notes == ()
+
+
+def test_no_random_numbers_are_consumed():
+    def scenario():
+        torch.manual_seed(3)
+        x = torch.randn(6, 4, requires_grad=True)
+        y = nn.functional.dropout(x.tanh(), p=0.5, training=True)
+        y.register_hook(lambda g: g * 2)  # "without hooks" is computed through dropout's backward
+        y.pow(2).sum().backward()
+        return {"grads": grads(x), "next random": torch.rand(3)}
+
+    plain, lens = same(scenario)
+    assert torch.equal(lens.passes[0].grads_without_hooks["x"], plain["returned"]["grads"][0] / 2)

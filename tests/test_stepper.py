@@ -279,3 +279,20 @@ def test_legacy_module_hook_card_warns(quiet_warnings):
         module(x).sum().backward()
     hook = [s for s in steps_for(lens.passes[0]) if s.kind == "hook"][0]
     assert "module legacy hook" in hook.title and "register_full_backward_hook" in hook.note
+
+
+def test_a_pass_larger_than_the_step_limit_ends_with_a_step_saying_how_many_more():
+    from autograd_lens.views.steps import STEP_LIMIT, steps_for
+
+    x = torch.tensor(1.0, requires_grad=True)
+    h = x
+    for _ in range(STEP_LIMIT + 200):
+        h = h * 1.0
+    with al.Lens() as lens:
+        h.backward()
+    (backward_pass,) = lens.passes
+    steps = steps_for(backward_pass)
+    assert len(backward_pass.events) == STEP_LIMIT + 201
+    assert len(steps) == STEP_LIMIT + 2  # the start, the first STEP_LIMIT events, and the last word
+    assert steps[-1].title == "201 more events are not shown as steps"
+    assert "lens.passes[0].events" in steps[-1].lines[0]
