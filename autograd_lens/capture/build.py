@@ -68,8 +68,9 @@ def build_pass(observer: PassObserver, walk: Walk, index: int, history: dict, in
 def _untrusted(observer: PassObserver) -> Unknown | None:
     if observer.broken:
         return Unknown("the recording of this pass is incomplete (see the notes)")
-    if not observer.profiling and observer.notes:
-        return Unknown("another profiler was active, so the lens could not see which hooks changed gradients")
+    if observer.hooks_hidden:
+        return Unknown("the lens could not see the hook calls of this pass (see the notes), so not which changed "
+                       "gradients")
     return None
 
 

@@ -53,7 +53,8 @@ from .walk import Structure, saved_names
 
 _current_node = torch._C._current_autograd_node
 _hidden_from_modes = torch._C._DisableTorchDispatch  # the lens's tensor ops never reach a user's dispatch mode
-BEFORE_NODE = ("tensor", "node_pre", "multi_grad")  # hook kinds that run before their node's backward
+BEFORE_NODE = ("tensor", "node_pre", "multi_grad")
+DEEP_GRAPH = 30_000  # chains deeper than this may crash torch when freed after a Python walk (measured: 40k ok, 50k not)  # hook kinds that run before their node's backward
 
 
 @dataclass
@@ -153,6 +154,7 @@ class PassObserver:
         self.unhooked = Unhooked(self)
         self.error: BaseException | None = None
         self.profiling_allowed = True
+        self.hooks_hidden = False  # hook calls could not be seen (another profiler, or the self-check failed)
         self.walk: Any = None  # the graph's model, when drawn before the pass
         self.leaf_state: Any = None  # leaf values read before the pass, when drawn after it
 
@@ -165,15 +167,20 @@ class PassObserver:
             self.leaf_ids.add(id(variable))
             if variable.grad is not None or getattr(variable, "_post_accumulate_grad_hooks", None):
                 self.handles.append(fn.register_prehook(self._before_write))
+        if self.shape.depth > DEEP_GRAPH:
+            self.note(f"this graph is {self.shape.depth:,} functions deep: torch keeps a Python object for every "
+                      "function any Python code has looked at (this lens included), and freeing a chain that deep "
+                      "can overflow the C stack (pytorch issue 109948)")
         defaults = torch._C._autograd._top_saved_tensors_default_hooks(False)
         if defaults is not None:  # pack/unpack hooks active during backward (double backward) are not gradient hooks
             self.unpack_codes.update(code for code in map(code_of, defaults) if code is not None)
         if not self.profiling_allowed:
-            pass
+            self.hooks_hidden = True
         elif sys.getprofile() is None:
             self.profiling = True
             sys.setprofile(self._profile)
         else:
+            self.hooks_hidden = True
             self.note("hook calls not attributed: another profiler (cProfile, %prun or torch.profiler) is active, "
                       "so only the backward functions were recorded")
 

@@ -10,7 +10,6 @@ gradient on its arrow.
 from __future__ import annotations
 
 import re
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -88,6 +87,7 @@ class Structure:
     _consumers: dict[tuple[int, int], list[tuple[Any, int]]] | None = None
     root_labels: list[str] = field(default_factory=list)  # filled by label()
     leaf_labels: dict[int, str] = field(default_factory=dict)  # id(AccumulateGrad) -> label, by label()
+    depth: int = 0  # breadth-first levels from the roots
 
     @property
     def consumers(self) -> dict[tuple[int, int], list[tuple[Any, int]]]:
@@ -123,9 +123,9 @@ class Structure:
 def structure(roots: Sequence[Any]) -> Structure:
     """Reachable nodes and who uses what (no names, no values, no model): cheap, before a pass."""
     starts = root_edges(roots)
-    reachable = _reachable([fn for fn, _ in starts])
+    reachable, depth = _reachable_with_depth([fn for fn, _ in starts])
     leaves = {id(fn): fn for fn in reachable if type(fn).__name__ == "AccumulateGrad"}
-    return Structure(reachable, starts, leaves)
+    return Structure(reachable, starts, leaves, depth=depth)
 
 
 @dataclass
@@ -216,19 +216,28 @@ class _Builder:
 
 def _reachable(starts: list[Any]) -> list[Any]:
     """Every backward function reachable from ``starts``, breadth first, each once."""
+    return _reachable_with_depth(starts)[0]
+
+
+def _reachable_with_depth(starts: list[Any]) -> tuple[list[Any], int]:
+    """Like :func:`_reachable`, and the number of breadth-first levels (how deep the graph is)."""
     order: list[Any] = []
     seen: set[int] = set()
-    queue = deque(node for node in starts if node is not None)
-    while queue:
-        fn = queue.popleft()
-        if id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        order.append(fn)
-        for next_fn, _ in fn.next_functions:
-            if next_fn is not None and id(next_fn) not in seen:
-                queue.append(next_fn)
-    return order
+    level = [node for node in starts if node is not None]
+    depth = 0
+    while level:
+        depth += 1
+        following = []
+        for fn in level:
+            if id(fn) in seen:
+                continue
+            seen.add(id(fn))
+            order.append(fn)
+            for next_fn, _ in fn.next_functions:
+                if next_fn is not None and id(next_fn) not in seen:
+                    following.append(next_fn)
+        level = following
+    return order, depth
 
 
 def _output_shape(fn: Any, output_nr: int) -> tuple[int, ...] | None:
