@@ -296,3 +296,28 @@ def test_a_pass_larger_than_the_step_limit_ends_with_a_step_saying_how_many_more
     assert len(steps) == STEP_LIMIT + 2  # the start, the first STEP_LIMIT events, and the last word
     assert steps[-1].title == "201 more events are not shown as steps"
     assert "lens.passes[0].events" in steps[-1].lines[0]
+
+
+def test_an_unknown_value_without_hooks_says_why_on_the_card_and_in_the_table():
+    from autograd_lens.views.steps import grads_table_html, steps_for
+
+    class Double(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    with al.Lens() as lens:
+        y = Double.apply(x)
+        y.register_hook(lambda g: g * 3)
+        y.sum().backward()
+    (backward_pass,) = lens.passes
+    reason = backward_pass.unknown["x"]
+    assert reason.startswith("DoubleBackward's backward is Python code")
+    (card,) = [step for step in steps_for(backward_pass) if step.kind == "grad"]
+    assert card.lines[-1] == f"Without the hooks: unknown, because {reason}."
+    assert f"unknown: {reason}" in grads_table_html(backward_pass).replace("&#x27;", "'")

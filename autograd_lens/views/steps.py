@@ -226,7 +226,10 @@ def _grad_step(index: int, event: GradWritten, graph: Graph, backward_pass: Back
     title = f"{event.name}.grad written: {format_value(event.grad)}"
     lines = [f"AccumulateGrad added this pass's gradient {format_value(event.received)} to {event.name}.grad."]
     without = backward_pass.grads_without_hooks.get(event.name)
-    if without is not None and not values_equal(without, backward_pass.leaf_grads.get(event.name)):
+    reason = backward_pass.unknown.get(event.name)
+    if reason is not None:
+        lines.append(f"Without the hooks: unknown, because {reason}.")
+    elif without is not None and not values_equal(without, backward_pass.leaf_grads.get(event.name)):
         lines.append(f"Without the hooks it would be {format_value(without)}.")
     elif without is not None:
         lines.append("No hook changed it: the same as without hooks.")
