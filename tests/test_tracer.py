@@ -953,3 +953,15 @@ def test_checkpointed_module():
     plain, traced, lens = run_both(scenario)
     assert_identical(plain, traced)
     assert len(lens.passes) == 1
+
+
+def test_a_leaf_with_its_own_hook_records_what_was_written_and_added():
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    with al.Lens() as lens:
+        x.register_hook(lambda g: g * 2)
+        (x * 3).sum().backward()
+    (backward_pass,) = lens.passes
+    (written,) = [e for e in backward_pass.events if isinstance(e, GradWritten)]
+    assert torch.equal(written.grad, torch.full((2,), 6.0)) and torch.equal(written.received, torch.full((2,), 6.0))
+    assert torch.equal(backward_pass.added["x"], torch.full((2,), 6.0))
+    assert torch.equal(backward_pass.added_without_hooks["x"], torch.full((2,), 3.0))

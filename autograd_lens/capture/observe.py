@@ -96,6 +96,7 @@ class HookRecord:
     error: str | None = None
     context: Any = None
     wrapper_seq: int | None = None
+    current_fn: Any = None  # the node the engine was running the hook for (torch._C._current_autograd_node)
 
 
 @dataclass
@@ -146,11 +147,14 @@ class PassObserver:
         self.names: Names | None = None
         self.known_hooks: dict[Any, list[KnownHook]] = {}
         self.leaf_ids: set[int] = set()
+        self.claimed: set[int] = set()  # id(KnownHook) already matched to a call in this pass
         self.old_grads: dict[int, Value] = {}  # id(AccumulateGrad) -> .grad before this pass wrote it
         self.incoming: dict[int, Value] = {}  # id(AccumulateGrad) -> the gradient it was about to add
         self.written: dict[int, Value] = {}  # id(AccumulateGrad) -> .grad right after the write
         self.unpack_codes: set[Any] = set()
         self.seeds = tuple(snapshot(seed, store_limit) if isinstance(seed, torch.Tensor) else None for seed in seeds)
+        self.start_seeds = self.seeds  # as they were when the pass started (self.seeds: as they would be unhooked)
+        self.seed_objects = seeds  # the caller's gradient= tensors, until the pass is recorded
         self.unhooked = Unhooked(self)
         self.error: BaseException | None = None
         self.profiling_allowed = True
@@ -203,7 +207,7 @@ class PassObserver:
         self.namespace = {}
         self.known_hooks = {}
         self.walk = self.leaf_state = None
-        self.roots = self.inputs = self.seeds = ()
+        self.roots = self.inputs = self.seeds = self.start_seeds = self.seed_objects = ()
         self.old_grads, self.incoming, self.written = {}, {}, {}
         self.unhooked = Unhooked(self)
         self.error = None
@@ -344,7 +348,8 @@ class PassObserver:
                     received, context = (args[1], args[2]) if len(args) > 2 else ((), ())
             limit = self.store_limit
             node = _current_node()
-            if node is not None and id(node) in self.shape.leaves and id(node) not in self.written:
+            if kind in ("post_accumulate_grad", "node") and node is not None and id(node) in self.shape.leaves \
+                    and id(node) not in self.written:
                 # user code is about to run after AccumulateGrad wrote .grad: keep the value it wrote
                 self.written[id(node)] = snapshot(node.variable.grad, limit)
             if kind == "post_accumulate_grad":
@@ -361,6 +366,7 @@ class PassObserver:
                 candidates=candidates,
                 module=module,
                 context=snapshot_all(context, limit) if context is not None else None,
+                current_fn=node,
             )
 
     def _candidates(self, frame: FrameType, function: Any) -> list[KnownHook]:
@@ -486,21 +492,31 @@ class PassObserver:
             self.unhooked.on_node(fn, grad_inputs, grad_outputs, pending, is_leaf)
 
     def place(self, call: HookRecord, fn: Any, grad_outputs: tuple) -> None:
-        """Decide what a hook call is attached to (tensor name, node, output index)."""
+        """Decide what a hook call is attached to (tensor name, node, output index).
+
+        The engine says which node it runs a hook for (``current_fn``); ``fn`` is the node whose
+        post-hook is placing the call (the next to run), the fallback when the engine said nothing."""
+        if call.current_fn is not None and call.kind != "multi_grad":
+            if call.current_fn is not fn:
+                grad_outputs = ()  # fired for another node (an input of autograd.grad): no outputs to match
+            fn = call.current_fn
         if call.kind in ("tensor", "post_accumulate_grad", "multi_grad"):
-            candidates = [h for h in call.candidates if h.kind == call.kind]
+            candidates = [h for h in call.candidates if h.kind == call.kind and id(h) not in self.claimed]
             if call.kind == "multi_grad":
                 targets = sorted({h.target for h in candidates}, key=[h.target for h in candidates].index)
                 call.target = ", ".join(targets) if targets else "several tensors"
                 call.node_fn = fn
                 return
             here = [h for h in candidates if h.grad_fn is fn]
+            if call.current_fn is not None:  # the engine named the node: only a hook attached there can be it
+                candidates = here
             if not here and fn is not None:
                 # Only an input of autograd.grad fires its hooks without its node running next.
                 here = [h for h in candidates if self._is_input_node(h.grad_fn) and self._all_consumers_ran(h.grad_fn)]
             same_target = len({(h.target, id(h.grad_fn)) for h in candidates}) == 1
             chosen = here[0] if here else (candidates[0] if candidates and same_target and fn is None else None)
             if chosen is not None:
+                self.claimed.add(id(chosen))  # a tensor hook fires once per pass
                 call.target, call.node_fn, call.output_nr = chosen.target, chosen.grad_fn, chosen.output_nr
                 return
             if fn is None:  # fired after the last node ran and matches no known tensor

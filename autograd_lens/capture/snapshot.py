@@ -87,15 +87,34 @@ def snapshot(tensor: torch.Tensor | None, store_limit: int = DEFAULT_STORE_LIMIT
         if type(tensor) is torch.Tensor and tensor.layout == torch.strided and tensor.numel() <= store_limit \
                 and tensor.device.type == "cpu" and not tensor.is_nested and not tensor._is_zerotensor() \
                 and not tensor.is_quantized:
-            return tensor.detach().clone()  # the common case first; detached: the clone records no graph
+            return copy_exactly(tensor.detach())  # the common case first; detached: the copy records no graph
         kind = kind_of(tensor)
         if kind == "zero":  # torch's ZeroTensor has no storage; its value is all zeros
             return torch.zeros(_shape(tensor), dtype=tensor.dtype) if tensor.numel() <= store_limit else summarize(tensor)
         if kind != "dense" or tensor.numel() > store_limit:
             return summarize(tensor)
-        return tensor.detach().clone()  # detached first: the clone records no graph, whatever the grad mode
+        return copy_exactly(tensor.detach())
     except Exception:
         return TensorSummary(shape=_shape(tensor), dtype=dtype_name(tensor.dtype), kind="unreadable")
+
+
+def copy_exactly(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy with the same sizes *and strides*.  Autograd hands over expanded (stride 0) and transposed
+    gradients; a reduction over a differently laid out copy adds in another order, and the last bits of a
+    value computed from it would differ from the engine's.  Only the memory the tensor spans is copied.
+
+    >>> g = torch.tensor(3.0).expand(2, 3)
+    >>> copy = copy_exactly(g)
+    >>> copy.stride(), copy.untyped_storage().nbytes(), torch.equal(copy, g)
+    ((0, 0), 4, True)
+    """
+    if tensor.is_contiguous():
+        return tensor.clone()
+    span = 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()) if size > 0)
+    if tensor.numel() == 0:
+        return tensor.clone()
+    base = tensor.as_strided((span,), (1,)).clone()
+    return base.as_strided(tuple(tensor.shape), tuple(tensor.stride()))
 
 
 def held_bytes(value: object) -> int:

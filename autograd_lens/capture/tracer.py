@@ -15,15 +15,18 @@ import gc
 import sys
 import threading
 import warnings
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from ..model import BackwardPass, GraphOptions, HookCall
+from ..model import BackwardPass, GraphOptions, HookCall, values_equal
 from .build import build_pass
 from .names import caller_namespace, user_frame
 from .observe import PassObserver
+from .snapshot import snapshot
+from .unhooked import Unknown
 from .walk import leaf_state, structure, walk
 
 # Graphs up to this many nodes are modelled before the pass (saved tensors included);
@@ -109,6 +112,7 @@ class Lens:
         self.options = GraphOptions(max_elements=max_elements, max_nodes=max_nodes)
         self._passes: list[BackwardPass] = []
         self._history: dict[int, Any] = {}  # per leaf, across passes (see unhooked.LeafHistory)
+        self._edited_seeds: dict[int, tuple] = {}  # id(gradient= tensor) -> (weakref, value now, value without hooks)
         self._invocations: dict[Any, Any] = {}
         self._original: Any = None
         self._thread: int | None = None
@@ -224,12 +228,40 @@ class Lens:
         if _SELF_CHECK.get("result"):
             observer.note(f"hook calls not recorded: {_SELF_CHECK['result']}")
             observer.profiling_allowed = False
+        self._restore_seeds(observer, seeds)
         if len(observer.shape.nodes) <= EAGER_MODEL_LIMIT:
             # small graphs: read saved tensors and values now, they are gone after the pass
             observer.walk = walk(observer.shape, observer.ensure_names(), self.options)
         else:  # large graphs: keep what the pass will change (leaf values), draw after it
             observer.leaf_state = leaf_state(observer.shape, self.options.replace(show_saved=False))
         return observer
+
+    def _restore_seeds(self, observer: PassObserver, seeds: tuple) -> None:
+        """A ``backward(gradient=...)`` tensor that changed in place during an earlier pass in which hooks
+        changed gradients (a hook, or AccumulateGrad through a ``.grad`` that aliases it): how it would have
+        changed with no hook is not known, so nothing computed from it is."""
+        for index, seed in enumerate(seeds):
+            entry = self._edited_seeds.get(id(seed))
+            if entry is None or entry[0]() is not seed:
+                continue
+            if values_equal(snapshot(seed, self.store_limit), entry[1]):  # untouched since that pass
+                observer.seeds = observer.seeds[:index] + (entry[2],) + observer.seeds[index + 1:]
+                observer.unhooked.activate(edited_in_place=True)
+
+    def _remember_seeds(self, observer: PassObserver, seeds: tuple) -> None:
+        for index, seed in enumerate(seeds):
+            if not isinstance(seed, torch.Tensor):
+                continue
+            now = snapshot(seed, self.store_limit)
+            changed = not values_equal(now, observer.start_seeds[index])
+            if changed and (observer.unhooked.active or id(seed) in self._edited_seeds):
+                reason = Unknown(f"the gradient passed to backward() changed in place during pass {len(self._passes) + 1}, "
+                                 "while hooks changed gradients (a hook edited it, or a .grad that shares its memory "
+                                 "was added to)")
+                self._edited_seeds[id(seed)] = (weakref.ref(seed), now, reason)
+            elif id(seed) in self._edited_seeds:
+                entry = self._edited_seeds[id(seed)]
+                self._edited_seeds[id(seed)] = (entry[0], now, entry[2])
 
     def _finish(self, observer: PassObserver, result: Any) -> None:
         """Build the pass's model now, then let go of everything torch (graph, hooks, variables)."""
@@ -251,6 +283,7 @@ class Lens:
 
     def _build(self, observer: PassObserver, index: int, result: Any) -> None:
         observer.seal()
+        self._remember_seeds(observer, observer.seed_objects)
         names = observer.ensure_names()
         graph_walk = observer.walk
         if graph_walk is None:

@@ -220,4 +220,5 @@ def carry(history: LeafHistory | None, old: Any) -> Any:
         return torch.zeros_like(old)  # zeroed in place by the user
     if isinstance(history.without, Unknown):
         return history.without
-    return Unknown(".grad was changed between passes by code the lens did not see")
+    return Unknown(".grad was changed by code the lens did not see (between passes, or during this one through "
+                   "memory it shares with a gradient)")
