@@ -1,5 +1,5 @@
-"""Property: on random graphs with random hooks, the Lens changes nothing and leaves nothing behind,
-and its "without hooks" gradients match a plain run with the hooks left out."""
+"""Property: on random graphs with random hooks, the Lens changes nothing and leaves nothing behind, and
+what it records each hook received is what the hook received."""
 
 from __future__ import annotations
 
@@ -123,28 +123,4 @@ def test_lens_changes_no_gradient_and_leaks_nothing(program):
         assert same(call.grad_in, truth)
     assert live_recorders() == []
 
-
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(programs())
-def test_without_hooks_matches_a_run_without_the_hooks(program):
-    values, ops, hooks, mode = program
-    if mode == "twice":
-        mode = "backward"
-        program = (values, ops, hooks, mode)
-    unhooked = run(program, with_hooks=False)
-    with al.Lens(names={}) as lens:
-        run(program)
-    (backward_pass,) = lens.passes
-    if mode == "backward":
-        # unnamed leaves are labelled in graph order; match them by their values instead
-        got = sorted(float(g.sum()) for g in backward_pass.grads_without_hooks.values() if g is not None)
-        expected = sorted(float(g.sum()) for g in unhooked["grads"] if g is not None)
-    else:
-        got = [None if g is None else float(g.sum()) for g in backward_pass.grads_without_hooks.values()]
-        expected = [None if g is None else float(g.sum()) for g in unhooked["grads"]]
-    assert len(got) == len(expected)
-    for a, b in zip(expected, got):
-        if a is None:
-            assert b is None or b == 0
-        else:
-            assert b is not None and (abs(a - b) <= 1e-4 * max(1.0, abs(a)) or a != a and b != b)
+# "Without hooks" values are checked bit for bit, on richer graphs, in test_unhooked_property.py.
