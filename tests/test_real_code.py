@@ -244,7 +244,7 @@ def test_real_code_behaves_as_without_the_lens(name):
     plain, traced, lens = run_plain_and_traced(S[name])
     assert_identical(plain, traced)
     assert live_recorders() == []
-    assert [note for p in lens.passes for note in p.notes] == [] and lens.notes == []
+    assert [note for p in lens.passes for note in p.notes] == [] and lens.recording_notes == []
 
 
 def lstm(h):

@@ -839,7 +839,7 @@ def test_a_lens_failure_never_breaks_the_students_backward(monkeypatch):
             (x * x).backward()
     assert float(x.grad) == 12.0 and lens.passes == []
     assert len([w for w in caught if "autograd_lens" in str(w.message)]) == 1  # one quiet warning per Lens
-    assert len(lens.notes) == 2 and "lens bug" in lens.notes[0]
+    assert len(lens.recording_notes) == 2 and "lens bug" in lens.recording_notes[0]
 
 
 def test_passes_are_built_lazily_but_record_the_state_at_the_time():

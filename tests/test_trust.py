@@ -295,7 +295,7 @@ def test_user_errors_get_no_lens_warning():
                 except Exception:
                     pass
         assert [str(w.message) for w in caught if "autograd_lens" in str(w.message)] == []
-        assert lens.notes == []
+        assert lens.recording_notes == []
 
 
 def test_a_hook_returning_a_meta_tensor_gets_torchs_own_error():

@@ -119,7 +119,7 @@ class Lens:
         self._recording = False
         self._nested = 0
         self._warned = False
-        self.notes: list[str] = []  # passes the lens could not record, and why
+        self.recording_notes: list[str] = []  # passes the lens could not record, and why
 
     @property
     def passes(self) -> list[BackwardPass]:
@@ -156,7 +156,7 @@ class Lens:
 
     def _say(self, text: str) -> None:
         """A problem of the lens itself: a note, and at most one quiet warning per Lens."""
-        self.notes.append(text)
+        self.recording_notes.append(text)
         if not self._warned:
             self._warned = True
             warnings.warn(f"autograd_lens: {text}", RuntimeWarning, stacklevel=4)
