@@ -63,6 +63,10 @@ class LensMagics(Magics):
     @argument("--store-limit", type=int, default=4096, help="Gradients with more elements are kept as summaries (default 4096).")
     @argument("--max-elements", type=int, default=16, help="Show values of tensors with at most this many elements (default 16).")
     @argument("--max-nodes", type=int, default=300, help="Draw at most this many backward functions (default 300).")
+    @argument("--plot", action="append", default=[], choices=("flow", "timeline", "before-after", "with-without"),
+              help="Also draw a figure: flow (gradient flow per parameter), timeline (hook calls), before-after "
+                   "(what each hook received and passed on), with-without (gradients with vs without hooks). "
+                   "Repeat for several.")
     @cell_magic
     def lens(self, line: str, cell: str) -> Any:
         """Run the cell as ordinary Python and record every backward pass in it.
@@ -102,12 +106,28 @@ class LensMagics(Magics):
             from IPython.display import display
 
             display(lens)
+            self._show_plots(lens, args.plot)
         # A failing cell fails as any cell does (Run All and nbclient stop), after the partial trace.
         if result.error_before_exec is not None:
             raise result.error_before_exec
         if result.error_in_exec is not None:
             raise result.error_in_exec
         return None
+
+    @staticmethod
+    def _show_plots(lens: Any, names: list[str]) -> None:
+        from IPython.display import display
+
+        from .views.plots import BY_NAME
+
+        for name in names:
+            if not lens.passes:
+                print(f"%%lens --plot {name}: no backward pass was recorded, so there is nothing to plot")
+                continue
+            try:
+                display(getattr(lens.plot, BY_NAME[name])())
+            except Exception as error:  # a plot must not turn a successful cell into a failing one
+                print(f"%%lens --plot {name}: could not draw it ({type(error).__name__}: {error})")
 
     def _run_quietly(self, lens: Any, cell: str) -> Any:
         """Run the cell under the Lens; its traceback is shown once, when the magic re-raises."""

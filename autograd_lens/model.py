@@ -32,6 +32,7 @@ class TensorSummary:
     norm: float | None = None
     head: tuple[float, ...] = ()
     kind: str = "dense"  # or what the tensor is when its numbers cannot be read: "sparse_coo", "meta", …
+    mean_abs: float | None = None  # mean |value| (gradient-flow plots)
 
     @property
     def numel(self) -> int:

@@ -66,9 +66,10 @@ def summarize(tensor: torch.Tensor) -> TensorSummary:
             as_float = flat if flat.is_floating_point() else flat.double()
             low, high = torch.aminmax(as_float)
             norm = torch.linalg.vector_norm(as_float)
+            mean_abs = as_float.abs().mean()
             head = tuple(float(item) for item in flat[:4].tolist())
         return TensorSummary(shape=_shape(tensor), dtype=dtype_name(tensor.dtype), min=float(low), max=float(high),
-                             norm=float(norm), head=head)
+                             norm=float(norm), head=head, mean_abs=float(mean_abs))
     except Exception:
         return TensorSummary(shape=_shape(tensor), dtype=dtype_name(tensor.dtype), kind="unreadable")
 

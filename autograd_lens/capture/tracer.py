@@ -313,11 +313,13 @@ class Lens:
 
         display(self)
 
-    def plot(self, pass_index: int = -1):
-        """Gradients with vs without hooks, and hook call counts (a matplotlib figure)."""
-        from ..views.plots import plot
+    @property
+    def plot(self):
+        """``lens.plot()``: gradients with vs without hooks and hook call counts (a matplotlib figure);
+        ``lens.plot.grad_flow()``, ``.timeline()``, ``.before_after()``, ``.with_without()``: one picture each."""
+        from ..views.plots import Plots
 
-        return plot(self, pass_index)
+        return Plots(self)
 
     def to_html(self, path: str | None = None) -> str:
         """A standalone HTML page of the recorded passes; written to ``path`` when given."""

@@ -1,26 +1,304 @@
-"""Pictures where a picture beats a table: gradients with vs without hooks, and hook call counts."""
+"""Pictures where a picture beats a table.
+
+``lens.plot()`` draws the summary (gradients with vs without hooks, hook call counts); ``lens.plot``'s
+methods draw one picture each: :meth:`Plots.grad_flow`, :meth:`Plots.timeline`,
+:meth:`Plots.before_after` and :meth:`Plots.with_without`.  Every method returns a
+``matplotlib.figure.Figure`` made without pyplot (nothing accumulates in pyplot's state; works
+headless), whose SVG is byte-stable (fixed hash salt, no date).  Names never start mathtext.
+"""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any
 
-from ..model import BackwardPass, TensorSummary
+from ..model import BackwardPass, HookCall, TensorSummary
+
+ORANGE, BLUE, GREY, RED = "#d97706", "#2563eb", "#9ca3af", "#dc2626"
+SHORT = 36  # longer names are shortened on the axis and given in full in a legend
 
 
-def _size(value: Any) -> float | None:
-    """One number for a gradient: the value of a scalar, the norm of anything larger."""
+def _figure(rows: int = 4, width: float = 8.0):
+    """A figure sized for ``rows`` labelled rows (readable at notebook width up to ~30 rows)."""
+    from matplotlib.figure import Figure
+
+    class StableFigure(Figure):
+        """Saved as SVG, the same bytes every time: a fixed hash salt and no date."""
+
+        def savefig(self, fname: Any, *args: Any, **kwargs: Any) -> None:
+            import matplotlib
+
+            if str(kwargs.get("format") or fname).lower().endswith("svg"):
+                kwargs.setdefault("metadata", {"Date": None})
+            with matplotlib.rc_context({"svg.hashsalt": "autograd_lens"}):
+                super().savefig(fname, *args, **kwargs)
+
+        def __repr__(self) -> str:
+            titles = [axis.get_title() for axis in self.axes if axis.get_title()]
+            return f"<autograd_lens figure: {'; '.join(titles)}>"
+
+        def _repr_png_(self) -> bytes:
+            """A picture in any IPython front end, with or without matplotlib's inline backend."""
+            import io
+
+            buffer = io.BytesIO()
+            self.savefig(buffer, format="png", dpi=100)
+            return buffer.getvalue()
+
+    return StableFigure(figsize=(width, max(2.6, 0.9 + 0.28 * rows)), layout="constrained")
+
+
+def plain_text(text: str) -> str:
+    """A name as matplotlib should print it: a ``$`` never starts mathtext."""
+    return text.replace("$", r"\$")
+
+
+def _labels(names: list[str]) -> tuple[list[str], list[str]]:
+    """Axis labels (long ones shortened and numbered) and the legend lines giving them in full."""
+    labels, legend = [], []
+    for index, name in enumerate(names):
+        if len(name) > SHORT:
+            labels.append(plain_text(f"[{index + 1}] …{name[-(SHORT - 6):]}"))
+            legend.append(plain_text(f"[{index + 1}] {name}"))
+        else:
+            labels.append(plain_text(name))
+    return labels, legend
+
+
+def _add_legend(figure: Any, legend: list[str]) -> None:
+    """The full names of shortened labels, under the plot (the layout makes room for them)."""
+    if legend:
+        from matplotlib.lines import Line2D
+
+        blank = [Line2D([], [], linestyle="none") for _ in legend]
+        figure.legend(blank, legend, loc="outside lower left", fontsize=7, frameon=False, handlelength=0,
+                      handletextpad=0, prop={"family": "monospace", "size": 7})
+
+
+def size(value: Any) -> float | None:
+    """One number for a recorded value: a scalar's value, otherwise the norm (tuples: of all of it)."""
+    if value is None:
+        return None
+    if isinstance(value, tuple):
+        parts = [size(item) for item in value if item is not None]
+        if not parts or any(part is None for part in parts):
+            return None
+        return math.sqrt(sum(part * part for part in parts)) if len(parts) > 1 else abs(parts[0])
+    if isinstance(value, TensorSummary):
+        return value.norm
+    if value.numel() == 1 and not value.is_complex():
+        return float(value.reshape(()))
+    return float(value.abs().double().norm())
+
+
+def abs_stats(value: Any) -> tuple[float, float] | None:
+    """(mean |g|, max |g|) of a recorded gradient; None when not known."""
     if value is None:
         return None
     if isinstance(value, TensorSummary):
-        return value.norm
-    if value.numel() == 1:
-        return float(value.reshape(()))
-    return float(value.double().norm())
+        if value.mean_abs is None or value.min is None:
+            return None
+        return value.mean_abs, max(abs(value.min), abs(value.max))
+    magnitude = value.detach().abs().double()
+    if magnitude.numel() == 0:
+        return None
+    return float(magnitude.mean()), float(magnitude.max())
 
 
-def plot(lens_or_pass: Any, pass_index: int = -1):
-    """A matplotlib figure: each leaf's gradient with the hooks and without them (scalars as values,
+def _passes_and_calls(source: Any) -> tuple[list[BackwardPass], list[HookCall]]:
+    if isinstance(source, BackwardPass):
+        return [source], list(source.hook_calls)
+    return list(source.passes), list(source.hook_calls)
+
+
+def _pass(source: Any, pass_index: int) -> BackwardPass:
+    passes, _ = _passes_and_calls(source)
+    if not passes:
+        raise ValueError("nothing to plot: no backward pass was recorded")
+    return passes[pass_index]
+
+
+def grad_flow(source: Any, pass_index: int = -1, log: bool = True):
+    """Per parameter (leaf), the mean and the largest |gradient| after one pass: vanishing and exploding
+    layers at a glance (bars in graph order, from the output towards the inputs).
+
+    >>> import torch, autograd_lens as al
+    >>> w = torch.tensor([1.0, -4.0], requires_grad=True)
+    >>> with al.Lens() as lens:
+    ...     (w * w).sum().backward()
+    >>> figure = lens.plot.grad_flow()
+    >>> [float(bar.get_width()) for bar in figure.axes[0].patches]   # max, then mean
+    [8.0, 5.0]
+    """
+    backward_pass = _pass(source, pass_index)
+    rows = [(name, abs_stats(value)) for name, value in backward_pass.leaf_grads.items()]
+    names = [name for name, _ in rows]
+    figure = _figure(len(rows))
+    axis = figure.subplots()
+    labels, legend = _labels(names)
+    positions = list(range(len(rows)))
+    highest = [stats[1] if stats else 0.0 for _, stats in rows]
+    mean = [stats[0] if stats else 0.0 for _, stats in rows]
+    axis.barh(positions, highest, color="#fde68a", label="max |grad|")
+    axis.barh(positions, mean, height=0.45, color=ORANGE, label="mean |grad|")
+    for position, (_, stats) in zip(positions, rows):
+        if stats is None:
+            axis.text(0, position, " no gradient", va="center", fontsize=8, color=GREY)
+    axis.set_yticks(positions, labels, fontsize=8)
+    axis.invert_yaxis()
+    if log and any(value > 0 for value in highest):
+        axis.set_xscale("log")
+    axis.set_xlabel("|gradient|" + (" (log scale)" if axis.get_xscale() == "log" else ""))
+    axis.set_title(f"pass {backward_pass.index + 1}: gradient flow (mean and max |grad| per parameter)")
+    axis.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _add_legend(figure, legend)
+    return figure
+
+
+def _hook_key(call: HookCall) -> str:
+    return f"{call.hook} on {call.target} ({call.kind.replace('_', ' ')})"
+
+
+def timeline(source: Any):
+    """Every hook call of every pass: x is the event's position (passes one after another), one row per
+    registered hook; filled markers changed the gradient, hollow ones did not, crosses raised.
+
+    >>> import torch, autograd_lens as al
+    >>> x = torch.tensor(2.0, requires_grad=True)
+    >>> with al.Lens() as lens:
+    ...     y = x * 3
+    ...     _ = y.register_hook(lambda g: g * 2)
+    ...     y.backward(retain_graph=True); y.backward()
+    >>> figure = lens.plot.timeline()   # each pass: the hook call, then mul, then x.grad written
+    >>> [tuple(point) for point in figure.axes[0].collections[0].get_offsets().tolist()]
+    [(0.0, 0.0), (3.0, 0.0)]
+    """
+    passes, _ = _passes_and_calls(source)
+    keys: list[str] = []
+    points: dict[str, list[tuple[float, float]]] = {"changed": [], "unchanged": [], "raised": []}
+    boundaries = []
+    offset = 0
+    for backward_pass in passes:
+        boundaries.append((offset, backward_pass.index))
+        for call in backward_pass.hook_calls:
+            key = _hook_key(call)
+            if key not in keys:
+                keys.append(key)
+            kind = "raised" if call.error else ("changed" if call.modified else "unchanged")
+            points[kind].append((offset + call.step, keys.index(key)))
+        offset += len(backward_pass.events)
+    figure = _figure(len(keys))
+    axis = figure.subplots()
+    styles = {"changed": dict(color=ORANGE, marker="o"), "unchanged": dict(facecolors="none", edgecolors=GREY,
+              marker="o"), "raised": dict(color=RED, marker="x")}
+    for kind, coordinates in points.items():
+        xs = [x for x, _ in coordinates]
+        ys = [y for _, y in coordinates]
+        axis.scatter(xs, ys, s=40, label=f"{kind} the gradient" if kind != "raised" else "raised", **styles[kind])
+    for start, index in boundaries:
+        axis.axvline(start - 0.5, color=GREY, linestyle="--", linewidth=0.8)
+        axis.text(start - 0.4, -0.6, f"pass {index + 1}", fontsize=7, color=GREY, va="bottom")
+    labels, legend = _labels(keys)
+    axis.set_yticks(range(len(keys)), labels, fontsize=8)
+    axis.set_ylim(len(keys) - 0.4, -0.8)
+    axis.set_xlim(-1, max(offset, 1))
+    axis.set_xlabel("event (passes one after another)")
+    axis.set_title("hook calls over time")
+    if not keys:
+        axis.text(0.5, 0.5, "no hook fired", ha="center", va="center", transform=axis.transAxes)
+    else:
+        axis.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _add_legend(figure, legend)
+    return figure
+
+
+def before_after(source: Any, hook: str | None = None):
+    """Per hook call, what the hook received against what it passed on (scalars as values, tensors and
+    tuples as norms).  ``hook``: only the calls of the hook with that name.
+
+    >>> import torch, autograd_lens as al
+    >>> x = torch.tensor(2.0, requires_grad=True)
+    >>> with al.Lens() as lens:
+    ...     y = x ** 2
+    ...     _ = y.register_hook(lambda g: g * 0.5)
+    ...     (y * 3 + y * 2).backward()
+    >>> bars = lens.plot.before_after().axes[0].patches
+    >>> [float(bar.get_width()) for bar in bars]   # received 5, passed on 2.5
+    [5.0, 2.5]
+    """
+    _, calls = _passes_and_calls(source)
+    if hook is not None:
+        calls = [call for call in calls if call.hook == hook]
+        if not calls:
+            raise ValueError(f"no call of a hook named {hook!r}; hooks that fired: "
+                             f"{sorted({call.hook for call in _passes_and_calls(source)[1]})}")
+    rows = [(f"{_hook_key(call)} #{call.invocation}", size(call.grad_in), size(call.grad_out)) for call in calls]
+    figure = _figure(2 * len(rows))
+    axis = figure.subplots()
+    positions = list(range(len(rows)))
+    received = [value if value is not None else 0.0 for _, value, _ in rows]
+    passed = [value if value is not None else 0.0 for _, _, value in rows]
+    axis.barh([p - 0.2 for p in positions], received, height=0.4, color=GREY, label="received")
+    axis.barh([p + 0.2 for p in positions], passed, height=0.4, color=ORANGE, label="passed on")
+    labels, legend = _labels([name for name, _, _ in rows])
+    axis.set_yticks(positions, labels, fontsize=8)
+    axis.invert_yaxis()
+    axis.axvline(0, color=GREY, linewidth=0.8)
+    axis.set_xlabel("value (norm for tensors)")
+    axis.set_title("what each hook received and passed on")
+    if rows:
+        axis.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    else:
+        axis.text(0.5, 0.5, "no hook fired", ha="center", va="center", transform=axis.transAxes)
+    _add_legend(figure, legend)
+    return figure
+
+
+def with_without(source: Any):
+    """Each leaf's gradient after each pass, with the hooks and without them (scalars as values, tensors
+    as norms); "unknown" where the lens cannot know the value without hooks (``pass.unknown`` says why).
+
+    >>> import torch, autograd_lens as al
+    >>> x = torch.tensor(2.0, requires_grad=True)
+    >>> with al.Lens() as lens:
+    ...     y = x ** 2
+    ...     _ = y.register_hook(lambda g: g * 0.5)
+    ...     (y * 3 + y * 2).backward()
+    >>> [float(bar.get_width()) for bar in lens.plot.with_without().axes[0].patches]
+    [10.0, 20.0]
+    """
+    passes, _ = _passes_and_calls(source)
+    rows = []
+    for backward_pass in passes:
+        for name, value in backward_pass.grads.items():
+            label = f"pass {backward_pass.index + 1}: {name}" if len(passes) > 1 else name
+            rows.append((label, size(value), size(backward_pass.grads_without_hooks.get(name)),
+                         name in backward_pass.unknown))
+    figure = _figure(2 * len(rows))
+    axis = figure.subplots()
+    positions = list(range(len(rows)))
+    axis.barh([p - 0.2 for p in positions], [row[1] or 0.0 for row in rows], height=0.4, color=ORANGE,
+              label="with hooks")
+    axis.barh([p + 0.2 for p in positions], [row[2] or 0.0 for row in rows], height=0.4, color=BLUE, hatch="//",
+              label="without hooks")
+    for position, row in zip(positions, rows):
+        if row[3]:
+            axis.text(0, position + 0.2, " unknown", va="center", fontsize=8, color=GREY)
+    labels, legend = _labels([row[0] for row in rows])
+    axis.set_yticks(positions, labels, fontsize=8)
+    axis.invert_yaxis()
+    axis.axvline(0, color=GREY, linewidth=0.8)
+    axis.set_xlabel("value (norm for tensors)")
+    axis.set_title("gradients with and without hooks")
+    if rows:
+        axis.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _add_legend(figure, legend)
+    return figure
+
+
+def plot(source: Any, pass_index: int = -1):
+    """A summary figure: each leaf's gradient with the hooks and without them (scalars as values,
     tensors as norms), and how many times each hook fired over all passes.
 
     >>> import torch, autograd_lens as al
@@ -33,46 +311,64 @@ def plot(lens_or_pass: Any, pass_index: int = -1):
     >>> [axis.get_title() for axis in figure.axes]
     ['pass 1: gradients', 'hook calls']
     """
-    import matplotlib.pyplot as plt
-
-    if isinstance(lens_or_pass, BackwardPass):
-        passes = [lens_or_pass]
-        calls = list(lens_or_pass.hook_calls)
-    else:
-        passes = lens_or_pass.passes
-        calls = lens_or_pass.hook_calls
-    if not passes:
-        raise ValueError("nothing to plot: no backward pass was recorded")
-    backward_pass = passes[pass_index]
+    backward_pass = _pass(source, pass_index)
+    _, calls = _passes_and_calls(source)
     names = list(backward_pass.grads)
-    with_hooks = [_size(backward_pass.grads[name]) for name in names]
-    without = [_size(backward_pass.grads_without_hooks.get(name)) for name in names]
-
-    figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2), gridspec_kw={"width_ratios": [3, 2]})
+    with_hooks = [size(backward_pass.grads[name]) for name in names]
+    without = [size(backward_pass.grads_without_hooks.get(name)) for name in names]
+    figure = _figure(max(len(names), 4), width=9)
+    left, right = figure.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
     positions = range(len(names))
     left.bar([p - 0.2 for p in positions], [v if v is not None else 0 for v in with_hooks], width=0.4,
-             label="with hooks", color="#d97706")
+             label="with hooks", color=ORANGE)
     left.bar([p + 0.2 for p in positions], [v if v is not None else 0 for v in without], width=0.4,
-             label="without hooks", color="#2563eb", hatch="//")
-    left.set_xticks(list(positions), [plain_text(name) for name in names], rotation=30 if len(names) > 4 else 0, ha="right" if len(names) > 4 else "center")
+             label="without hooks", color=BLUE, hatch="//")
+    left.set_xticks(list(positions), [plain_text(name) for name in names], rotation=30 if len(names) > 4 else 0,
+                    ha="right" if len(names) > 4 else "center")
     left.axhline(0, color="#6b7280", linewidth=0.8)
     left.set_title(f"pass {backward_pass.index + 1}: gradients")
     left.set_ylabel("value (norm for tensors)")
     left.legend(frameon=False, fontsize=8)
-
     counts = Counter(plain_text(f"{call.hook}\non {call.target}") for call in calls)
     labels = list(counts)
-    right.barh(range(len(labels)), [counts[label] for label in labels], color="#d97706")
+    right.barh(range(len(labels)), [counts[label] for label in labels], color=ORANGE)
     right.set_yticks(range(len(labels)), labels, fontsize=8)
     right.invert_yaxis()
     right.set_title("hook calls")
     right.set_xlabel("times fired")
     if not labels:
         right.text(0.5, 0.5, "no hook fired", ha="center", va="center", transform=right.transAxes)
-    figure.tight_layout()
     return figure
 
 
-def plain_text(text: str) -> str:
-    """A name as matplotlib should print it: a ``$`` never starts mathtext."""
-    return text.replace("$", r"\$")
+class Plots:
+    """``lens.plot``: call it for the summary figure; each method draws one picture (a ``Figure``)."""
+
+    def __init__(self, source: Any) -> None:
+        self._source = source
+
+    def __call__(self, pass_index: int = -1):
+        return plot(self._source, pass_index)
+
+    def grad_flow(self, pass_index: int = -1, log: bool = True):
+        """Mean and max |grad| per parameter after a pass (see :func:`grad_flow`)."""
+        return grad_flow(self._source, pass_index, log)
+
+    def timeline(self):
+        """Every hook call over all passes (see :func:`timeline`)."""
+        return timeline(self._source)
+
+    def before_after(self, hook: str | None = None):
+        """What each hook call received and passed on (see :func:`before_after`)."""
+        return before_after(self._source, hook)
+
+    def with_without(self):
+        """Each leaf's gradient with and without hooks, per pass (see :func:`with_without`)."""
+        return with_without(self._source)
+
+    def __repr__(self) -> str:
+        return "<lens.plot: call it, or .grad_flow() .timeline() .before_after() .with_without()>"
+
+
+# by the name a %%lens --plot option gives
+BY_NAME = {"flow": "grad_flow", "timeline": "timeline", "before-after": "before_after", "with-without": "with_without"}
