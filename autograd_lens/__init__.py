@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .api import graph
 from .format import format_value
 from .model import BackwardPass, Edge, Graph, GradWritten, HookCall, Node, NodeRun, PassError, TensorSummary
+from .recipes import Recipe, RecipeError, hook
 from .views.render import GraphvizUnavailableError, RenderError, RenderTimeoutError
 
 if TYPE_CHECKING:
@@ -44,11 +45,14 @@ __all__ = [
     "Node",
     "NodeRun",
     "PassError",
+    "Recipe",
+    "RecipeError",
     "RenderError",
     "RenderTimeoutError",
     "TensorSummary",
     "format_value",
     "graph",
+    "hook",
     "plot",
     "Stepper",
     "load_ipython_extension",
