@@ -196,6 +196,9 @@ class Handles:
     def __len__(self) -> int:
         return len(self._handles)
 
+    def __repr__(self) -> str:
+        return f"<recipe handles: {len(self._handles)} hook{'s' if len(self._handles) != 1 else ''} registered>"
+
     def __enter__(self) -> "Handles":
         return self
 
@@ -297,7 +300,8 @@ class Recipe:
         return cls(entries)
 
     def __repr__(self) -> str:
-        return f"Recipe({[_label(e) + ' ' + e.kind + ' on ' + repr(e.target) for e in self.entries]})"
+        lines = [f"  {entry.kind} hook {_label(entry)} on {entry.target!r}" for entry in self.entries]
+        return "Recipe(" + ("\n" + "\n".join(lines) + "\n" if lines else "") + ")"
 
 
 def _entry_of(function: Any, target: str) -> list[Entry]:
