@@ -102,11 +102,19 @@ class LensMagics(Magics):
         )
         self.shell.user_ns[args.name] = lens
         result = self._run_quietly(lens, cell)
+        if result.error_in_exec is not None:
+            lens.saw_error(result.error_in_exec)
         if not args.no_show and (lens.passes or result.success):
             from IPython.display import display
 
             display(lens)
             self._show_plots(lens, args.plot)
+        if not args.no_show and lens.notes:
+            from IPython.display import display
+
+            from .views.trace_display import NotesDisplay
+
+            display(NotesDisplay(lens.notes))
         # A failing cell fails as any cell does (Run All and nbclient stop), after the partial trace.
         if result.error_before_exec is not None:
             raise result.error_before_exec

@@ -260,6 +260,7 @@ class HookCall:
     forward_call: int | None = None  # for module hooks: which forward call (1-based) this belongs to
     context: Values = None  # e.g. grad_output for module full hooks
     error: str | None = None  # the exception the hook raised, if any
+    edited_in_place: bool = False  # it changed the tensor it received (whatever it returned)
 
     @property
     def kind_label(self) -> str:
@@ -301,6 +302,21 @@ class PassError:
     message: str
 
 
+@dataclass(frozen=True)
+class Note:
+    """A classic autograd mistake the lens noticed, in plain words, and the course notebook about it."""
+
+    code: str  # e.g. "nonleaf_grad"
+    message: str
+    notebook: str | None = None  # e.g. "notebooks/02_hooks_step_through.ipynb"
+    pass_index: int | None = None  # the pass it arose in (None: outside any pass)
+    step: int | None = None  # the event it arose at (the stepper shows it on that step)
+
+    def text(self) -> str:
+        where = f" (see {self.notebook})" if self.notebook else ""
+        return f"{self.message}{where}"
+
+
 Event = Union[NodeRun, HookCall, GradWritten, PassError]
 
 
@@ -331,6 +347,7 @@ class BackwardPass:
     added_without_hooks: dict[str, Value] = field(default_factory=dict)
     unknown: dict[str, str] = field(default_factory=dict)  # name -> why its value without hooks is unknown
     notes: tuple[str, ...] = ()  # where the recording is incomplete, and why
+    mistakes: tuple["Note", ...] = ()  # classic mistakes seen in this pass (see autograd_lens.notes)
 
     @property
     def grads(self) -> dict[str, Value]:

@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from ..model import BackwardPass, GradWritten, HookCall, NodeRun, PassError, Value
+from ..model import BackwardPass, GradWritten, HookCall, NodeRun, PassError, Value, values_equal
+from ..notes import note, pass_notes
 from .hooks import function_name
 from .observe import GradRecord, HookRecord, NodeRecord, PassObserver
 from .snapshot import snapshot
@@ -44,7 +45,7 @@ def build_pass(observer: PassObserver, walk: Walk, index: int, history: dict, in
     _number_module_calls(events)
     values = _results(observer, history, result)
     names = _Namer(observer)
-    return BackwardPass(
+    built = BackwardPass(
         index=index,
         kind=observer.kind,
         graph=walk.graph,
@@ -60,6 +61,27 @@ def build_pass(observer: PassObserver, walk: Walk, index: int, history: dict, in
         unknown=names.by_name(values["unknown"]),
         notes=tuple(observer.notes),
     )
+    mistakes = pass_notes(built, tuple(values["refilled"])) + _not_leaves(observer, built)
+    return dataclasses.replace(built, mistakes=mistakes)
+
+
+def _not_leaves(observer: PassObserver, built: BackwardPass) -> tuple:
+    """Named tensors with hooks that look like leaves but are the result of one op on an unnamed leaf
+    (``x = torch.randn(2, 2, requires_grad=True) * 10``)."""
+    names = observer.ensure_names()
+    in_graph = {id(fn) for fn in observer.shape.nodes}
+    found = []
+    for tensor in names.tensor_objects:
+        fn = tensor.grad_fn
+        if fn is None or id(fn) not in in_graph or tensor.retains_grad or not tensor._backward_hooks:
+            continue
+        inputs = [next_fn for next_fn, _ in fn.next_functions if next_fn is not None]
+        if len(inputs) == 1 and type(inputs[0]).__name__ == "AccumulateGrad" \
+                and names.tensor_name(inputs[0].variable) is None:
+            name = names.tensor_name(tensor)
+            step = next((c.step for c in built.hook_calls if c.target == name), None)
+            found.append(note("not_a_leaf", built.index, step, name=name, op=fn.name()))
+    return tuple(found)
 
 
 # ----------------------------------------------------------------------------- values with and without hooks
@@ -77,7 +99,8 @@ def _untrusted(observer: PassObserver) -> Unknown | None:
 def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, dict]:
     """Per leaf (backward) or per input (autograd.grad): real values, values without hooks, reasons."""
     limit = observer.store_limit
-    out: dict[str, dict] = {key: {} for key in ("grads", "without", "added", "added_without", "unknown", "returned")}
+    out: dict[str, Any] = {key: {} for key in ("grads", "without", "added", "added_without", "unknown", "returned")}
+    out["refilled"] = []  # leaves whose .grad still held the previous pass's gradient when this one added to it
     untrusted = _untrusted(observer)
     unhooked = observer.unhooked
 
@@ -124,6 +147,8 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
         if isinstance(contribution, Unknown):
             out["unknown"][key] = contribution.reason
         old = observer.old_grads.get(key)
+        if entry is not None and old is not None and entry.grad is not None and values_equal(old, entry.grad):
+            out["refilled"].append(observer.shape.leaf_labels[key])
         base = carry(entry, old)
         if base is SAME and not diverged:
             without: Any = SAME
@@ -196,6 +221,7 @@ def _hook_event(walk: Walk, step: int, call: HookRecord, index: int, invocations
         context=call.context,
         error=call.error,
         forward_call=call.wrapper_seq,
+        edited_in_place=call.edited_in_place,
     )
 
 

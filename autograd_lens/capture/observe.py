@@ -97,6 +97,7 @@ class HookRecord:
     context: Any = None
     wrapper_seq: int | None = None
     current_fn: Any = None  # the node the engine was running the hook for (torch._C._current_autograd_node)
+    edited_in_place: bool = False
 
 
 @dataclass
@@ -409,6 +410,7 @@ class PassObserver:
                     edited = call.modified
                 else:  # returned a new value: did it also edit what it received?
                     edited = not values_equal(call.grad_in, snapshot_all(call.received, limit))
+        call.edited_in_place = edited
         if call.modified or edited:
             self.unhooked.activate(edited)
         call.frame = None  # don't keep the hook's locals alive

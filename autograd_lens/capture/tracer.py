@@ -21,9 +21,10 @@ from typing import Any
 
 import torch
 
-from ..model import BackwardPass, GraphOptions, HookCall, values_equal
+from ..model import BackwardPass, GraphOptions, HookCall, Note, values_equal
+from ..notes import note
 from .build import build_pass
-from .names import caller_namespace, user_frame
+from .names import caller_namespace, names_from, user_frame
 from .observe import PassObserver
 from .snapshot import snapshot
 from .unhooked import Unknown
@@ -34,6 +35,8 @@ from .walk import leaf_state, structure, walk
 EAGER_MODEL_LIMIT = 100
 
 _ACTIVE: list["Lens"] = []
+_NONLEAF_WARNING = "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed"
+_INPLACE_AFTER_HOOK = "of BackwardHookFunction is a view and is being modified inplace"
 _hidden_from_modes = torch._C._DisableTorchDispatch  # the lens's own tensor work never reaches a user's dispatch mode
 _SELF_CHECK: dict[str, Any] = {}  # "result": None (fine) or the reason recording is off, once per process
 
@@ -120,11 +123,19 @@ class Lens:
         self._nested = 0
         self._warned = False
         self.recording_notes: list[str] = []  # passes the lens could not record, and why
+        self._notes: list[Note] = []  # classic mistakes seen outside any pass's record
+        self._showwarning: Any = None
+        self._hooks_before: set | None = None  # module hooks that existed when the block started
 
     @property
     def passes(self) -> list[BackwardPass]:
         """One :class:`BackwardPass` per backward call recorded, in call order."""
         return self._passes
+
+    @property
+    def notes(self) -> list[Note]:
+        """Classic mistakes noticed in this block, each with the course notebook about it."""
+        return [note for backward_pass in self._passes for note in backward_pass.mistakes] + self._notes
 
     @property
     def hook_calls(self) -> list[HookCall]:
@@ -148,11 +159,56 @@ class Lens:
 
         torch.autograd._engine_run_backward = traced_run_backward
         _ACTIVE.append(self)
+        self._watch_warnings()
+        try:
+            self._hooks_before = _module_hooks(self._namespace(sys._getframe(1)))
+        except Exception:
+            self._hooks_before = None
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, exc_type: Any = None, exc: Any = None, traceback: Any = None) -> None:
         torch.autograd._engine_run_backward = self._original
         _ACTIVE.remove(self)
+        if warnings.showwarning is self._showwarning_wrapper:
+            warnings.showwarning = self._showwarning
+        try:
+            if exc is not None:
+                self.saw_error(exc)
+            self._check_module_hooks(self._namespace(sys._getframe(1)))
+        except Exception as problem:  # notes are advice: never a reason to fail
+            self.recording_notes.append(f"notes incomplete ({type(problem).__name__}: {problem})")
+
+    # ------------------------------------------------------------------ notes needing live objects
+    def _watch_warnings(self) -> None:
+        """See torch's "non-leaf .grad" warning as it is shown; what is shown (and where) is unchanged."""
+        self._showwarning = warnings.showwarning
+        warnings.showwarning = self._showwarning_wrapper
+
+    def _showwarning_wrapper(self, message: Any, category: Any, filename: Any, lineno: Any, file: Any = None,
+                             line: Any = None) -> Any:
+        try:
+            if str(message).startswith(_NONLEAF_WARNING) and not any(n.code == "nonleaf_grad" for n in self._notes):
+                self._notes.append(note("nonleaf_grad", len(self._passes) - 1 if self._passes else None))
+        except Exception:
+            pass
+        return self._showwarning(message, category, filename, lineno, file, line)
+
+    def saw_error(self, error: BaseException) -> None:
+        """The block (or a %%lens cell) raised: a note if it is a classic mistake."""
+        if _INPLACE_AFTER_HOOK in str(error):
+            self._notes.append(note("full_hook_then_inplace"))
+
+    def _namespace(self, frame: Any) -> dict:
+        return dict(self.names) if self.names is not None else caller_namespace(user_frame(frame))
+
+    def _check_module_hooks(self, namespace: dict) -> None:
+        """Module backward hooks registered in this block on a named module that no pass went through."""
+        if not self._passes or self._hooks_before is None:
+            return
+        fired = {call.target for call in self.hook_calls if "module" in call.kind}
+        for name, key in _module_hooks(namespace) - self._hooks_before:
+            if name not in fired and not any(n.code == "old_model_hook" and name in n.message for n in self._notes):
+                self._notes.append(note("old_model_hook", target=name))
 
     def _say(self, text: str) -> None:
         """A problem of the lens itself: a note, and at most one quiet warning per Lens."""
@@ -330,6 +386,16 @@ class Lens:
             with open(path, "w", encoding="utf-8") as handle:
                 handle.write(page)
         return page
+
+
+def _module_hooks(namespace: dict) -> set[tuple[str, int]]:
+    """(module name, hook id) of every backward hook on the named modules of ``namespace``."""
+    names = names_from(namespace)
+    found = set()
+    for module in names.module_objects:
+        for hooks in (module._backward_hooks, module._backward_pre_hooks):
+            found.update((names.module_name(module), key) for key in hooks)
+    return found
 
 
 def _self_check() -> None:

@@ -10,6 +10,7 @@ the front-end script mirrors.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 from dataclasses import dataclass, field
 
@@ -100,12 +101,27 @@ def steps_for(backward_pass: BackwardPass, totals: dict[tuple[str, str, str], in
         elif isinstance(event, PassError):
             steps.append(Step(index, "error", None, f"The pass stopped: {event.type}: {event.message}",
                               lines=("Everything before this step happened; nothing after it did.",)))
+    _add_mistakes(steps, backward_pass)
     if len(events) > STEP_LIMIT:
         steps.append(Step(len(steps), "collapsed", None,
                           f"{len(events) - STEP_LIMIT:,} more events are not shown as steps",
                           lines=(f"This pass has {len(events):,} events; the stepper shows the first {STEP_LIMIT:,}. "
                                  f"All of them are in lens.passes[{backward_pass.index}].events.",)))
     return steps
+
+
+# notes the hook cards already explain in their own words
+_SAID_ON_CARDS = ("legacy_hook", "used_several_times")
+
+
+def _add_mistakes(steps: list[Step], backward_pass: BackwardPass) -> None:
+    """Each classic-mistake note on the step where it arose (the first step when it has none)."""
+    for mistake in backward_pass.mistakes:
+        if mistake.code in _SAID_ON_CARDS:
+            continue
+        index = mistake.step + 1 if mistake.step is not None and mistake.step + 1 < len(steps) else 0
+        step = steps[index]
+        steps[index] = dataclasses.replace(step, note=(step.note + " " if step.note else "") + mistake.text())
 
 
 def _start_step(backward_pass: BackwardPass) -> Step:

@@ -61,3 +61,18 @@ def lens_bundle(lens: Any) -> dict[str, str]:
             return events_bundle(lens, hint_html(error))
     except Exception as error:
         return safe_bundle("recording", error)
+
+
+class NotesDisplay:
+    """The notes on classic mistakes under a ``%%lens`` cell: a short list, each with its notebook."""
+
+    def __init__(self, notes: list) -> None:
+        self.notes = notes
+
+    def _repr_html_(self) -> str:
+        items = "".join(f"<li><b>{html.escape(note.code.replace('_', ' '))}</b>: {html.escape(note.text())}</li>"
+                        for note in self.notes)
+        return f'<div class="autograd-lens al-notes"><b>autograd_lens notes</b><ul>{items}</ul></div>'
+
+    def __repr__(self) -> str:
+        return "autograd_lens notes:\n" + "\n".join(f"- {note.code}: {note.text()}" for note in self.notes)

@@ -1,0 +1,100 @@
+"""Notes on classic autograd mistakes, each with the course notebook that covers it.
+
+The notes that can be read off a pass's record are computed here, from the model alone; the few that
+need live objects (a warning, a tensor that only looks like a leaf, a module hook that never fired)
+are made by the ``Lens`` with :func:`note` and the same wording.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .model import BackwardPass, GradWritten, HookCall, Note, PassError
+
+GRAPH = "notebooks/01_autograd_graph.ipynb"
+HOOKS = "notebooks/02_hooks_step_through.ipynb"
+DEBUGGING = "notebooks/03_debugging_hooks.ipynb"
+PERSISTING = "notebooks/07_persisting_hooks.ipynb"
+
+MESSAGES = {
+    "nonleaf_grad": (
+        "You read .grad of a tensor that is not a leaf: it is None (torch warned). Only leaves — tensors you created "
+        "with requires_grad=True — get .grad; call t.retain_grad() before backward() to keep a non-leaf's gradient, "
+        "or register a hook on it.", GRAPH),
+    "not_a_leaf": (
+        "{name} is not a leaf: it was computed ({op}) from a tensor that requires grad but has no name here, e.g. "
+        "torch.randn(2, 2, requires_grad=True) * 10. Its .grad stays None, and hooks on it see the gradient of the "
+        "result, not of the tensor you created. Make the leaf last: (torch.randn(2, 2) * 10).requires_grad_().",
+        GRAPH),
+    "legacy_hook": (
+        "{target} has a legacy register_backward_hook: its grad_input belongs to the module's last operation only, "
+        "which is wrong for any module made of more than one op. Use register_full_backward_hook.", HOOKS),
+    "freed_graph": (
+        "backward() ran through a graph whose saved tensors the previous backward() had freed. Pass "
+        "retain_graph=True to the first backward() if you need a second one — or recompute the forward.", HOOKS),
+    "bad_hook_return": (
+        "A hook returned {what}: a hook must return None (nothing changed) or a tensor of the same shape and dtype "
+        "as the gradient it received.", HOOKS),
+    "inplace_hook_edit": (
+        "The hook {hook} on {target} edited its gradient in place instead of returning a new one. That works, but the "
+        "same tensor object can also be what a sibling branch receives (AddBackward sends one tensor to both "
+        "inputs): return g * 2 rather than calling g.mul_(2).", DEBUGGING),
+    "full_hook_then_inplace": (
+        "A module with a full backward hook (or pre-hook) was followed by an in-place op on its output (e.g. "
+        "ReLU(inplace=True)): torch refuses that. Use an out-of-place op, or a forward hook plus a tensor hook on "
+        "the output instead of the module backward hook.", HOOKS),
+    "used_several_times": (
+        "{target} is used by {uses} operations, yet its hook fired once: autograd adds up the gradients from every "
+        "use first, then calls the hook with the sum.", HOOKS),
+    "forgot_zero_grad": (
+        "{names} already held the previous pass's gradient when this pass added to it: backward() accumulates into "
+        ".grad. If each step should start fresh, call optimizer.zero_grad() (or set .grad = None) before backward(); "
+        "if you meant to accumulate, all is well.", HOOKS),
+    "old_model_hook": (
+        "The backward hook on {target} never fired: no backward pass here went through that module. Was the output "
+        "computed by another copy of the model (e.g. before reloading)? Recompute it with this one.", PERSISTING),
+}
+
+
+def note(code: str, pass_index: int | None = None, step: int | None = None, **words: str) -> Note:
+    message, notebook = MESSAGES[code]
+    return Note(code=code, message=message.format(**words), notebook=notebook, pass_index=pass_index, step=step)
+
+
+_BAD_RETURN = (
+    (re.compile(r"has changed the size of value"), "a tensor of another shape"),
+    (re.compile(r"has changed the type of value"), "a tensor of another dtype or device"),
+    (re.compile(r"expected Variable, but hook returned '(\w+)'"), "a {0} instead of a tensor"),
+)
+
+
+def pass_notes(backward_pass: BackwardPass, refilled: tuple[str, ...] = ()) -> tuple[Note, ...]:
+    """The notes a pass's record shows.  ``refilled``: leaves whose ``.grad`` still held the previous pass's
+    gradient when this one added to it (known to the Lens)."""
+    found: list[Note] = []
+    index = backward_pass.index
+    graph = backward_pass.graph
+    said: set[tuple[str, str]] = set()
+    for event in backward_pass.events:
+        if isinstance(event, HookCall):
+            if event.kind in ("module_legacy", "global_module_legacy") and ("legacy", event.target) not in said:
+                said.add(("legacy", event.target))
+                found.append(note("legacy_hook", index, event.step, target=event.target))
+            if event.edited_in_place and event.kind in ("tensor", "node_pre"):
+                found.append(note("inplace_hook_edit", index, event.step, hook=event.hook, target=event.target))
+            if event.kind == "tensor" and event.node and ("uses", event.target) not in said:
+                uses = sum(1 for edge in graph.edges if edge.src == event.node and edge.kind == "data")
+                if uses > 1:
+                    said.add(("uses", event.target))
+                    found.append(note("used_several_times", index, event.step, target=event.target, uses=str(uses)))
+        elif isinstance(event, PassError):
+            if "backward through the graph a second time" in event.message:
+                found.append(note("freed_graph", index, event.step))
+            for pattern, what in _BAD_RETURN:
+                match = pattern.search(event.message)
+                if match:
+                    found.append(note("bad_hook_return", index, event.step, what=what.format(*match.groups())))
+    if refilled:
+        first = next((e.step for e in backward_pass.events if isinstance(e, GradWritten) and e.name in refilled), None)
+        found.append(note("forgot_zero_grad", index, first, names=", ".join(f"{name}.grad" for name in refilled)))
+    return tuple(found)
