@@ -234,24 +234,11 @@ def before_after(source: Any, hook: str | None = None):
             raise ValueError(f"no call of a hook named {hook!r}; hooks that fired: "
                              f"{sorted({call.hook for call in _passes_and_calls(source)[1]})}")
     rows = [(f"{_hook_key(call)} #{call.invocation}", size(call.grad_in), size(call.grad_out)) for call in calls]
-    figure = _figure(2 * len(rows))
-    axis = figure.subplots()
-    positions = list(range(len(rows)))
-    received = [value if value is not None else 0.0 for _, value, _ in rows]
-    passed = [value if value is not None else 0.0 for _, _, value in rows]
-    axis.barh([p - 0.2 for p in positions], received, height=0.4, color=GREY, label="received")
-    axis.barh([p + 0.2 for p in positions], passed, height=0.4, color=ORANGE, label="passed on")
-    labels, legend = _labels([name for name, _, _ in rows])
-    axis.set_yticks(positions, labels, fontsize=8)
-    axis.invert_yaxis()
-    axis.axvline(0, color=GREY, linewidth=0.8)
-    axis.set_xlabel("value (norm for tensors)")
-    axis.set_title("what each hook received and passed on")
-    if rows:
-        axis.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    else:
+    figure, axis = _paired_bars([row[0] for row in rows], [row[1] for row in rows], [row[2] for row in rows],
+                                (dict(color=GREY, label="received"), dict(color=ORANGE, label="passed on")),
+                                "what each hook received and passed on")
+    if not rows:
         axis.text(0.5, 0.5, "no hook fired", ha="center", va="center", transform=axis.transAxes)
-    _add_legend(figure, legend)
     return figure
 
 
@@ -275,26 +262,34 @@ def with_without(source: Any):
             label = f"pass {backward_pass.index + 1}: {name}" if len(passes) > 1 else name
             rows.append((label, size(value), size(backward_pass.grads_without_hooks.get(name)),
                          name in backward_pass.unknown))
-    figure = _figure(2 * len(rows))
-    axis = figure.subplots()
-    positions = list(range(len(rows)))
-    axis.barh([p - 0.2 for p in positions], [row[1] or 0.0 for row in rows], height=0.4, color=ORANGE,
-              label="with hooks")
-    axis.barh([p + 0.2 for p in positions], [row[2] or 0.0 for row in rows], height=0.4, color=BLUE, hatch="//",
-              label="without hooks")
-    for position, row in zip(positions, rows):
+    figure, axis = _paired_bars([row[0] for row in rows], [row[1] for row in rows], [row[2] for row in rows],
+                                (dict(color=ORANGE, label="with hooks"),
+                                 dict(color=BLUE, hatch="//", label="without hooks")),
+                                "gradients with and without hooks")
+    for position, row in enumerate(rows):
         if row[3]:
             axis.text(0, position + 0.2, " unknown", va="center", fontsize=8, color=GREY)
-    labels, legend = _labels([row[0] for row in rows])
+    return figure
+
+
+def _paired_bars(names: list[str], first: list, second: list, styles: tuple[dict, dict], title: str):
+    """Two bars per row (values or norms; None drawn as 0), names down the side."""
+    figure = _figure(2 * len(names))
+    axis = figure.subplots()
+    positions = list(range(len(names)))
+    for offset, values, style in ((-0.2, first, styles[0]), (0.2, second, styles[1])):
+        axis.barh([p + offset for p in positions], [v if v is not None else 0.0 for v in values], height=0.4,
+                  **style)
+    labels, legend = _labels(names)
     axis.set_yticks(positions, labels, fontsize=8)
     axis.invert_yaxis()
     axis.axvline(0, color=GREY, linewidth=0.8)
     axis.set_xlabel("value (norm for tensors)")
-    axis.set_title("gradients with and without hooks")
-    if rows:
+    axis.set_title(title)
+    if names:
         axis.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     _add_legend(figure, legend)
-    return figure
+    return figure, axis
 
 
 def plot(source: Any, pass_index: int = -1):
