@@ -124,5 +124,5 @@ def test_lens_cell_without_backward_says_so(shell):
     finally:
         del shell.display_pub.publish
     assert len(shown) == 1
-    assert "No backward pass ran in this cell" in shown[0]["text/html"]
+    assert "No backward pass was recorded" in shown[0]["text/html"]
     assert shown[0]["text/plain"] == "<autograd_lens.Lens: 0 backward passes, 0 hook calls>"

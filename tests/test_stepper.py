@@ -42,7 +42,7 @@ def test_two_branch_walkthrough_from_output_to_x():
     labels = [graph.node(s.node).label if s.node else None for s in steps]
     assert labels == [None, "add", "mul", "mul", "y", "pow", "x"]
     hook = steps[4]
-    assert hook.title == "hook <lambda> on y (tensor hook, call 1 of 1 in this cell)"
+    assert hook.title == "hook <lambda> on y (tensor hook, call 1 of 1 in this recording)"
     assert hook.lines[0] == "received 5.0 → returned 2.5 — gradient modified"
     assert hook.changes == (("5.0", "2.5"),)
     assert "used by 2 ops, yet its hook fired once" in hook.note
@@ -175,14 +175,14 @@ def test_stepper_widget_steps_and_switches_passes():
     assert stepper.pass_select is not None and len(stepper.pass_select.options) == 2
     stepper._go("next")
     assert stepper.step == 1 and stepper.current_step.kind == "hook"
-    assert "call 1 of 2 in this cell" in stepper.card_html.value
+    assert "call 1 of 2 in this recording" in stepper.card_html.value
     stepper._go("last")
     assert stepper.current_step.title == "x.grad written: 12.0"
     style_before = stepper.frame_html.value
     stepper.pass_select.value = 1
     assert stepper.step == 0 and stepper.frame_html.value != style_before
     stepper._go("next")
-    assert "call 2 of 2 in this cell" in stepper.card_html.value
+    assert "call 2 of 2 in this recording" in stepper.card_html.value
     stepper._go("last")
     assert stepper.current_step.title == "x.grad written: 24.0"
     assert "already held 12.0" in stepper.current_step.note
@@ -321,3 +321,25 @@ def test_an_unknown_value_without_hooks_says_why_on_the_card_and_in_the_table():
     (card,) = [step for step in steps_for(backward_pass) if step.kind == "grad"]
     assert card.lines[-1] == f"Without the hooks: unknown, because {reason}."
     assert f"unknown: {reason}" in grads_table_html(backward_pass).replace("&#x27;", "'")
+
+
+def test_cards_name_every_operand_and_print_no_negative_zero():
+    from autograd_lens.views.chain import chain_rule
+    from autograd_lens.views.steps import steps_for
+
+    x = torch.tensor([-1.0, 2.0], requires_grad=True)
+    scale = torch.tensor([3.0, 4.0])  # a tensor that needs no gradient
+    with al.Lens() as lens:
+        a = 1 - x  # rsub: the 1 is not kept by the backward function
+        b = x * scale
+        c = x.relu()
+        (a.sum() + b.sum() + c.sum()).backward()
+    (backward_pass,) = lens.passes
+    runs = {run.name: run for run in backward_pass.node_runs}
+    rsub = chain_rule(runs["RsubBackward1"], backward_pass.graph)
+    assert rsub == ["Chain rule: a = a number - x.", "∂a/∂x = -1; x receives [1.0, 1.0] × [-1.0, -1.0] = [-1.0, -1.0]."]
+    mul = chain_rule(runs["MulBackward0"], backward_pass.graph)
+    assert mul[0] == "Chain rule: b = x * (no-grad tensor)." and "x receives [1.0, 1.0] × [3.0, 4.0] = [3.0, 4.0]" in mul[1]
+    relu_step = [s for s in steps_for(backward_pass) if s.title.startswith("relu")][0]
+    assert "-0.0" not in " ".join(relu_step.lines) and "[0.0, 1.0]" in " ".join(relu_step.lines)
+    assert torch.equal(x.grad, torch.tensor([-1.0 + 3.0 + 0.0, -1.0 + 4.0 + 1.0]))

@@ -60,7 +60,7 @@ def operands(event: NodeRun, graph: Graph) -> list[str]:
     names = []
     for target in event.targets:
         if target == _NO_GRAD:
-            names.append(constants.pop(0) if constants else "input")  # a tensor that needs no gradient
+            names.append(constants.pop(0) if constants else "(no-grad tensor)")  # an operand that needs no gradient
         else:
             names.append(target)
     names.extend(constants)  # e.g. pow's exponent: not an input of the backward function
@@ -99,7 +99,7 @@ def chain_rule(event: NodeRun, graph: Graph, limit: int = 16) -> list[str]:
     keys = dict(zip("abc", names))
     keys["out"] = output_name(event, graph)
     for letter in "abc":
-        keys.setdefault(letter, "?")
+        keys.setdefault(letter, "a number")  # a Python number the backward function did not keep
     expression, locals_ = rule
     lines = [f"Chain rule: {expression.format(**keys)}."]
     received = event.grad_in[0] if event.grad_in else None

@@ -162,7 +162,7 @@ def _output_tensors(graph: Graph, event: NodeRun) -> list[str]:
 
 def _hook_step(index: int, call: HookCall, graph: Graph, backward_pass: BackwardPass, totals: dict) -> Step:
     total = max(totals.get((call.hook, call.target, call.kind), 0), call.invocation)
-    where = f"call {call.invocation} of {total} in this cell"
+    where = f"call {call.invocation} of {total} in this recording"
     if call.forward_call:
         where += f", for forward call {call.forward_call}"
     title = f"hook {call.hook} on {call.target} ({call.kind_label} hook, {where})"

@@ -39,8 +39,9 @@ def events_bundle(lens: Any, hint: str = "") -> dict[str, str]:
     """The passes as HTML lists and tables: what shows when no drawing can be made."""
     if not lens.passes:
         body = (
-            "<p>No backward pass ran in this cell: call <code>loss.backward()</code> "
-            "(or <code>torch.autograd.grad</code>) inside it.</p>"
+            "<p>No backward pass was recorded: call <code>loss.backward()</code> "
+            "(or <code>torch.autograd.grad</code>) inside the <code>%%lens</code> cell or the "
+            "<code>with Lens()</code> block.</p>"
         )
     else:
         body = "".join(pass_html(p) for p in lens.passes)
