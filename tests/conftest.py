@@ -107,3 +107,15 @@ def run_plain_and_traced(scenario, **lens_options):
     lens = al.Lens(**lens_options)
     plain, traced = [outcome(each) for each in (None, lens)]  # plain first, from the same line
     return plain, traced, lens
+
+
+class Double(torch.autograd.Function):
+    """A custom Function (Python backward): values behind it without hooks are unknown."""
+
+    @staticmethod
+    def forward(ctx, a):
+        return a * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2

@@ -10,6 +10,7 @@ import torch.nn as nn
 from matplotlib.collections import PathCollection
 
 import autograd_lens as al
+from conftest import Double
 
 
 def widths(axis):
@@ -126,15 +127,6 @@ def test_before_after_bars_for_scalars_tensors_and_module_hooks():
 
 
 def test_with_without_bars_and_unknown_values_per_pass():
-    class Double(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, a):
-            return a * 2
-
-        @staticmethod
-        def backward(ctx, g):
-            return g * 2
-
     x = torch.tensor(1.5, requires_grad=True)
     w = torch.tensor(2.0, requires_grad=True)
     with al.Lens() as lens:

@@ -12,6 +12,7 @@ import torch.nn as nn
 
 import autograd_lens as al
 import conftest
+from conftest import Double
 from autograd_lens.model import GradWritten, HookCall, NodeRun
 from autograd_lens.views.passview import PassView, frame_css
 from autograd_lens.views.static_html import stepper_fragment
@@ -300,15 +301,6 @@ def test_a_pass_larger_than_the_step_limit_ends_with_a_step_saying_how_many_more
 
 def test_an_unknown_value_without_hooks_says_why_on_the_card_and_in_the_table():
     from autograd_lens.views.steps import grads_table_html, steps_for
-
-    class Double(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, a):
-            return a * 2
-
-        @staticmethod
-        def backward(ctx, g):
-            return g * 2
 
     x = torch.tensor([1.0, 2.0], requires_grad=True)
     with al.Lens() as lens:

@@ -16,7 +16,7 @@ import torch.nn as nn
 
 import autograd_lens as al
 from autograd_lens.model import GradWritten, NodeRun, PassError, TensorSummary
-from conftest import assert_identical, live_recorders, two_branch_lens
+from conftest import Double, assert_identical, live_recorders, two_branch_lens
 
 
 def run_both(scenario, **lens_options):
@@ -454,15 +454,6 @@ def test_custom_function_backward_is_not_a_hook():
 
 
 def test_custom_function_upstream_of_the_hook_does_not_block_the_counterfactual():
-    class Double(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x * 2
-
-        @staticmethod
-        def backward(ctx, grad):
-            return grad * 2
-
     x = torch.tensor(1.0, requires_grad=True)
     with al.Lens() as lens:
         y = x * 3
