@@ -46,18 +46,15 @@ def test_grad_flow_bars_are_mean_and_max_abs_grad_per_parameter(store_limit):
 def test_grad_flow_says_which_leaf_got_no_gradient():
     a = torch.tensor([1.0, 2.0], requires_grad=True)
     b = torch.tensor([3.0], requires_grad=True)
-    with al.Lens() as lens:
-        (a * 2).sum().backward(inputs=[a])
-        _ = b * 1
-    figure = lens.plot.grad_flow()
-    assert widths(figure.axes[0]) == [2.0, 2.0]
-    hooks_free = al.Lens()
-    with hooks_free:
-        c = torch.tensor(1.0, requires_grad=True)
-        d = torch.tensor(1.0, requires_grad=True)
-        (c * 2 + d.detach()).backward()
-    texts = [t.get_text() for t in hooks_free.plot.grad_flow().axes[0].texts]
-    assert texts == []  # every leaf of the graph got a gradient
+    with al.Lens(names={"a": a, "b": b}) as lens:
+        (a * 2 + b).sum().backward(inputs=[a])  # b is in the graph, but gets no gradient
+    (axis,) = lens.plot.grad_flow().axes
+    assert [label.get_text() for label in axis.get_yticklabels()] == ["b", "a"]  # graph order
+    assert widths(axis) == [0.0, 2.0, 0.0, 2.0]  # max |grad| for b, a; then mean |grad| for b, a
+    assert [(text.get_text(), text.get_position()[1]) for text in axis.texts] == [(" no gradient", 0)]
+    with al.Lens(names={"a": a, "b": b}) as both:
+        (a * 2 + b).sum().backward()
+    assert [text.get_text() for text in both.plot.grad_flow().axes[0].texts] == []
 
 
 def test_timeline_places_each_call_at_its_event_and_hook_row():

@@ -85,16 +85,12 @@ def snapshot(tensor: torch.Tensor | None, store_limit: int = DEFAULT_STORE_LIMIT
     if not isinstance(tensor, torch.Tensor):
         return None
     try:
-        if type(tensor) is torch.Tensor and tensor.layout == torch.strided and tensor.numel() <= store_limit \
-                and tensor.device.type == "cpu" and not tensor.is_nested and not tensor._is_zerotensor() \
-                and not tensor.is_quantized:
-            return copy_exactly(tensor.detach())  # the common case first; detached: the copy records no graph
         kind = kind_of(tensor)
-        if kind == "zero":  # torch's ZeroTensor has no storage; its value is all zeros
-            return torch.zeros(_shape(tensor), dtype=tensor.dtype) if tensor.numel() <= store_limit else summarize(tensor)
-        if kind != "dense" or tensor.numel() > store_limit:
-            return summarize(tensor)
-        return copy_exactly(tensor.detach())
+        if kind == "dense" and tensor.numel() <= store_limit:
+            return copy_exactly(tensor.detach())  # detached: the copy records no graph
+        if kind == "zero" and tensor.numel() <= store_limit:  # torch's ZeroTensor has no storage: all zeros
+            return torch.zeros(_shape(tensor), dtype=tensor.dtype)
+        return summarize(tensor)
     except Exception:
         return TensorSummary(shape=_shape(tensor), dtype=dtype_name(tensor.dtype), kind="unreadable")
 

@@ -238,10 +238,7 @@ class Lens:
             with _hidden_from_modes():
                 observer = self._observer(t_outputs, args, kwargs, sys._getframe(1))
         except Exception as problem:  # e.g. the roots need no grad: the engine says so in its own words
-            try:
-                result = original(t_outputs, *args, **kwargs)
-            except BaseException:
-                raise
+            result = original(t_outputs, *args, **kwargs)  # if it raises, the user's error: no word from the lens
             self._say(f"could not trace a backward pass ({type(problem).__name__}: {problem}); it ran untraced")
             return result
         try:
