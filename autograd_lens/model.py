@@ -115,6 +115,7 @@ class Node:
     hooks: tuple[str, ...] = ()  # human-readable badges: "tensor hook <lambda>", "retain_grad"
     detail: str = ""  # e.g. "exponent" for a saved constant, "2 uses" for a split leaf
     sequence_nr: int | None = None
+    reduced: tuple[int, ...] | None = None  # dims a sum/mean over ``dim=`` reduced (function nodes)
 
     @property
     def is_tensor(self) -> bool:
@@ -291,6 +292,7 @@ class GradWritten:
     name: str
     grad: Value  # .grad right after the write (before post-accumulate hooks)
     received: Value  # the gradient this pass contributed
+    by: str = "AccumulateGrad"  # or "retain_grad": a non-leaf's .grad, kept because retain_grad() was called
 
 
 @dataclass(frozen=True)

@@ -58,10 +58,10 @@ def test_chain_rule_cards_with_numbers():
     steps = steps_for(lens.passes[0])
     text = {s.index: "\n".join(s.lines) for s in steps}
     assert "Chain rule: out = z + w." in text[1]
-    assert "z receives 1.0 × 1.0 = 1.0." in text[1]
+    assert "z receives g × 1 = 1.0 × 1.0 = 1.0." in text[1]
     assert "Chain rule: z = y * 3." in text[3] or "Chain rule: z = y * 3." in text[2]
-    assert any("y receives 1.0 × 3.0 = 3.0." in t for t in text.values())
-    assert "x receives 2.5 × 4.0 = 10.0." in text[5]
+    assert any("y receives g × 3 = 1.0 × 3.0 = 3.0." in t for t in text.values())
+    assert "x receives g × 2·x^(2-1) = 2.5 × 4.0 = 10.0." in text[5]
 
 
 @pytest.mark.parametrize(
@@ -85,7 +85,7 @@ def test_chain_rule_for_common_ops_matches_autograd(op, expected):
     node_steps = [s for s in steps_for(lens.passes[0]) if s.kind == "node"]
     text = "\n".join(node_steps[0].lines)
     assert expected in text
-    factor = re.search(r"receives 1\.0 × (\S+) = (\S+)\.", text)
+    factor = re.search(r"receives g × .* = 1\.0 × (\S+) = (\S+)\.", text)
     assert factor is not None, text
     assert float(factor.group(2)) == pytest.approx(float(a.grad), rel=1e-3)
 
@@ -329,9 +329,9 @@ def test_cards_name_every_operand_and_print_no_negative_zero():
     (backward_pass,) = lens.passes
     runs = {run.name: run for run in backward_pass.node_runs}
     rsub = chain_rule(runs["RsubBackward1"], backward_pass.graph)
-    assert rsub == ["Chain rule: a = a number - x.", "∂a/∂x = -1; x receives [1.0, 1.0] × [-1.0, -1.0] = [-1.0, -1.0]."]
+    assert rsub == ["Chain rule: a = a number - x.", "∂a/∂x = -1; x receives g × -1 = [1.0, 1.0] × [-1.0, -1.0] = [-1.0, -1.0]."]
     mul = chain_rule(runs["MulBackward0"], backward_pass.graph)
-    assert mul[0] == "Chain rule: b = x * (no-grad tensor)." and "x receives [1.0, 1.0] × [3.0, 4.0] = [3.0, 4.0]" in mul[1]
+    assert mul[0] == "Chain rule: b = x * (no-grad tensor)." and "x receives g × (no-grad tensor) = [1.0, 1.0] × [3.0, 4.0] = [3.0, 4.0]" in mul[1]
     relu_step = [s for s in steps_for(backward_pass) if s.title.startswith("relu")][0]
     assert "-0.0" not in " ".join(relu_step.lines) and "[0.0, 1.0]" in " ".join(relu_step.lines)
     assert torch.equal(x.grad, torch.tensor([-1.0 + 3.0 + 0.0, -1.0 + 4.0 + 1.0]))

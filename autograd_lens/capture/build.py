@@ -27,7 +27,16 @@ def build_pass(observer: PassObserver, walk: Walk, index: int, history: dict, in
     (per hook, across passes) belong to the Lens and are updated here."""
     events: list[Any] = []
     ordinals: dict[Any, int] = {}  # (hook, node) -> calls seen in this pass
+    retained = _retained(walk, observer)
     for record in observer.records:
+        fn = record.fn if isinstance(record, NodeRecord) else getattr(record, "node_fn", None)
+        if fn is not None and id(fn) in retained and not (isinstance(record, HookRecord) and record.kind == "tensor"):
+            # torch writes a retain_grad() tensor's .grad after the tensor hooks, before node pre-hooks
+            received = record.received if isinstance(record, NodeRecord) else record.grad_in
+            for output_nr, node_id, grad in retained.pop(id(fn)):
+                value = received[output_nr] if isinstance(received, tuple) and output_nr < len(received) else None
+                events.append(GradWritten(step=len(events), node=node_id, name=walk.graph.node(node_id).label,
+                                          grad=grad, received=value, by="retain_grad"))
         step = len(events)
         if isinstance(record, NodeRecord):
             events.append(_node_event(walk, step, record))
@@ -63,6 +72,22 @@ def build_pass(observer: PassObserver, walk: Walk, index: int, history: dict, in
     )
     mistakes = pass_notes(built, tuple(values["refilled"])) + _not_leaves(observer, built)
     return dataclasses.replace(built, mistakes=mistakes)
+
+
+def _retained(walk: Walk, observer: PassObserver) -> dict[int, list[tuple[int, str, Any]]]:
+    """id(grad_fn) -> (output_nr, tensor node id, .grad now) of the named tensors that called retain_grad()."""
+    badged = {node.id for node in walk.graph.nodes if "[retain_grad]" in node.hooks}
+    if not badged:
+        return {}
+    live = {(id(t.grad_fn), t.output_nr): t for t in observer.ensure_names().tensor_objects
+            if t.grad_fn is not None and t.retains_grad}
+    found: dict[int, list[tuple[int, str, Any]]] = {}
+    for (fn_id, output_nr), node_id in walk.tensor_ids.items():
+        tensor = live.get((fn_id, output_nr))
+        if node_id in badged and tensor is not None:
+            grad = snapshot(tensor.grad, observer.store_limit) if tensor.grad is not None else None
+            found.setdefault(fn_id, []).append((output_nr, node_id, grad))
+    return found
 
 
 def _not_leaves(observer: PassObserver, built: BackwardPass) -> tuple:

@@ -247,6 +247,26 @@ def _output_shape(fn: Any, output_nr: int) -> tuple[int, ...] | None:
         return None
 
 
+def _reduced_dims(fn: Any) -> tuple[int, ...] | None:
+    """The dims a ``sum(dim=...)`` / ``mean(dim=...)`` reduced, non-negative (plain ints only: nothing is unpacked)."""
+    try:
+        dims = getattr(fn, "_saved_dim", None)
+        sizes = getattr(fn, "_saved_self_sym_sizes", None)
+    except Exception:  # a node type whose attributes cannot be read
+        return None
+    if dims is None or sizes is None:
+        return None
+    try:
+        rank = len(sizes)
+        dims = (dims,) if isinstance(dims, int) else tuple(dims)
+        if not dims:  # dim=[] reduces everything
+            return tuple(range(rank))
+        signed = (int(d) - 2**64 if int(d) >= 2**63 else int(d) for d in dims)  # torch shows dim=-1 as 2**64 - 1
+        return tuple(sorted({d % rank if rank else 0 for d in signed}))
+    except (TypeError, ValueError):
+        return None
+
+
 def walk(
     roots: Sequence[Any] | Structure,
     names: Names,
@@ -325,6 +345,7 @@ def walk(
             shape=_output_shape(fn, 0),
             detail=_saved_summary(fn, names, storage_names, options) if options.show_saved else "",
             sequence_nr=fn._sequence_nr(),
+            reduced=_reduced_dims(fn),
         )
         result.function_ids[id(fn)] = node_id
         result.labels[id(fn)] = label if named_output is None else f"{label} → {named_output}"

@@ -83,11 +83,28 @@ def hook_totals(passes: list[BackwardPass]) -> dict[tuple[str, str, str], int]:
     return totals
 
 
+def hook_positions(backward_pass: BackwardPass) -> dict[int, tuple[int, int]]:
+    """For each hook call (by step): its place among the hooks of its kind that fired on the same
+    target in this pass, and how many there were.  PyTorch runs the hooks on one tensor (or node,
+    or module call) in registration order, so the place is the registration order."""
+    groups: dict[tuple, list[int]] = {}
+    for event in backward_pass.events:
+        if isinstance(event, HookCall):
+            key = (event.kind, event.target, event.node, event.forward_call)
+            groups.setdefault(key, []).append(event.step)
+    positions = {}
+    for steps in groups.values():
+        for place, step in enumerate(steps, 1):
+            positions[step] = (place, len(steps))
+    return positions
+
+
 def steps_for(backward_pass: BackwardPass, totals: dict[tuple[str, str, str], int] | None = None) -> list[Step]:
     """The walk-through of one pass.  ``totals`` (from :func:`hook_totals` over every pass of the
     recording) lets a hook's card say "call 2 of 3"; by default this pass alone is counted."""
     graph = backward_pass.graph
     totals = totals if totals is not None else hook_totals([backward_pass])
+    positions = hook_positions(backward_pass)
     steps = [_start_step(backward_pass)]
     events = backward_pass.events
     for event in events[:STEP_LIMIT]:
@@ -95,7 +112,7 @@ def steps_for(backward_pass: BackwardPass, totals: dict[tuple[str, str, str], in
         if isinstance(event, NodeRun):
             steps.append(_node_step(index, event, graph))
         elif isinstance(event, HookCall):
-            steps.append(_hook_step(index, event, graph, backward_pass, totals))
+            steps.append(_hook_step(index, event, graph, backward_pass, totals, positions.get(event.step, (1, 1))))
         elif isinstance(event, GradWritten):
             steps.append(_grad_step(index, event, graph, backward_pass))
         elif isinstance(event, PassError):
@@ -160,12 +177,15 @@ def _output_tensors(graph: Graph, event: NodeRun) -> list[str]:
     return [edge.dst for edge in graph.edges if edge.id in ids]
 
 
-def _hook_step(index: int, call: HookCall, graph: Graph, backward_pass: BackwardPass, totals: dict) -> Step:
+def _hook_step(index: int, call: HookCall, graph: Graph, backward_pass: BackwardPass, totals: dict,
+               position: tuple[int, int] = (1, 1)) -> Step:
     total = max(totals.get((call.hook, call.target, call.kind), 0), call.invocation)
     where = f"call {call.invocation} of {total} in this recording"
     if call.forward_call:
         where += f", for forward call {call.forward_call}"
-    title = f"hook {call.hook} on {call.target} ({call.kind_label} hook, {where})"
+    place, count = position
+    which = f"hook {place} of {count} on {call.target}: {call.hook}" if count > 1 else f"hook {call.hook} on {call.target}"
+    title = f"{which} ({call.kind_label} hook, {where})"
     if call.error:
         return Step(index, "hook", call.node, title, lines=(f"It raised {call.error}.",), modified=False)
     returned = "None (gradient unchanged)" if call.returned_none and not call.modified else format_value(call.grad_out)
@@ -223,14 +243,17 @@ def _hook_note(call: HookCall, graph: Graph, backward_pass: BackwardPass) -> str
                 f"the gradients from every use (here {format_value(call.grad_in)}), then calls the hook."
             )
     if call.modified and call.kind not in ("post_accumulate_grad", "multi_grad"):
-        changed = [
-            name for name, value in backward_pass.grads.items()
-            if backward_pass.grads_without_hooks.get(name) is not None
-            and not values_equal(value, backward_pass.grads_without_hooks[name])
-        ]
-        if changed:
+        if call.edited_in_place:
+            notes.append("It changed the gradient tensor in place: the changed tensor flows on toward the inputs, "
+                         "and anything else holding the same tensor sees the change too.")
+        else:
+            notes.append(f"What it returned replaces what it received: {format_value(call.grad_out)} flows on toward "
+                         f"the inputs where {format_value(call.grad_in)} would have.")
+        others = [e for e in backward_pass.hook_calls if e.modified and e.step != call.step]
+        changed = _changed_leaves(backward_pass)
+        if changed and not others:
             notes.append(
-                "The returned value replaces the gradient for everything upstream: "
+                "It is the only hook that changed anything in this pass, so it is why "
                 + ", ".join(f"{name} ends with {format_value(backward_pass.grads[name])} instead of "
                             f"{format_value(backward_pass.grads_without_hooks[name])}" for name in changed)
                 + "."
@@ -238,8 +261,22 @@ def _hook_note(call: HookCall, graph: Graph, backward_pass: BackwardPass) -> str
     return " ".join(notes)
 
 
+def _changed_leaves(backward_pass: BackwardPass) -> list[str]:
+    return [
+        name for name, value in backward_pass.grads.items()
+        if backward_pass.grads_without_hooks.get(name) is not None
+        and not values_equal(value, backward_pass.grads_without_hooks[name])
+    ]
+
+
 def _grad_step(index: int, event: GradWritten, graph: Graph, backward_pass: BackwardPass) -> Step:
     title = f"{event.name}.grad written: {format_value(event.grad)}"
+    if event.by == "retain_grad":
+        lines = (f"retain_grad() keeps the gradient {format_value(event.received)} that reached {event.name}, "
+                 f"after its tensor hooks: {event.name}.grad is {format_value(event.grad)} once this pass ends.",
+                 f"{event.name} is not a leaf: without retain_grad() its .grad would stay None.")
+        text = format_value(event.grad, 48)
+        return Step(index, "grad", event.node, title, lines=lines, grads=((event.node, text),) if event.node else ())
     lines = [f"AccumulateGrad added this pass's gradient {format_value(event.received)} to {event.name}.grad."]
     without = backward_pass.grads_without_hooks.get(event.name)
     reason = backward_pass.unknown.get(event.name)

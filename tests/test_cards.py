@@ -1,0 +1,158 @@
+"""Each rule of the step cards, its numbers compared with what autograd computes."""
+
+import re
+
+import torch
+
+import autograd_lens as al
+from autograd_lens.format import format_value
+from autograd_lens.views.steps import steps_for
+
+
+def node_lines(lens, backward_name, pass_index=0):
+    (step,) = [s for s in steps_for(lens.passes[pass_index]) if s.kind == "node" and f"({backward_name})" in s.title]
+    return list(step.lines)
+
+
+def test_broadcasting_names_the_summed_dimension_and_gives_autograds_value():
+    b = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    w = torch.ones(2, 3, requires_grad=True)
+    with al.Lens() as lens:
+        s = w + b
+        (s * torch.tensor([[1.0], [2.0]])).sum().backward()
+    lines = node_lines(lens, "AddBackward0")
+    assert f"∂s/∂b = 1; b was broadcast from [3] to [2, 3], so the engine sums its gradient over dim 0: " \
+           f"b receives {format_value(b.grad)}." in lines
+    assert b.grad.tolist() == [3.0, 3.0, 3.0]
+
+
+def test_a_stretched_size_one_dimension_is_named_too():
+    c = torch.ones(2, 1, requires_grad=True)
+    with al.Lens() as lens:
+        s = c * torch.arange(6.0).reshape(2, 3)
+        s.sum().backward()
+    text = "\n".join(node_lines(lens, "MulBackward0"))
+    assert "c was broadcast from [2, 1] to [2, 3], so the engine sums its gradient over dim 1" in text
+    assert f"c receives {format_value(c.grad)}." in text and c.grad.tolist() == [[3.0], [12.0]]
+
+
+def test_sum_and_mean_over_a_dim_say_which_dim_and_n():
+    t = torch.arange(6.0).reshape(2, 3).requires_grad_()
+    with al.Lens() as lens:
+        r = t.sum(dim=1)
+        m = r.mean()
+        n = t.mean(dim=-1)
+        (m + (n * torch.tensor([1.0, 4.0])).sum()).backward()
+    assert "Chain rule: r = t.sum(dim=1)." in node_lines(lens, "SumBackward1")
+    assert any("t receives g copied along dim 1" in line for line in node_lines(lens, "SumBackward1"))
+    mean_all = "\n".join(node_lines(lens, "MeanBackward0"))
+    assert "1/n with n = 2, the number of elements of r; r receives g ÷ 2 copied to every element: [0.5, 0.5]." in mean_all
+    mean_dim = "\n".join(node_lines(lens, "MeanBackward1"))
+    assert "Chain rule: n = t.mean(dim=1)." in mean_dim  # dim=-1 shown as the dim it is
+    expected = torch.tensor([1.0, 4.0]).unsqueeze(1).expand(2, 3) / 3
+    assert f"1/n with n = 3, the size of dim 1; t receives g ÷ 3 copied along dim 1: {format_value(expected)}." in mean_dim
+    assert torch.allclose(t.grad, expected + 0.5)
+
+
+def test_matrix_products_are_vector_jacobian_products_with_autograds_values():
+    a = torch.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    b = torch.tensor([[0.5, -1.0], [2.0, 0.0]], requires_grad=True)
+    g = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    with al.Lens() as lens:
+        c = a @ b
+        c.backward(g)
+    lines = node_lines(lens, "MmBackward0")
+    assert lines[2] == "Chain rule: c = a @ b."
+    assert "vector–Jacobian product" in lines[3] and "g is the gradient of c" in lines[3]
+    assert lines[4] == f"a receives g @ bᵀ = {format_value(g @ b.detach().T)}."
+    assert lines[5] == f"b receives aᵀ @ g = {format_value(a.detach().T @ g)}."
+    assert torch.equal(a.grad, g @ b.detach().T) and torch.equal(b.grad, a.detach().T @ g)
+    assert not any("upstream" in line or "∂c/∂a =" in line for line in lines)
+
+
+def test_linear_bias_receives_g_summed_over_the_batch():
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(3, 2)
+    inputs = torch.randn(4, 3)
+    with al.Lens() as lens:
+        layer(inputs).pow(2).sum().backward()
+    text = "\n".join(node_lines(lens, "AddmmBackward0"))
+    assert f"layer.bias receives g summed over dim 0 (each row of the batch adds its part) = {format_value(layer.bias.grad)}." in text
+
+
+def test_hooks_on_one_tensor_are_numbered_by_registration_order_and_credit_only_their_own_change():
+    p = torch.tensor(3.0, requires_grad=True)
+
+    def halve(g):
+        return g / 2
+
+    with al.Lens() as lens:
+        h = p * p
+        h.register_hook(halve)
+        h.register_hook(halve)
+        h.register_hook(lambda g: g + 1)
+        h.backward()
+    hooks = [s for s in steps_for(lens.passes[0]) if s.kind == "hook"]
+    assert [s.title for s in hooks] == [
+        "hook 1 of 3 on h: halve (tensor hook, call 1 of 1 in this recording)",
+        "hook 2 of 3 on h: halve (tensor hook, call 1 of 1 in this recording)",
+        "hook 3 of 3 on h: <lambda> (tensor hook, call 1 of 1 in this recording)",
+    ]
+    assert "0.5 flows on toward the inputs where 1.0 would have" in hooks[0].note
+    assert "0.25 flows on toward the inputs where 0.5 would have" in hooks[1].note
+    assert "1.25 flows on toward the inputs where 0.25 would have" in hooks[2].note
+    assert not any("ends with" in s.note for s in hooks)  # three hooks changed it: none gets the whole credit
+    assert p.grad.item() == 1.25 * 6
+
+
+def test_the_only_modifying_hook_is_credited_with_the_leaf_change():
+    x = torch.tensor(2.0, requires_grad=True)
+    with al.Lens() as lens:
+        y = x ** 2
+        y.register_hook(lambda g: g * 2)
+        (3 * y).backward()
+    (hook,) = [s for s in steps_for(lens.passes[0]) if s.kind == "hook"]
+    assert "so it is why x ends with 24.0 instead of 12.0." in hook.note and x.grad.item() == 24.0
+
+
+def test_an_in_place_hook_is_not_said_to_return_a_replacement():
+    x = torch.tensor(1.0, requires_grad=True)
+    with al.Lens() as lens:
+        q = x * 5
+        q.register_hook(lambda g: g.mul_(2))
+        q.backward()
+    (hook,) = [s for s in steps_for(lens.passes[0]) if s.kind == "hook"]
+    assert "changed the gradient tensor in place" in hook.note and "What it returned" not in hook.note
+    assert x.grad.item() == 10.0
+
+
+def test_a_retain_grad_write_is_a_step_with_the_value_torch_keeps():
+    x = torch.tensor(2.0, requires_grad=True)
+    with al.Lens() as lens:
+        y = x * 3
+        y.retain_grad()
+        y.register_hook(lambda g: g * 2)
+        z = y * y
+        z.backward(retain_graph=True)
+        z.backward()
+    for backward_pass, expected in zip(lens.passes, (24.0, 48.0)):
+        titles = [s.title for s in steps_for(backward_pass)]
+        write = titles.index(f"y.grad written: {expected}")
+        assert titles[write - 1].startswith("hook <lambda> on y")  # after the tensor hook
+        assert titles[write + 1] == "mul → y (MulBackward0) runs"  # before the node runs
+    step = [s for s in steps_for(lens.passes[1]) if s.title == "y.grad written: 48.0"][0]
+    assert "keeps the gradient 24.0 that reached y" in step.lines[0]
+    assert y.grad.item() == 48.0
+
+
+def test_reductions_and_products_card_numbers_match_autograd_on_random_shapes():
+    torch.manual_seed(1)
+    for rows, cols in ((1, 1), (2, 5), (4, 3)):
+        w = torch.randn(rows, cols, requires_grad=True)
+        v = torch.randn(cols, requires_grad=True)
+        with al.Lens() as lens:
+            out = (w @ v).mean()
+            out.backward()
+        mv = "\n".join(node_lines(lens, "MvBackward0"))
+        sent = re.search(r"v receives wᵀ @ g = (.+)\.$", mv, re.M)
+        assert sent is not None and sent.group(1) == format_value(v.grad)
