@@ -60,6 +60,7 @@ class LensMagics(Magics):
     @magic_arguments()
     @argument("--as", dest="name", default="_lens", help="Bind the Lens to this name in the notebook (default _lens).")
     @argument("--no-show", action="store_true", help="Record only; show nothing (inspect the Lens object instead).")
+    @argument("--predict", action="store_true", help="Ask for each gradient before the stepper reveals it, and check the answer.")
     @argument("--store-limit", type=int, default=4096, help="Gradients with more elements are kept as summaries (default 4096).")
     @argument("--max-elements", type=int, default=16, help="Show values of tensors with at most this many elements (default 16).")
     @argument("--max-nodes", type=int, default=300, help="Draw at most this many backward functions (default 300).")
@@ -107,7 +108,7 @@ class LensMagics(Magics):
         if not args.no_show and (lens.passes or result.success):
             from IPython.display import display
 
-            display(lens)
+            display(lens.stepper(predict=True) if args.predict and lens.passes else lens)
             self._show_plots(lens, args.plot)
         if not args.no_show and lens.notes:
             from IPython.display import display

@@ -104,6 +104,43 @@ def test_static_page_steps_with_no_kernel(browser, tmp_path):
     page.close()
 
 
+def test_static_page_predict_mode_asks_checks_and_then_reveals(browser, tmp_path):
+    lens = two_branch_lens()
+    path = tmp_path / "predict.html"
+    lens.to_html(str(path), predict=True)
+    view = PassView(lens.passes[0])
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(path.as_uri())
+    page.wait_for_selector(".al-stepper[data-step='0']")
+    page.click("button[data-go=next]")
+    card = page.inner_text(".al-cardbox")
+    assert "predict" in card and "What does z receive?" in card
+    style = page.evaluate("document.querySelector('style.al-frame').textContent")
+    assert current_node(style) == view.steps[1].node and "visibility: visible" not in style  # no arrow label yet
+    page.fill("input.al-answer", "2")
+    page.press("input.al-answer", "Enter")
+    card = page.inner_text(".al-cardbox")
+    assert card.startswith("Not quite: autograd computed 1.0.") and "Chain rule: out = z + w." in card
+    assert "visibility: visible" in page.evaluate("document.querySelector('style.al-frame').textContent")
+    page.click("button[data-go=next]")  # the next question: y's share from one of the products
+    question = view.steps[2].question
+    page.fill("input.al-answer", question.answer_text)
+    page.click("button[data-go=check]")
+    assert page.inner_text(".al-feedback") == f"Right: autograd computed {question.answer_text}."
+    page.click("button[data-go=prev]")  # an answered step stays answered
+    assert page.inner_text(".al-feedback").startswith("Not quite")
+    shot(page, "static-predict.png")
+    # the slider steps once per key press
+    page.focus("input.al-slider")
+    before = int(page.get_attribute(".al-stepper", "data-step"))
+    page.keyboard.press("ArrowRight")
+    assert int(page.get_attribute(".al-stepper", "data-step")) == before + 1
+    assert errors == []
+    page.close()
+
+
 def test_static_page_without_javascript_shows_the_finished_pass(browser, tmp_path):
     path = tmp_path / "trace.html"
     two_branch_lens().to_html(str(path))

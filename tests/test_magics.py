@@ -126,3 +126,16 @@ def test_lens_cell_without_backward_says_so(shell):
     assert len(shown) == 1
     assert "No backward pass was recorded" in shown[0]["text/html"]
     assert shown[0]["text/plain"] == "<autograd_lens.Lens: 0 backward passes, 0 hook calls>"
+
+
+def test_lens_magic_predict_option(shell):
+    shell.run_cell("import torch")
+    result = shell.run_cell(
+        "%%lens --predict --as guess\nx = torch.tensor(2.0, requires_grad=True)\n(x * x).backward()"
+    )
+    assert result.success
+    assert shell.user_ns["x"].grad.item() == 4.0  # the cell ran as usual
+    from autograd_lens.views.steps import steps_for
+
+    lens = shell.user_ns["guess"]
+    assert [s.question.answer for s in steps_for(lens.passes[0]) if s.question] == [(2.0,), (4.0,)]  # one use of x, then x.grad

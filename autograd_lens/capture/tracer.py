@@ -360,11 +360,21 @@ class Lens:
 
         return lens_text(self)
 
-    def show(self) -> None:
-        """Display the recorded passes (in Jupyter)."""
+    def show(self, predict: bool = False) -> None:
+        """Display the recorded passes (in Jupyter).  With ``predict=True`` the stepper asks for each
+        gradient before it reveals it, and checks the answer against autograd's value."""
         from IPython.display import display
 
-        display(self)
+        display(self.stepper(predict=predict) if predict else self)
+
+    def stepper(self, predict: bool = False):
+        """The stepper widget for these passes (``predict``: ask before revealing each gradient)."""
+        from ..views.stepper import Stepper
+        from ..views.trace_display import lens_text
+
+        if not isinstance(predict, bool):
+            raise TypeError(f"predict must be True or False, not {predict!r}")
+        return Stepper(self.passes, text=lens_text(self), predict=predict)
 
     @property
     def plot(self):
@@ -374,11 +384,12 @@ class Lens:
 
         return Plots(self)
 
-    def to_html(self, path: str | None = None) -> str:
-        """A standalone HTML page of the recorded passes; written to ``path`` when given."""
+    def to_html(self, path: str | None = None, predict: bool = False) -> str:
+        """A standalone HTML page of the recorded passes; written to ``path`` when given.  With
+        ``predict=True`` it asks for each gradient before revealing it."""
         from ..views.static_html import lens_page
 
-        page = lens_page(self)
+        page = lens_page(self, predict=bool(predict))
         if path is not None:
             with open(path, "w", encoding="utf-8") as handle:
                 handle.write(page)

@@ -21,7 +21,7 @@ from ..format import format_value
 from ..model import BackwardPass
 from .dot import to_dot
 from .render import render_svg
-from .steps import Frame, Step, card_html, frame, grads_table_html, hook_totals, steps_for
+from .steps import Frame, Step, card_html, frame, grads_table_html, hook_totals, question_html, steps_for
 
 CURRENT_COLOR = "#2563eb"
 DONE_COLOR = "#16a34a"
@@ -66,15 +66,23 @@ class PassView:
         digest.update(json.dumps([(s.title, s.lines) for s in self.steps]).encode())
         return digest.hexdigest()[:10]
 
-    def data(self) -> dict:
-        """What the front-end script needs: the steps (order encoded once) and the cards."""
-        return {
+    def data(self, predict: bool = False) -> dict:
+        """What the front-end script needs: the steps (order encoded once) and the cards; with
+        ``predict``, each question (card, autograd's answer and how the card prints it)."""
+        data = {
             "steps": [
                 {"node": s.node, "edges": [e for e, _ in s.edges], "grads": [g for g, _ in s.grads], "done": list(s.done)}
                 for s in self.steps
             ],
             "cards": self.cards,
         }
+        if predict:
+            total = len(self.steps)
+            data["questions"] = [
+                [question_html(s, total), list(s.question.answer), s.question.answer_text] if s.question else None
+                for s in self.steps
+            ]
+        return data
 
 
 # a node's group up to its "grad …" text, never running into the next group
@@ -147,6 +155,10 @@ BASE_CSS = """\
 {scope} table.al-grads {{border-collapse: collapse; font-family: Helvetica, Arial, sans-serif; font-size: 13px}}
 {scope} table.al-grads td, {scope} table.al-grads th {{border: 1px solid #e5e7eb; padding: 2px 8px; text-align: left}}
 {scope} tr.al-differs {{background: #fef3c7; font-weight: bold}}
+{scope} .al-question {{border-left: 5px solid #2563eb}}
+{scope} .al-feedback {{font-family: Helvetica, Arial, sans-serif; font-size: 13px; padding: 4px 12px; border-radius: 6px}}
+{scope} .al-right {{background: #dcfce7; color: #14532d}}
+{scope} .al-wrong {{background: #fee2e2; color: #7f1d1d}}
 {scope} .al-controls {{font-family: Helvetica, Arial, sans-serif; font-size: 13px}}
 {scope} .al-controls button {{font-family: monospace; min-width: 3em; margin-right: 2px}}
 """

@@ -54,11 +54,12 @@ def controls_html(views: list[PassView]) -> str:
     return "".join(parts)
 
 
-def stepper_fragment(views: list[PassView]) -> str:
-    """An HTML fragment (for a notebook output) stepping through the given passes."""
+def stepper_fragment(views: list[PassView], predict: bool = False) -> str:
+    """An HTML fragment (for a notebook output) stepping through the given passes.  With ``predict``,
+    each step that reveals a gradient first asks the student for it."""
     if not views:
         return "<p>No backward pass was recorded.</p>"
-    key = "al-" + "-".join(view.key for view in views)[:32]
+    key = ("al-p-" if predict else "al-") + "-".join(view.key for view in views)[:32]
     scope = f"#{key}"
     first = views[0]
     last = len(first.steps) - 1
@@ -67,7 +68,7 @@ def stepper_fragment(views: list[PassView]) -> str:
         f'<div class="al-graph" data-pass="{i}"{"" if i == 0 else hidden}>{view.svg}</div>'
         for i, view in enumerate(views)
     )
-    data = {"passes": [dict(view.data(), table=view.table) for view in views]}
+    data = {"passes": [dict(view.data(predict), table=view.table) for view in views], "predict": predict}
     return (
         f'<div class="autograd-lens al-stepper" id="{key}" tabindex="0">'
         f"<style>{base_css(scope)}</style>"
@@ -88,7 +89,7 @@ def page(body: str, title: str = "autograd_lens") -> str:
     )
 
 
-def lens_page(lens) -> str:
+def lens_page(lens, predict: bool = False) -> str:
     """A standalone page for everything a Lens recorded."""
     views = views_for(lens.passes)
-    return page(stepper_fragment(views), title="autograd_lens: backward pass")
+    return page(stepper_fragment(views, predict=predict), title="autograd_lens: backward pass")

@@ -14,7 +14,7 @@ import ipywidgets as widgets
 
 from ..model import BackwardPass
 from .passview import PassView, base_css, frame_css, views_for
-from .steps import Frame, Step, frame
+from .steps import Frame, Step, check_answer, feedback_html, frame, question_frame, question_html
 from .trace_display import lens_text, pass_title
 
 _live_ids = itertools.count(1)
@@ -34,8 +34,10 @@ class Stepper(widgets.VBox):
     'mul (MulBackward0) runs'
     """
 
-    def __init__(self, passes: list[BackwardPass], text: str = "") -> None:
+    def __init__(self, passes: list[BackwardPass], text: str = "", predict: bool = False) -> None:
         self.views = views_for(passes)
+        self.predict = predict
+        self.answers: dict[tuple[int, int], tuple[bool, str]] = {}  # (pass, step) -> (right, message)
         self._text = text or f"<autograd_lens.Stepper: {len(passes)} pass{'es' if len(passes) != 1 else ''}>"
         self.scope_id = f"al-live-{next(_live_ids)}-{self.views[0].key if self.views else 'empty'}"
         self.pass_index = 0
@@ -71,7 +73,17 @@ class Stepper(widgets.VBox):
         self.card_html = widgets.HTML()
         self.table_html = widgets.HTML()
         self.slider.observe(lambda change: self._render_step(change["new"]), names="value")
-        super().__init__([widgets.HBox(controls), self.frame_html, self.graph_html, self.card_html, self.table_html])
+        self.answer_box = widgets.Text(placeholder="e.g. 3.0 or [1, 2]", description="your answer",
+                                       continuous_update=False)
+        check = widgets.Button(description="check", tooltip="compare with autograd's value")
+        reveal = widgets.Button(description="show me", tooltip="reveal autograd's value")
+        check.on_click(lambda _: self.answer(self.answer_box.value))
+        reveal.on_click(lambda _: self.reveal())
+        # Enter (or leaving the box) commits the text: that checks it too
+        self.answer_box.observe(lambda change: change["new"] and self.asking and self.answer(change["new"]), names="value")
+        self.ask = widgets.HBox([self.answer_box, check, reveal], layout=widgets.Layout(display="none"))
+        super().__init__([widgets.HBox(controls), self.frame_html, self.graph_html, self.card_html, self.ask,
+                          self.table_html])
         if self.views:
             self.show_pass(0)
 
@@ -111,11 +123,43 @@ class Stepper(widgets.VBox):
         else:
             self._render_step(0)
 
+    @property
+    def asking(self) -> bool:
+        """True while the current step waits for the student's prediction (``predict`` mode)."""
+        return self.predict and self.current_step.question is not None \
+            and (self.pass_index, self.step) not in self.answers
+
+    def answer(self, text: str) -> tuple[bool, str]:
+        """Check a predicted gradient for the current step against autograd's value, then show the step."""
+        question = self.current_step.question
+        if question is None:
+            return False, "This step asks nothing: step on."
+        result = check_answer(question, str(text))
+        self.answers[(self.pass_index, self.step)] = result
+        self._render_step(self.step)
+        return result
+
+    def reveal(self) -> None:
+        """Show the current step without an answer."""
+        question = self.current_step.question
+        if question is not None:
+            self.answers[(self.pass_index, self.step)] = (False, f"Autograd computed {question.answer_text}.")
+        self._render_step(self.step)
+
     def _render_step(self, index: int) -> None:
         view = self.view
         scope = f"#{self.scope_id}"
-        self.frame_html.value = f"<style>{frame_css(scope, frame(view.steps, index))}</style>"
-        self.card_html.value = _scoped(view.cards[index], f"{self.scope_id}-card")
+        asking = self.asking and index == self.step
+        shown = question_frame(view.steps, index) if asking else frame(view.steps, index)
+        self.frame_html.value = f"<style>{frame_css(scope, shown)}</style>"
+        if asking:
+            card = question_html(view.steps[index], len(view.steps), inputs=False)
+            self.answer_box.value = ""
+        else:
+            settled = self.answers.get((self.pass_index, index))
+            card = (feedback_html(settled[1], settled[0]) if settled else "") + view.cards[index]
+        self.card_html.value = _scoped(card, f"{self.scope_id}-card")
+        self.ask.layout.display = "flex" if asking else "none"
 
     def _go(self, where: str) -> None:
         self.play.playing = False
@@ -129,7 +173,7 @@ class Stepper(widgets.VBox):
 
         bundle = super()._repr_mimebundle_(**kwargs) or {}
         bundle["text/plain"] = self._text
-        bundle["text/html"] = stepper_fragment(self.views)
+        bundle["text/html"] = stepper_fragment(self.views, predict=self.predict)
         return bundle
 
 
@@ -138,5 +182,5 @@ def _scoped(content: str, element_id: str) -> str:
     return f'<div id="{element_id}" class="autograd-lens"><style>{base_css("#" + element_id)}</style>{content}</div>'
 
 
-def lens_widget(lens) -> Stepper:
-    return Stepper(lens.passes, text=lens_text(lens))
+def lens_widget(lens, predict: bool = False) -> Stepper:
+    return Stepper(lens.passes, text=lens_text(lens), predict=predict)

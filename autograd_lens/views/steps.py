@@ -38,6 +38,51 @@ class Step:
     modified: bool = False
     changes: tuple[tuple[str, str], ...] = ()  # (before, after) entries, for a hook that changed a tensor
     note: str = ""  # a "classic surprise" remark
+    question: Question | None = None  # what a student may predict before this step reveals it
+
+
+@dataclass(frozen=True)
+class Question:
+    """A gradient the step is about to reveal, asked before it is shown (``predict`` mode)."""
+
+    prompt: str
+    answer: tuple[float, ...]  # autograd's value, flattened
+    answer_text: str  # as the card prints it
+
+
+def question_about(prompt: str, value) -> Question | None:
+    """A question whose answer is ``value`` (a small real tensor), or None when it cannot be asked."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return None
+    if not isinstance(value, torch.Tensor) or value.layout != torch.strided or value.is_complex() \
+            or not value.dtype.is_floating_point or value.numel() > CHAIN_RULE_LIMIT or value.numel() == 0:
+        return None
+    flat = value.detach().reshape(-1).tolist()
+    if not all(abs(v) < float("inf") for v in flat):
+        return None
+    return Question(prompt, tuple(float(v) for v in flat), format_value(value))
+
+
+def check_answer(question: Question, text: str) -> tuple[bool, str]:
+    """Compare a student's answer (numbers in any brackets/commas; one number stands for all entries)
+    with autograd's value, at the precision the cards print."""
+    import re
+
+    numbers = [float(n) for n in re.findall(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?", text or "")]
+    expected = question.answer
+    if not numbers:
+        return False, f"Type a number (or a list such as [1, 2]); autograd computed {question.answer_text}."
+    if len(numbers) == 1 and len(expected) > 1:
+        numbers = numbers * len(expected)
+    if len(numbers) != len(expected):
+        return False, (f"Not quite: that is {len(numbers)} number{'s' if len(numbers) != 1 else ''}, the gradient has "
+                       f"{len(expected)}. Autograd computed {question.answer_text}.")
+    close = all(abs(a - b) <= 1e-3 + 1e-3 * abs(b) for a, b in zip(numbers, expected))
+    if close:
+        return True, f"Right: autograd computed {question.answer_text}."
+    return False, f"Not quite: autograd computed {question.answer_text}."
 
 
 @dataclass(frozen=True)
@@ -63,6 +108,15 @@ def frame(steps: list[Step], index: int) -> Frame:
         done.update(step.done)
     current = steps[index].node if steps else None
     return Frame(current=current, done=frozenset(done - {current}), edge_labels=edge_labels, grads=grads)
+
+
+def question_frame(steps: list[Step], index: int) -> Frame:
+    """The drawing while step ``index``'s gradient is being predicted: everything before it, with its
+    node already current."""
+    before = frame(steps, index - 1) if index > 0 else Frame(current=None, done=frozenset())
+    current = steps[index].node
+    return Frame(current=current, done=frozenset(before.done | ({before.current} - {None}) - {current}),
+                 edge_labels=before.edge_labels, grads=before.grads)
 
 
 def leaf_copies(graph: Graph, node_id: str | None) -> list[str]:
@@ -169,7 +223,14 @@ def _node_step(index: int, event: NodeRun, graph: Graph) -> Step:
     edges += [(edge, format_block(value)) for edge, value in zip(event.in_edges, event.grad_in) if edge]
     done = [event.node] if event.node else []
     done += [edge_dst for edge_dst in _output_tensors(graph, event)]
-    return Step(index, "node", event.node, title, lines=tuple(lines), edges=tuple(edges), done=tuple(done))
+    question = None
+    for target, value in zip(event.targets, event.grad_out):
+        if target != "(no grad needed)":
+            question = question_about(f"{event.label} received g = {received}. What does {target} receive?", value)
+            if question is not None:
+                break
+    return Step(index, "node", event.node, title, lines=tuple(lines), edges=tuple(edges), done=tuple(done),
+                question=question)
 
 
 def _output_tensors(graph: Graph, event: NodeRun) -> list[str]:
@@ -292,8 +353,11 @@ def _grad_step(index: int, event: GradWritten, graph: Graph, backward_pass: Back
         note = f"{event.name}.grad already held {format_value(before)}: backward() adds to .grad, it does not overwrite it."
     copies = leaf_copies(graph, event.node)
     text = format_value(event.grad, 48)  # one line: the drawing swaps this text in place
+    held = f"{event.name}.grad held {format_value(before)} and" if before is not None else f"{event.name}.grad was None and"
+    question = question_about(f"AccumulateGrad is about to write {event.name}.grad: {held} this pass brings "
+                              f"{format_value(event.received)}. What is {event.name}.grad now?", event.grad)
     return Step(index, "grad", event.node, title, lines=tuple(lines), grads=tuple((c, text) for c in copies),
-                done=tuple(copies), note=note)
+                done=tuple(copies), note=note, question=question)
 
 
 def card_html(step: Step, total: int) -> str:
@@ -313,6 +377,22 @@ def card_html(step: Step, total: int) -> str:
         parts.append(f'<div class="al-note">Note: {html.escape(step.note)}</div>')
     parts.append("</div>")
     return "".join(parts)
+
+
+def question_html(step: Step, total: int, inputs: bool = True) -> str:
+    """The card of a step whose gradient the student predicts first: the question (and, for the static
+    page, a box and two buttons; the live widget has its own)."""
+    question = step.question
+    ask = ('<div class="al-ask"><label>your answer <input type="text" class="al-answer" size="24"></label> '
+           '<button type="button" data-go="check">check</button> '
+           '<button type="button" data-go="reveal">show me</button></div>') if inputs else ""
+    return (f'<div class="al-card al-question"><div class="al-step">step {step.index} of {total - 1}: predict</div>'
+            f'<div class="al-title">{html.escape(step.title)}</div><div>{html.escape(question.prompt)}</div>'
+            f"{ask}</div>")
+
+
+def feedback_html(message: str, right: bool) -> str:
+    return f'<div class="al-feedback {"al-right" if right else "al-wrong"}">{html.escape(message)}</div>'
 
 
 def grads_table_html(backward_pass: BackwardPass) -> str:

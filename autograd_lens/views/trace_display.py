@@ -48,7 +48,7 @@ def events_bundle(lens: Any, hint: str = "") -> dict[str, str]:
     return {"text/html": f'<div class="autograd-lens">{hint}{body}</div>', "text/plain": lens_text(lens)}
 
 
-def lens_bundle(lens: Any) -> dict[str, str]:
+def lens_bundle(lens: Any, predict: bool = False) -> dict[str, str]:
     """A stepper widget (with a static HTML stepper inside) or, without a renderer, the steps in HTML."""
     from .display import hint_html, safe_bundle
     from .stepper import lens_widget
@@ -57,7 +57,7 @@ def lens_bundle(lens: Any) -> dict[str, str]:
         if not lens.passes:
             return events_bundle(lens)
         try:
-            return lens_widget(lens)._repr_mimebundle_()
+            return lens_widget(lens, predict=predict)._repr_mimebundle_()
         except Exception as error:  # never raise from a display method: the steps in words, and the cause
             return events_bundle(lens, hint_html(error))
     except Exception as error:
