@@ -310,7 +310,7 @@ class Note:
 
     code: str  # e.g. "nonleaf_grad"
     message: str
-    notebook: str | None = None  # e.g. "notebooks/02_hooks_step_through.ipynb"
+    notebook: str | None = None  # e.g. "notebooks/03_multiple_invocations.ipynb"
     pass_index: int | None = None  # the pass it arose in (None: outside any pass)
     step: int | None = None  # the event it arose at (the stepper shows it on that step)
 

@@ -11,16 +11,18 @@ import re
 
 from .model import BackwardPass, GradWritten, HookCall, Note, PassError
 
-GRAPH = "notebooks/01_autograd_graph.ipynb"
-HOOKS = "notebooks/02_hooks_step_through.ipynb"
-DEBUGGING = "notebooks/03_debugging_hooks.ipynb"
+FUNDAMENTALS = "notebooks/00_autograd_fundamentals.ipynb"
+GRAPH = "notebooks/01_reading_the_graph.ipynb"
+INVOCATIONS = "notebooks/03_multiple_invocations.ipynb"
+MODIFIED = "notebooks/04_modified_gradients.ipynb"
+MODULES = "notebooks/05_module_hooks.ipynb"
 PERSISTING = "notebooks/07_persisting_hooks.ipynb"
 
 MESSAGES = {
     "nonleaf_grad": (
         "You read .grad of a tensor that is not a leaf: it is None (torch warned). Only leaves — tensors you created "
         "with requires_grad=True — get .grad; call t.retain_grad() before backward() to keep a non-leaf's gradient, "
-        "or register a hook on it.", GRAPH),
+        "or register a hook on it.", FUNDAMENTALS),
     "not_a_leaf": (
         "{name} is not a leaf: it was computed ({op}) from a tensor that requires grad but has no name here, e.g. "
         "torch.randn(2, 2, requires_grad=True) * 10. Its .grad stays None, and hooks on it see the gradient of the "
@@ -28,28 +30,28 @@ MESSAGES = {
         GRAPH),
     "legacy_hook": (
         "{target} has a legacy register_backward_hook: its grad_input belongs to the module's last operation only, "
-        "which is wrong for any module made of more than one op. Use register_full_backward_hook.", HOOKS),
+        "which is wrong for any module made of more than one op. Use register_full_backward_hook.", MODULES),
     "freed_graph": (
         "backward() ran through a graph whose saved tensors the previous backward() had freed. Pass "
-        "retain_graph=True to the first backward() if you need a second one — or recompute the forward.", HOOKS),
+        "retain_graph=True to the first backward() if you need a second one — or recompute the forward.", FUNDAMENTALS),
     "bad_hook_return": (
         "A hook returned {what}: a hook must return None (nothing changed) or a tensor of the same shape and dtype "
-        "as the gradient it received.", HOOKS),
+        "as the gradient it received.", MODIFIED),
     "inplace_hook_edit": (
         "The hook {hook} on {target} edited its gradient in place instead of returning a new one. That works, but the "
         "same tensor object can also be what a sibling branch receives (AddBackward sends one tensor to both "
-        "inputs): return g * 2 rather than calling g.mul_(2).", DEBUGGING),
+        "inputs): return g * 2 rather than calling g.mul_(2).", MODIFIED),
     "full_hook_then_inplace": (
         "A module with a full backward hook (or pre-hook) was followed by an in-place op on its output (e.g. "
         "ReLU(inplace=True)): torch refuses that. Use an out-of-place op, or a forward hook plus a tensor hook on "
-        "the output instead of the module backward hook.", HOOKS),
+        "the output instead of the module backward hook.", MODULES),
     "used_several_times": (
         "{target} is used by {uses} operations, yet its hook fired once: autograd adds up the gradients from every "
-        "use first, then calls the hook with the sum.", HOOKS),
+        "use first, then calls the hook with the sum.", INVOCATIONS),
     "forgot_zero_grad": (
         "{names} already held the previous pass's gradient when this pass added to it: backward() accumulates into "
         ".grad. If each step should start fresh, call optimizer.zero_grad() (or set .grad = None) before backward(); "
-        "if you meant to accumulate, all is well.", HOOKS),
+        "if you meant to accumulate, all is well.", FUNDAMENTALS),
     "old_model_hook": (
         "The backward hook on {target} never fired: no backward pass here went through that module. Was the output "
         "computed by another copy of the model (e.g. before reloading)? Recompute it with this one.", PERSISTING),

@@ -264,12 +264,12 @@ def test_live_stepper_in_jupyterlab(browser, lab):
 
 def test_course_notebook_steps_in_nbconvert_html(browser, tmp_path):
     """The committed notebook, exported by nbconvert with no kernel and no CDN, still steps."""
-    notebook = os.path.join(os.path.dirname(ARTIFACTS), "notebooks", "02_hooks_step_through.ipynb")
+    notebook = os.path.join(os.path.dirname(ARTIFACTS), "notebooks", "02_tensor_hooks.ipynb")
     subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", notebook, "--output-dir", str(tmp_path)],
                    check=True, capture_output=True, timeout=300)
     page = browser.new_page(viewport={"width": 1300, "height": 900})
     page.route("**/*", lambda route: route.abort() if route.request.url.startswith("http") else route.continue_())
-    page.goto((tmp_path / "02_hooks_step_through.html").as_uri(), wait_until="domcontentloaded")
+    page.goto((tmp_path / "02_tensor_hooks.html").as_uri(), wait_until="domcontentloaded")
     stepper = page.locator(".al-stepper").first
     stepper.locator(".al-pos").wait_for()
     assert stepper.locator(".al-pos").inner_text() == "step 0 of 6"

@@ -251,3 +251,13 @@ def test_warnings_are_still_shown_as_without_the_lens():
             reads_nonleaf_grad()
     assert [str(w.message) for w in plain] == [str(w.message) for w in traced]
     assert warnings.showwarning.__name__ == "showwarning"  # the lens's wrapper is gone after the block
+
+
+def test_every_note_points_to_a_notebook_that_exists():
+    from pathlib import Path
+
+    from autograd_lens.notes import MESSAGES
+
+    root = Path(__file__).resolve().parent.parent
+    for code, (_, notebook) in MESSAGES.items():
+        assert (root / notebook).is_file(), f"{code} points to {notebook}"
