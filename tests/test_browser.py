@@ -114,6 +114,7 @@ def test_static_page_predict_mode_asks_checks_and_then_reveals(browser, tmp_path
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.goto(path.as_uri())
     page.wait_for_selector(".al-stepper[data-step='0']")
+    assert not page.is_visible(".al-tablebox")  # hidden until the last step: it holds the answers
     page.click("button[data-go=next]")
     card = page.inner_text(".al-cardbox")
     assert "predict" in card and "What does z receive?" in card
@@ -132,7 +133,10 @@ def test_static_page_predict_mode_asks_checks_and_then_reveals(browser, tmp_path
     page.click("button[data-go=prev]")  # an answered step stays answered
     assert page.inner_text(".al-feedback").startswith("Not quite")
     shot(page, "static-predict.png")
+    page.click("button[data-go=last]")
+    assert page.is_visible(".al-tablebox")
     # the slider steps once per key press
+    page.click("button[data-go=first]")
     page.focus("input.al-slider")
     before = int(page.get_attribute(".al-stepper", "data-step"))
     page.keyboard.press("ArrowRight")
@@ -171,6 +175,8 @@ def lab(tmp_path_factory):
         "nbformat": 4, "nbformat_minor": 5,
     }
     (root / "stepper.ipynb").write_text(json.dumps(notebook))
+    notebook["cells"][1]["source"] = "%%lens --predict\n" + CELL
+    (root / "predict.ipynb").write_text(json.dumps(notebook))
     settings = tmp_path_factory.mktemp("settings")
     config = settings / "cfg"
     (config / "labconfig").mkdir(parents=True)
@@ -209,7 +215,7 @@ def run_all(page):
     page.wait_for_selector(".jp-Notebook")
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status=idle]", timeout=120_000)
     for _ in range(5):
-        page.click(".jp-Cell .jp-InputArea-editor")
+        page.click(".jp-Cell .jp-InputArea-editor >> visible=true")
         page.click("text=Run")
         item = page.locator("li.lm-Menu-item[data-command='runmenu:run-all']")
         item.wait_for()
@@ -277,4 +283,26 @@ def test_course_notebook_steps_in_nbconvert_html(browser, tmp_path):
         stepper.locator("button[data-go=next]").click()
     assert "received 5.0 → returned 2.5" in stepper.locator(".al-cardbox").inner_text()
     shot(page, "nbconvert-step-4.png")
+    page.close()
+
+
+def test_live_stepper_predict_mode_in_jupyterlab(browser, lab):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(lab.replace("/lab/tree/stepper.ipynb", "/lab/workspaces/predict/tree/predict.ipynb"))  # its own workspace
+    run_all(page)
+    next_button = page.locator(".widget-button", has_text=re.compile(r"^>$"))
+    next_button.wait_for(timeout=60_000)
+    next_button.click()
+    page.wait_for_function("document.querySelector('.al-card').innerText.includes('What does z receive?')",
+                           timeout=15_000)
+    answer = page.locator(".widget-text input")
+    check = page.locator(".widget-button", has_text=re.compile(r"^check$"))
+    assert answer.is_visible() and check.is_visible()
+    answer.fill("1")
+    check.click()
+    page.wait_for_function("document.querySelector('.al-feedback') !== null", timeout=15_000)
+    assert page.locator(".al-feedback").inner_text() == "Right: autograd computed 1.0."
+    assert "Chain rule: out = z + w." in page.locator(".al-card").first.inner_text()
+    assert not answer.is_visible()  # the box hides once the step is settled
+    shot(page, "jupyterlab-predict.png")
     page.close()

@@ -69,6 +69,9 @@ def test_the_live_stepper_hides_the_step_until_answered():
     assert not stepper.asking and "Autograd computed" in stepper.card_html.value
     stepper.step = 1
     assert not stepper.asking  # answered steps stay answered
+    assert stepper.table_html.layout.display == "none"  # the table would give the answers away
+    stepper.step = len(stepper.view.steps) - 1
+    assert stepper.table_html.layout.display is None
 
 
 def test_without_predict_nothing_is_asked():

@@ -75,6 +75,8 @@
       cardBox.innerHTML = (settled ? '<div class="al-feedback ' + (settled[0] ? "al-right" : "al-wrong") + '">' +
         escapeText(settled[1]) + "</div>" : "") + data.passes[pass].cards[step];
     }
+    // in predict mode the with/without table would give the answers away: it shows at the last step
+    tableBox.style.display = predict && step < steps.length - 1 ? "none" : "";
     slider.max = steps.length - 1;
     slider.value = step;
     position.textContent = "step " + step + " of " + (steps.length - 1);

@@ -160,6 +160,9 @@ class Stepper(widgets.VBox):
             card = (feedback_html(settled[1], settled[0]) if settled else "") + view.cards[index]
         self.card_html.value = _scoped(card, f"{self.scope_id}-card")
         self.ask.layout.display = "flex" if asking else "none"
+        # in predict mode the with/without table would give the answers away: it shows at the last step
+        last = index == len(view.steps) - 1
+        self.table_html.layout.display = "none" if self.predict and not last else None
 
     def _go(self, where: str) -> None:
         self.play.playing = False
