@@ -10,6 +10,7 @@ graph itself has been freed by ``backward()``.
 from __future__ import annotations
 
 import dataclasses
+from functools import cached_property
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
@@ -157,10 +158,40 @@ class Graph:
     options: "GraphOptions" = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
 
     def node(self, node_id: str) -> Node:
+        return self._index["nodes"][node_id]
+
+    def edges_into(self, node_id: str) -> tuple[Edge, ...]:
+        """The edges ending at ``node_id``, in drawing order."""
+        return self._index["into"].get(node_id, ())
+
+    def edges_from(self, node_id: str) -> tuple[Edge, ...]:
+        """The edges starting at ``node_id``, in drawing order."""
+        return self._index["from"].get(node_id, ())
+
+    def edge(self, edge_id: str) -> Edge:
+        return self._index["edges"][edge_id]
+
+    def nodes_labelled(self, label: str) -> tuple[Node, ...]:
+        return self._index["labels"].get(label, ())
+
+    @cached_property
+    def _index(self) -> dict[str, dict]:
+        """Lookups by id, endpoint and label, built once: every view reads the graph in linear time."""
+        into: dict[str, list[Edge]] = {}
+        out: dict[str, list[Edge]] = {}
+        labels: dict[str, list[Node]] = {}
+        for edge in self.edges:
+            into.setdefault(edge.dst, []).append(edge)
+            out.setdefault(edge.src, []).append(edge)
         for node in self.nodes:
-            if node.id == node_id:
-                return node
-        raise KeyError(node_id)
+            labels.setdefault(node.label, []).append(node)
+        return {
+            "nodes": {node.id: node for node in self.nodes},
+            "edges": {edge.id: edge for edge in self.edges},
+            "into": {key: tuple(value) for key, value in into.items()},
+            "from": {key: tuple(value) for key, value in out.items()},
+            "labels": {key: tuple(value) for key, value in labels.items()},
+        }
 
     def find(self, label: str) -> Node:
         """The first node whose label is ``label`` (a variable name, ``"mul"`` …)."""

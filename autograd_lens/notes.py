@@ -85,7 +85,7 @@ def pass_notes(backward_pass: BackwardPass, refilled: tuple[str, ...] = ()) -> t
             if event.edited_in_place and event.kind in ("tensor", "node_pre"):
                 found.append(note("inplace_hook_edit", index, event.step, hook=event.hook, target=event.target))
             if event.kind == "tensor" and event.node and ("uses", event.target) not in said:
-                uses = sum(1 for edge in graph.edges if edge.src == event.node and edge.kind == "data")
+                uses = sum(1 for edge in graph.edges_from(event.node) if edge.kind == "data")
                 if uses > 1:
                     said.add(("uses", event.target))
                     found.append(note("used_several_times", index, event.step, target=event.target, uses=str(uses)))

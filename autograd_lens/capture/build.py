@@ -167,7 +167,8 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
             contribution: Any = untrusted
         else:
             contribution = unhooked.added(fn, record.received) if unhooked.active else record.received
-        diverged = contribution is not record.received
+        # diverged: a hook changed what reached this leaf, or its .grad after the write (post-accumulate)
+        diverged = contribution is not record.received or (unhooked.active and key in unhooked.leaf)
         out["added_without"][key] = contribution if is_known(contribution) else None
         if isinstance(contribution, Unknown):
             out["unknown"][key] = contribution.reason

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import weakref
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -153,6 +154,8 @@ class PassObserver:
         self.incoming: dict[int, Value] = {}  # id(AccumulateGrad) -> the gradient it was about to add
         self.written: dict[int, Value] = {}  # id(AccumulateGrad) -> .grad right after the write
         self.unpack_codes: set[Any] = set()
+        # id(tensor) -> (weakref, version, copy): a gradient one node sent and the next received is copied once
+        self.copies: dict[int, tuple[Any, int, Value]] = {}
         self.seeds = tuple(snapshot(seed, store_limit) if isinstance(seed, torch.Tensor) else None for seed in seeds)
         self.start_seeds = self.seeds  # as they were when the pass started (self.seeds: as they would be unhooked)
         self.seed_objects = seeds  # the caller's gradient= tensors, until the pass is recorded
@@ -210,6 +213,7 @@ class PassObserver:
         self.walk = self.leaf_state = None
         self.roots = self.inputs = self.seeds = self.start_seeds = self.seed_objects = ()
         self.old_grads, self.incoming, self.written = {}, {}, {}
+        self.copies = {}
         self.unhooked = Unhooked(self)
         self.error = None
         self.shape = None  # type: ignore[assignment]
@@ -456,13 +460,36 @@ class PassObserver:
                 sys.setprofile(self._profile)
         return None
 
+    def _copy(self, value: Any) -> Any:
+        """``snapshot_all``, reusing the copy of a tensor already copied in this pass when it is the same
+        object, unchanged since (same version): what one node sends is usually what the next receives.
+        Only a weak reference is kept, so no tensor lives longer and autograd's buffers stay its own."""
+        if isinstance(value, (tuple, list)):
+            return tuple(self._copy(item) for item in value)
+        if not isinstance(value, torch.Tensor):
+            return None
+        key = id(value)
+        try:
+            version = value._version
+        except Exception:  # tensors without a version counter: copy each time
+            return snapshot(value, self.store_limit)
+        hit = self.copies.get(key)
+        if hit is not None and hit[0]() is value and hit[1] == version:
+            return hit[2]
+        kept = snapshot(value, self.store_limit)
+        try:
+            self.copies[key] = (weakref.ref(value), version, kept)
+        except TypeError:
+            pass
+        return kept
+
     def _keep(self, value: Any) -> Any:
         """A copy of ``value`` for the record, within the memory budget (shape only beyond it)."""
         if not isinstance(value, (torch.Tensor, tuple, list)):
             return None
         if self.over_budget:
             return snapshot_all(value, -1)
-        kept = snapshot_all(value, self.store_limit)
+        kept = self._copy(value)
         if self.memory_budget is not None:
             self.bytes_held += held_bytes(kept)
         if self.memory_budget is not None and self.bytes_held > self.memory_budget:

@@ -61,8 +61,7 @@ def operands(event: NodeRun, graph: Graph) -> list[str]:
     that needs no gradient (``y * 3`` → ``["y", "3"]``)."""
     constants = []
     if event.node:
-        by_id = {node.id: node for node in graph.nodes}
-        constants = [by_id[edge.src].label for edge in graph.edges if edge.dst == event.node and edge.kind == "saved"]
+        constants = [graph.node(edge.src).label for edge in graph.edges_into(event.node) if edge.kind == "saved"]
     names = []
     for target in event.targets:
         if target == _NO_GRAD:
@@ -75,10 +74,9 @@ def operands(event: NodeRun, graph: Graph) -> list[str]:
 
 def output_name(event: NodeRun, graph: Graph) -> str:
     """The name of what the op computed: its tensor's name, or the op itself (``addmm``)."""
-    ids = {edge for edge in event.in_edges if edge}
-    for edge in graph.edges:
-        if edge.id in ids:
-            return graph.node(edge.dst).label
+    for edge_id in event.in_edges:
+        if edge_id:
+            return graph.node(graph.edge(edge_id).dst).label
     return graph.node(event.node).label if event.node else "out"
 
 

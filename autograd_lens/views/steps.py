@@ -124,7 +124,8 @@ def leaf_copies(graph: Graph, node_id: str | None) -> list[str]:
     if node_id is None:
         return []
     label = graph.node(node_id).label
-    return [n.id for n in graph.nodes if n.label == label and n.kind in ("leaf", "output") and n.op.endswith("AccumulateGrad")] or [node_id]
+    return [n.id for n in graph.nodes_labelled(label)
+            if n.kind in ("leaf", "output") and n.op.endswith("AccumulateGrad")] or [node_id]
 
 
 def hook_totals(passes: list[BackwardPass]) -> dict[tuple[str, str, str], int]:
@@ -234,8 +235,7 @@ def _node_step(index: int, event: NodeRun, graph: Graph) -> Step:
 
 
 def _output_tensors(graph: Graph, event: NodeRun) -> list[str]:
-    ids = set(edge for edge in event.in_edges if edge)
-    return [edge.dst for edge in graph.edges if edge.id in ids]
+    return [graph.edge(edge_id).dst for edge_id in dict.fromkeys(event.in_edges) if edge_id]
 
 
 def _hook_step(index: int, call: HookCall, graph: Graph, backward_pass: BackwardPass, totals: dict,
@@ -297,7 +297,7 @@ def _hook_note(call: HookCall, graph: Graph, backward_pass: BackwardPass) -> str
             "only, which is wrong for any module made of more than one op. Use register_full_backward_hook."
         )
     if call.kind == "tensor" and call.node:
-        uses = sum(1 for edge in graph.edges if edge.src == call.node and edge.kind == "data")
+        uses = sum(1 for edge in graph.edges_from(call.node) if edge.kind == "data")
         if uses > 1:
             notes.append(
                 f"{call.target} is used by {uses} ops, yet its hook fired once: autograd first adds up "

@@ -1,0 +1,65 @@
+"""Everything from trace to steps grows linearly with the graph: counted in executed lines of the lens's
+own code (not timed), for a chain of n and of 4n backward functions."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+import autograd_lens as al
+from autograd_lens.views.passview import PassView
+
+PACKAGE = os.path.dirname(al.__file__)
+
+
+def chain(length: int):
+    x = torch.tensor([0.5, -0.5], requires_grad=True)
+    y = x
+    for step in range(length):
+        y = (y * 1.01).tanh() if step % 2 else y + 0.1
+    return x, y.sum()
+
+
+def lines_run(work) -> int:
+    """Lines of autograd_lens executed by ``work()``."""
+    count = 0
+
+    def tracer(frame, event, arg):
+        nonlocal count
+        if not frame.f_code.co_filename.startswith(PACKAGE):
+            return None
+        if event == "line":
+            count += 1
+        return tracer
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        work()
+    finally:
+        sys.settrace(previous)
+    return count
+
+
+def trace_and_steps(length: int) -> tuple[int, int]:
+    x, loss = chain(length)
+    holder = {}
+
+    def trace():
+        with al.Lens(names={"x": x}, max_nodes=100_000) as lens:
+            loss.backward()
+        holder["lens"] = lens
+
+    traced = lines_run(trace)
+    view = PassView(holder["lens"].passes[0])
+    stepped = lines_run(lambda: (view.steps, view.cards, view.final, view.data(predict=True), view.table))
+    return traced, stepped
+
+
+def test_trace_and_steps_grow_linearly():
+    small, large = trace_and_steps(200), trace_and_steps(800)  # below the 1,000-step limit
+    for what, a, b in zip(("trace + model", "steps + cards"), small, large):
+        # linear: ×4 (plus a constant); quadratic would be ×16
+        assert b <= 4.6 * a, f"{what}: {a:,} lines for 200 nodes, {b:,} for 800 (×{b / a:.1f})"
