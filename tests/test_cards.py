@@ -156,3 +156,22 @@ def test_reductions_and_products_card_numbers_match_autograd_on_random_shapes():
         mv = "\n".join(node_lines(lens, "MvBackward0"))
         sent = re.search(r"v receives wᵀ @ g = (.+)\.$", mv, re.M)
         assert sent is not None and sent.group(1) == format_value(v.grad)
+
+
+def test_a_module_hook_boundary_is_named_by_its_module_and_no_operand_is_called_module_hook():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Tanh(), torch.nn.Linear(2, 1))
+    model[1].register_full_backward_hook(lambda module, grad_input, grad_output: None)
+    inputs = torch.ones(1, 2)
+    with al.Lens(names={"model": model, "inputs": inputs}) as lens:
+        model(inputs).sum().backward()
+    steps = steps_for(lens.passes[0])
+    text = "\n".join(line for step in steps for line in (step.title, *step.lines))
+    assert "module hook ←" not in text and "(module hook)" not in text and "module hook @" not in text
+    assert "Chain rule: tanh = tanh(addmm)." in text  # the boundary passes addmm's output through unchanged
+    boundary = [s for s in steps if s.title == "model.1 hook boundary (BackwardHookFunctionBackward) runs"]
+    assert len(boundary) == 1 and "pass through it unchanged" in boundary[0].lines[-1]
+    assert "model.1 hook boundary" in [node.label for node in lens.passes[0].graph.nodes]
+    # the factor of tanh's rule is bracketed, and the numbers are autograd's
+    tanh = [s for s in steps if s.title.startswith("tanh")][0]
+    assert any("g × (1 - tanh²) =" in line for line in tanh.lines)

@@ -163,7 +163,7 @@ def test_module_hooks_show_on_the_hook_node():
     x = torch.ones(1, 2, requires_grad=True)
     out = layer(x).sum()
     graph = al.graph(out, names={"layer": layer, "x": x, "out": out})
-    assert "module hook" in labels(graph, "function")
+    assert "module hook boundary" in labels(graph, "function")
     assert graph.find("layer.weight").hooks == ("[module hook] layer: <lambda>",)
 
 
@@ -233,7 +233,7 @@ def test_multiple_roots():
 
 @pytest.mark.parametrize("name, expected", [
     ("MulBackward0", "mul"), ("AddmmBackward0", "addmm"), ("torch::autograd::AccumulateGrad", "accumulategrad"),
-    ("BackwardHookFunctionBackward", "module hook"), ("SquareBackward", "square"),
+    ("BackwardHookFunctionBackward", "module hook boundary"), ("SquareBackward", "square"),
 ])
 def test_op_labels(name, expected):
     assert op_label(name) == expected

@@ -27,6 +27,7 @@ def build_pass(observer: PassObserver, walk: Walk, index: int, history: dict, in
     (per hook, across passes) belong to the Lens and are updated here."""
     events: list[Any] = []
     ordinals: dict[Any, int] = {}  # (hook, node) -> calls seen in this pass
+    _name_hook_boundaries(walk, observer)
     retained = _retained(walk, observer)
     for record in observer.records:
         fn = record.fn if isinstance(record, NodeRecord) else getattr(record, "node_fn", None)
@@ -72,6 +73,28 @@ def build_pass(observer: PassObserver, walk: Walk, index: int, history: dict, in
     )
     mistakes = pass_notes(built, tuple(values["refilled"])) + _not_leaves(observer, built)
     return dataclasses.replace(built, mistakes=mistakes)
+
+
+def _name_hook_boundaries(walk: Walk, observer: PassObserver) -> None:
+    """A ``BackwardHookFunctionBackward`` node where a module's backward hook ran is that module's hook
+    boundary: label it with the module's path (in the drawing and on the cards)."""
+    found = {}
+    for record in observer.records:
+        if isinstance(record, HookRecord) and record.module is not None and record.node_fn is not None \
+                and record.target and record.node_fn.name() == "BackwardHookFunctionBackward":
+            found.setdefault(id(record.node_fn), f"{record.target} hook boundary")
+    if not found:
+        return
+    relabel = {}
+    for fn_id, label in found.items():
+        walk.labels[fn_id] = label
+        node_id = walk.function_ids.get(fn_id)
+        if node_id is not None:
+            relabel[node_id] = label
+    if relabel:
+        nodes = tuple(dataclasses.replace(node, label=relabel[node.id]) if node.id in relabel else node
+                      for node in walk.graph.nodes)
+        walk.graph = dataclasses.replace(walk.graph, nodes=nodes)
 
 
 def _retained(walk: Walk, observer: PassObserver) -> dict[int, list[tuple[int, str, Any]]]:

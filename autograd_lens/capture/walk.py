@@ -36,7 +36,7 @@ def op_label(name: str) -> str:
     ('mul', 'addmm', 'copyslices')
     """
     if name == "BackwardHookFunctionBackward":
-        return "module hook"
+        return "module hook boundary"
     short = name.rsplit("::", 1)[-1]
     short = _BACKWARD_SUFFIX.sub("", short) or short
     return short.lower()
@@ -174,6 +174,15 @@ class Walk:
         label = self.tensor_labels.get((id(fn), output_nr))
         if label is not None:
             return label
+        if fn.name() == "BackwardHookFunctionBackward":
+            # torch's boundary for a module's full backward hook passes its k-th input through as its k-th
+            # output: the tensor is the one that went in
+            try:
+                inner, inner_nr = fn.next_functions[output_nr]
+            except (IndexError, RuntimeError):
+                inner = None
+            if inner is not None:
+                return self.output_label(inner, inner_nr)
         return self.labels.get(id(fn), fn.name())
 
 

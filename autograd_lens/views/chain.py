@@ -182,11 +182,18 @@ def chain_rule(event: NodeRun, graph: Graph, limit: int = 16) -> list[str]:
         elif factor is not None:
             lines.append(
                 f"∂{keys['out']}/∂{wrt} = {local}; {target} receives "
-                f"g × {local} = {format_value(received)} × {format_value(factor)} = {format_value(sent)}."
+                f"g × {_factor(local)} = {format_value(received)} × {format_value(factor)} = {format_value(sent)}."
             )
         else:
-            lines.append(f"∂{keys['out']}/∂{wrt} = {local}; {target} receives g × {local} = {format_value(sent)}.")
+            lines.append(f"∂{keys['out']}/∂{wrt} = {local}; {target} receives g × {_factor(local)} = {format_value(sent)}.")
     return lines
+
+
+def _factor(local: str) -> str:
+    """The local derivative as a factor of a product: its shortest form (``1 - tanh(a)² = 1 - t²`` →
+    ``1 - t²``), in brackets when it is more than one term."""
+    short = local.split(" = ")[-1]
+    return f"({short})" if " " in short and not short.startswith("(") else short
 
 
 def _summed(sent: Any, received: Any) -> tuple[int, ...]:

@@ -220,6 +220,9 @@ def _node_step(index: int, event: NodeRun, graph: Graph) -> Step:
     rule = chain_rule(event, graph, CHAIN_RULE_LIMIT)
     if rule:
         lines.extend(rule)
+    if event.name == "BackwardHookFunctionBackward":
+        lines.append("torch adds this node around the inputs and outputs of a module that has a full backward hook "
+                     "(or pre-hook): gradients pass through it unchanged, and the module's backward hooks run here.")
     edges = [(edge, format_block(value)) for edge, value in zip(event.edges, event.grad_out) if edge]
     edges += [(edge, format_block(value)) for edge, value in zip(event.in_edges, event.grad_in) if edge]
     done = [event.node] if event.node else []
