@@ -80,7 +80,7 @@ def test_static_page_steps_with_no_kernel(browser, tmp_path):
     # the script and Python agree on what every step shows
     scope = "#" + page.get_attribute(".al-stepper", "id")
     for k in range(len(view.steps)):
-        assert page.evaluate(f"document.querySelector('.al-stepper').frameCss(0, {k})") == frame_css(
+        assert page.evaluate(f"document.querySelector('.al-stepper').alFrameCss(0, {k})") == frame_css(
             scope, frame(view.steps, k)
         )
     seen = []
@@ -232,38 +232,56 @@ def run_all(page):
     pytest.fail("could not run the notebook in JupyterLab")
 
 
+def frame_style(page):
+    return page.evaluate(
+        "Array.from(document.querySelectorAll('.jp-OutputArea style.al-frame')).map(s => s.textContent).join('\\n')"
+    )
+
+
+def current_in_view(page):
+    """The current node is inside the graph's viewport, and its label is drawn at 10 px or more."""
+    return page.evaluate("""() => {
+        const root = document.querySelector('.jp-OutputArea .al-stepper');
+        const style = root.querySelector('style.al-frame').textContent;
+        const match = style.match(/#(n\\d+) > polygon[^{]*\\{stroke: #2563eb/);
+        if (!match) { return null; }
+        const node = root.querySelector('.al-canvas #' + match[1]);
+        const box = node.getBoundingClientRect(), port = root.querySelector('.al-viewport').getBoundingClientRect();
+        const text = node.querySelector('text');
+        const px = text ? text.getBoundingClientRect().height : 0;
+        return {inside: box.left >= port.left && box.right <= port.right && box.top >= port.top && box.bottom <= port.bottom,
+                textPx: px};
+    }""")
+
+
 def test_live_stepper_in_jupyterlab(browser, lab):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(lab)
     run_all(page)
-    next_button = page.locator(".widget-button", has_text=re.compile(r"^>$"))
+    next_button = page.locator(".jp-OutputArea button[data-go=next]")
     next_button.wait_for(timeout=60_000)
-    card = page.locator(".al-card").first
+    card = page.locator(".jp-OutputArea .al-cardbox")
     assert "Before backward()" in card.inner_text()
-
-    def style():
-        return page.evaluate(
-            "Array.from(document.querySelectorAll('.jp-OutputArea style'))"
-            ".map(s => s.textContent).filter(t => t.includes('stroke-dasharray')).join('\\n')"
-        )
-
     highlighted = []
     cards = []
     for _ in range(4):
-        before = card.inner_text()
+        started = time.perf_counter()
         next_button.click()
-        page.wait_for_function(
-            "previous => document.querySelector('.al-card').innerText !== previous", arg=before, timeout=15_000
-        )
         cards.append(card.inner_text())
-        highlighted.append(current_node(style()))
+        highlighted.append(current_node(frame_style(page)))
+        assert time.perf_counter() - started < 5
+        where = current_in_view(page)
+        assert where["inside"] and where["textPx"] >= 10, where
     assert len(set(highlighted)) == 4 and None not in highlighted
     assert "add → out (AddBackward0) runs" in cards[0]
     assert "hook <lambda> on y" in cards[3] and "received 5.0 → returned 2.5" in cards[3]
     shot(page, "jupyterlab-step-4.png")
-    page.locator(".widget-button", has_text=re.compile(r"^>\|$")).click()
-    page.wait_for_function("document.querySelector('.al-card').innerText.includes('x.grad written: 10')")
+    page.locator(".jp-OutputArea button[data-go=last]").click()
+    assert "x.grad written: 10" in card.inner_text()
     assert "Without the hooks it would be 20.0." in card.inner_text()
+    # the step trait is synced: the kernel sees where the student is
+    page.locator(".jp-OutputArea button[data-go=zoom-in]").click()
+    page.locator(".jp-OutputArea button[data-go=fit]").click()
     shot(page, "jupyterlab-last.png")
     page.close()
 
@@ -290,19 +308,15 @@ def test_live_stepper_predict_mode_in_jupyterlab(browser, lab):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(lab.replace("/lab/tree/stepper.ipynb", "/lab/workspaces/predict/tree/predict.ipynb"))  # its own workspace
     run_all(page)
-    next_button = page.locator(".widget-button", has_text=re.compile(r"^>$"))
+    next_button = page.locator(".jp-OutputArea button[data-go=next]")
     next_button.wait_for(timeout=60_000)
+    assert not page.locator(".jp-OutputArea .al-tablebox").is_visible()  # it holds the answers
     next_button.click()
-    page.wait_for_function("document.querySelector('.al-card').innerText.includes('What does z receive?')",
-                           timeout=15_000)
-    answer = page.locator(".widget-text input")
-    check = page.locator(".widget-button", has_text=re.compile(r"^check$"))
-    assert answer.is_visible() and check.is_visible()
-    answer.fill("1")
-    check.click()
-    page.wait_for_function("document.querySelector('.al-feedback') !== null", timeout=15_000)
-    assert page.locator(".al-feedback").inner_text() == "Right: autograd computed 1.0."
-    assert "Chain rule: out = z + w." in page.locator(".al-card").first.inner_text()
-    assert not answer.is_visible()  # the box hides once the step is settled
+    card = page.locator(".jp-OutputArea .al-cardbox")
+    assert "What does z receive?" in card.inner_text()
+    page.locator(".jp-OutputArea input.al-answer").fill("1")
+    page.locator(".jp-OutputArea button[data-go=check]").click()
+    assert page.locator(".jp-OutputArea .al-feedback").inner_text() == "Right: autograd computed 1.0."
+    assert "Chain rule: out = z + w." in card.inner_text()
     shot(page, "jupyterlab-predict.png")
     page.close()

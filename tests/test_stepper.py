@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from autograd_lens.model import GradWritten, HookCall, NodeRun
 from autograd_lens.views.passview import PassView, frame_css
 from autograd_lens.views.static_html import stepper_fragment
 from autograd_lens.views.stepper import Stepper
+from autograd_lens.views.trace_display import pass_title
 from autograd_lens.views.steps import frame, steps_for
 
 
@@ -173,31 +175,33 @@ def test_stepper_widget_steps_and_switches_passes():
         y.backward(retain_graph=True)
         y.backward()
     stepper = Stepper(lens.passes)
-    assert stepper.pass_select is not None and len(stepper.pass_select.options) == 2
-    stepper._go("next")
-    assert stepper.step == 1 and stepper.current_step.kind == "hook"
-    assert "call 1 of 2 in this recording" in stepper.card_html.value
-    stepper._go("last")
+    data = json.loads(stepper.data)
+    assert [p["title"] for p in data["passes"]] == [pass_title(p) for p in lens.passes]  # the pass menu
+    stepper.step = 1
+    assert stepper.current_step.kind == "hook"
+    assert "call 1 of 2 in this recording" in data["passes"][0]["cards"][1]
+    stepper.step = 10_000  # clamped to the last step, as the browser's slider is
     assert stepper.current_step.title == "x.grad written: 12.0"
-    style_before = stepper.frame_html.value
-    stepper.pass_select.value = 1
-    assert stepper.step == 0 and stepper.frame_html.value != style_before
-    stepper._go("next")
-    assert "call 2 of 2 in this recording" in stepper.card_html.value
-    stepper._go("last")
+    stepper.show_pass(1)
+    assert stepper.pass_index == 1 and stepper.step == 0
+    stepper.step = len(stepper.view.steps) - 1
     assert stepper.current_step.title == "x.grad written: 24.0"
     assert "already held 12.0" in stepper.current_step.note
-    stepper._go("first")
+    stepper.step = -5
     assert stepper.step == 0
-    stepper._go("prev")
-    assert stepper.step == 0
+    stepper.pass_index = 7
+    assert stepper.pass_index == 1
 
 
-def test_stepper_controls_have_labels_and_tooltips():
+def test_stepper_widget_runs_the_same_module_as_the_static_page():
+    from autograd_lens.views.static_html import classic_script, module_source
+
     stepper = Stepper(two_branch_lens().passes)
-    for button in stepper.buttons.values():
-        assert button.description and button.tooltip
-    assert stepper.play.description == "play"
+    assert stepper._esm == module_source() and "export default { render }" in module_source()
+    assert "function render(" in classic_script() and "export " not in classic_script()
+    # every control has a label (aria-label / title) in the module itself
+    for go in ("first", "prev", "play", "next", "last", "zoom-out", "zoom-in", "fit"):
+        assert re.search(rf'"{go}", "[^"]+", "[^"]+"', module_source()), go
 
 
 def test_widget_bundle_carries_static_html_and_plain_text():
@@ -205,7 +209,11 @@ def test_widget_bundle_carries_static_html_and_plain_text():
     bundle = lens._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
     assert bundle["text/plain"] == "<autograd_lens.Lens: 1 backward pass, 1 hook call>"
-    assert bundle["text/html"].startswith('<div class="autograd-lens al-stepper"')
+    html = bundle["text/html"]
+    assert html.startswith('<div class="autograd-lens al-static"')
+    # scripts off (an untrusted notebook, a sanitising viewer): a picture, the last card and the table
+    assert '<img class="al-picture" alt="the backward pass drawn: pass 1: backward() of out" src="data:image/svg+xml;base64,' in html
+    assert "x.grad written: 10.0" in html and "grad if no hook had run" in html
 
 
 def test_no_renderer_shows_events_as_html(monkeypatch):

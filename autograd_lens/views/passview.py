@@ -11,6 +11,7 @@ that same CSS from the same steps.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -21,6 +22,7 @@ from ..format import format_value
 from ..model import BackwardPass
 from .dot import to_dot
 from .render import render_svg
+from .trace_display import pass_title
 from .steps import Frame, Step, card_html, frame, grads_table_html, hook_totals, question_html, steps_for
 
 CURRENT_COLOR = "#2563eb"
@@ -66,15 +68,25 @@ class PassView:
         digest.update(json.dumps([(s.title, s.lines) for s in self.steps]).encode())
         return digest.hexdigest()[:10]
 
-    def data(self, predict: bool = False) -> dict:
-        """What the front-end script needs: the steps (order encoded once) and the cards; with
-        ``predict``, each question (card, autograd's answer and how the card prints it)."""
+    @cached_property
+    def picture(self) -> str:
+        """The drawing as a data URI: an <img> shows the finished pass with scripts off; the stepper
+        decodes it and inlines the SVG."""
+        return "data:image/svg+xml;base64," + base64.b64encode(self.svg.encode("utf-8")).decode("ascii")
+
+    def data(self, predict: bool = False, picture: bool = True) -> dict:
+        """What the front-end module needs: the steps (order encoded once), the cards, the table, the
+        drawing (``picture=False``: it is stored elsewhere); with ``predict``, each question (card,
+        autograd's answer and how the card prints it)."""
         data = {
+            "title": pass_title(self.backward_pass),
+            "svg": self.picture if picture else None,
             "steps": [
                 {"node": s.node, "edges": [e for e, _ in s.edges], "grads": [g for g, _ in s.grads], "done": list(s.done)}
                 for s in self.steps
             ],
             "cards": self.cards,
+            "table": self.table,
         }
         if predict:
             total = len(self.steps)
@@ -107,7 +119,7 @@ def prepare_svg(svg: str, backward_pass: BackwardPass, final: Frame) -> str:
         attributes = match.group(4)
         return (
             f'{match.group(1)}<text class="al-after"{attributes}>grad {match.group(5)}</text>'
-            f'<text class="al-before"{attributes}>grad {_xml(before.get(node_id, "None"))}</text>'
+            f'<text class="al-before" visibility="hidden"{attributes}>grad {_xml(before.get(node_id, "None"))}</text>'
         )
 
     return _GRAD_TEXT.sub(swap, svg)
@@ -139,29 +151,56 @@ def frame_css(scope: str, shown: Frame) -> str:
 
 
 BASE_CSS = """\
+{scope} {{color: var(--jp-ui-font-color1, inherit); font-family: var(--jp-ui-font-family, Helvetica, Arial, sans-serif);
+  font-size: 13px}}
+{scope}:focus-visible, {scope} button:focus-visible, {scope} input:focus-visible, {scope} select:focus-visible {{
+  outline: 2px solid #2563eb; outline-offset: 2px}}
 {scope} .edge text {{visibility: hidden}}
 {scope} .al-after {{display: none}}
-{scope} .al-graph {{overflow: auto; max-height: 75vh}}
-{scope} .al-graph svg {{max-width: 100%; height: auto}}
-{scope} .al-card {{border: 1px solid #d1d5db; border-radius: 6px; padding: 8px 12px; margin: 6px 0;
-  font-family: Helvetica, Arial, sans-serif; font-size: 13px; line-height: 1.45; background: #f9fafb}}
+{scope} .al-before {{visibility: visible}}
+{scope} .al-viewport {{position: relative; overflow: hidden; cursor: grab; touch-action: none; min-height: 160px;
+  border: 1px solid var(--jp-border-color2, #e5e7eb); border-radius: 6px; margin: 4px 0;
+  background: var(--jp-layout-color0, #ffffff)}}
+{scope} .al-viewport.al-dragging {{cursor: grabbing}}
+{scope} .al-canvas {{position: absolute; left: 0; top: 0; transform-origin: 0 0}}
+{scope} .al-canvas svg {{display: block; background: #ffffff; border-radius: 4px}}
+{scope}.al-overview .node text, {scope}.al-overview .edge text {{display: none}}
+{scope} .al-card {{border: 1px solid var(--jp-border-color2, #d1d5db); border-radius: 6px; padding: 8px 12px;
+  margin: 6px 0; line-height: 1.45; background: var(--jp-layout-color1, #f9fafb); color: var(--jp-ui-font-color1, #111827)}}
 {scope} .al-title {{font-weight: bold; margin-bottom: 2px}}
-{scope} .al-step {{color: #6b7280; font-size: 11px}}
+{scope} .al-step {{color: var(--jp-ui-font-color2, #6b7280); font-size: 11px}}
 {scope} .al-hook {{border-left: 5px solid #d97706}}
 {scope} .al-error {{border-left: 5px solid #dc2626}}
-{scope} .al-note {{margin-top: 4px; color: #92400e}}
-{scope} .al-changes td {{padding: 1px 6px; border: 1px solid #e5e7eb; font-family: monospace}}
-{scope} .al-changed {{background: #fde68a; font-weight: bold}}
-{scope} table.al-grads {{border-collapse: collapse; font-family: Helvetica, Arial, sans-serif; font-size: 13px}}
-{scope} table.al-grads td, {scope} table.al-grads th {{border: 1px solid #e5e7eb; padding: 2px 8px; text-align: left}}
-{scope} tr.al-differs {{background: #fef3c7; font-weight: bold}}
+{scope} .al-note {{margin-top: 4px; color: var(--jp-warn-color0, #92400e)}}
+{scope} .al-changes td {{padding: 1px 6px; border: 1px solid var(--jp-border-color2, #e5e7eb); font-family: monospace}}
+{scope} .al-changed {{background: #fde68a; color: #111827; font-weight: bold}}
+{scope} table.al-grads {{border-collapse: collapse; font-size: 13px}}
+{scope} table.al-grads td, {scope} table.al-grads th {{border: 1px solid var(--jp-border-color2, #e5e7eb);
+  padding: 2px 8px; text-align: left}}
+{scope} tr.al-differs {{background: #fef3c7; color: #111827; font-weight: bold}}
 {scope} .al-question {{border-left: 5px solid #2563eb}}
-{scope} .al-feedback {{font-family: Helvetica, Arial, sans-serif; font-size: 13px; padding: 4px 12px; border-radius: 6px}}
+{scope} .al-feedback {{font-size: 13px; padding: 4px 12px; border-radius: 6px}}
 {scope} .al-right {{background: #dcfce7; color: #14532d}}
 {scope} .al-wrong {{background: #fee2e2; color: #7f1d1d}}
-{scope} .al-controls {{font-family: Helvetica, Arial, sans-serif; font-size: 13px}}
-{scope} .al-controls button {{font-family: monospace; min-width: 3em; margin-right: 2px}}
+{scope} .al-controls {{display: flex; flex-wrap: wrap; align-items: center; gap: 4px}}
+{scope} .al-controls button {{font-family: monospace; min-width: 2.6em; padding: 2px 6px; cursor: pointer;
+  color: var(--jp-ui-font-color1, #111827); background: var(--jp-layout-color2, #f3f4f6);
+  border: 1px solid var(--jp-border-color1, #9ca3af); border-radius: 4px}}
+{scope} .al-controls select, {scope} .al-answer {{color: var(--jp-ui-font-color1, #111827);
+  background: var(--jp-layout-color1, #ffffff); border: 1px solid var(--jp-border-color1, #9ca3af)}}
+{scope} .al-zoom {{margin-left: auto; display: inline-flex; align-items: center; gap: 4px}}
+{scope} .al-picture {{max-width: 100%; height: auto; background: #ffffff}}
 """
+
+
+def stepper_data(views: list[PassView], key: str, predict: bool = False, first_picture: bool = True) -> dict:
+    """Everything the stepper module needs for these passes."""
+    return {
+        "key": key,
+        "predict": predict,
+        "css": base_css("{scope}"),
+        "passes": [view.data(predict, picture=first_picture or i > 0) for i, view in enumerate(views)],
+    }
 
 
 def base_css(scope: str) -> str:

@@ -1,8 +1,10 @@
-"""The self-contained HTML stepper: inline SVG, a small inline script, the steps as JSON.
+"""The self-contained HTML stepper: the stepper module inline, the passes as JSON, a picture for no-script.
 
-No network, no CDN, no kernel: it steps in nbconvert HTML, Jupyter Book, or any
-browser.  With scripts off it shows the finished pass.  The bytes depend only
-on the recorded passes (ids come from a content hash), so nbval can compare it.
+No network, no CDN, no kernel: it steps in nbconvert HTML, Jupyter Book, a saved notebook, or any browser,
+with the same ES module (``stepper.js``) the live widget runs.  With scripts off (an untrusted notebook, a
+sanitising viewer) it shows the finished pass as an image, the last step's card and the with/without
+table.  The bytes depend only on the recorded passes (ids come from a content hash), so nbval can
+compare them.
 """
 
 from __future__ import annotations
@@ -11,47 +13,46 @@ import html
 import json
 from importlib import resources
 
-from .passview import PassView, base_css, frame_css, views_for
-from .steps import frame
+from .passview import PassView, stepper_data, views_for
 from .trace_display import pass_title
 
-_SCRIPT: str | None = None
+_MODULE: str | None = None
 
 
-def script() -> str:
-    global _SCRIPT
-    if _SCRIPT is None:
-        _SCRIPT = resources.files("autograd_lens.views").joinpath("stepper.js").read_text(encoding="utf-8")
-    return _SCRIPT
+def module_source() -> str:
+    """The stepper's ES module (also the anywidget ``_esm``)."""
+    global _MODULE
+    if _MODULE is None:
+        _MODULE = resources.files("autograd_lens.views").joinpath("stepper.js").read_text(encoding="utf-8")
+    return _MODULE
+
+
+def classic_script() -> str:
+    """The module as a classic script that renders the stepper it sits in (inline module scripts are not
+    run by every notebook front-end; classic ones are)."""
+    body = module_source().replace("export function ", "function ").replace("export default { render };", "")
+    return (
+        "(function (host) {\n\"use strict\";\n"
+        "if (!host || host.getAttribute(\"data-ready\")) { return; }\n"
+        "host.setAttribute(\"data-ready\", \"1\");\n"
+        f"{body}\n"
+        "var data = JSON.parse(host.querySelector(\"script.al-data\").textContent);\n"
+        "var picture = host.querySelector(\"img.al-picture\");\n"
+        "if (picture && data.passes.length) { data.passes[0].svg = picture.getAttribute(\"src\"); }\n"
+        "var values = {data: JSON.stringify(data), step: 0, pass_index: 0, answers: {}};\n"
+        "var model = {get: function (name) { return values[name]; }, set: function (name, value) { values[name] = value; },\n"
+        "  save_changes: function () {}, on: function () {}, off: function () {}};\n"
+        "render({model: model, el: host});\n"
+        "})(document.currentScript && document.currentScript.parentNode);\n"
+    )
 
 
 def _json_for_html(data: object) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
 
 
-def controls_html(views: list[PassView]) -> str:
-    last = len(views[0].steps) - 1
-    buttons = [
-        ("first", "|&lt;", "first step"),
-        ("prev", "&lt;", "previous step (left arrow)"),
-        ("play", "play", "play / pause"),
-        ("next", "&gt;", "next step (right arrow)"),
-        ("last", "&gt;|", "last step"),
-    ]
-    parts = ['<div class="al-controls" role="toolbar" aria-label="step through the backward pass">']
-    for action, text, title in buttons:
-        parts.append(f'<button type="button" data-go="{action}" title="{title}" aria-label="{title}">{text}</button>')
-    parts.append(
-        f'<input type="range" class="al-slider" min="0" max="{last}" value="{last}" aria-label="step"> '
-        f'<span class="al-pos">step {last} of {last}</span>'
-    )
-    if len(views) > 1:
-        options = "".join(
-            f'<option value="{i}">{html.escape(pass_title(view.backward_pass))}</option>' for i, view in enumerate(views)
-        )
-        parts.append(f' <select class="al-pass" aria-label="backward pass">{options}</select>')
-    parts.append("</div>")
-    return "".join(parts)
+def fragment_key(views: list[PassView], predict: bool = False) -> str:
+    return ("al-p-" if predict else "al-") + "-".join(view.key for view in views)[:32]
 
 
 def stepper_fragment(views: list[PassView], predict: bool = False) -> str:
@@ -59,25 +60,17 @@ def stepper_fragment(views: list[PassView], predict: bool = False) -> str:
     each step that reveals a gradient first asks the student for it."""
     if not views:
         return "<p>No backward pass was recorded.</p>"
-    key = ("al-p-" if predict else "al-") + "-".join(view.key for view in views)[:32]
-    scope = f"#{key}"
+    key = fragment_key(views, predict)
     first = views[0]
-    last = len(first.steps) - 1
-    hidden = ' style="display:none"'
-    graphs = "".join(
-        f'<div class="al-graph" data-pass="{i}"{"" if i == 0 else hidden}>{view.svg}</div>'
-        for i, view in enumerate(views)
-    )
-    data = {"passes": [dict(view.data(predict), table=view.table) for view in views], "predict": predict}
+    data = stepper_data(views, key, predict, first_picture=False)  # the first picture is the <img>
+    title = html.escape(pass_title(first.backward_pass))
     return (
-        f'<div class="autograd-lens al-stepper" id="{key}" tabindex="0">'
-        f"<style>{base_css(scope)}</style>"
-        f'<style class="al-frame">{frame_css(scope, frame(first.steps, last))}</style>'
-        f"{controls_html(views)}{graphs}"
-        f'<div class="al-cardbox" aria-live="polite">{first.cards[last]}</div>'
+        f'<div class="autograd-lens al-static" id="{key}">'
+        f'<img class="al-picture" alt="the backward pass drawn: {title}" src="{first.picture}">'
+        f'<div class="al-cardbox">{first.cards[-1]}</div>'
         f'<div class="al-tablebox">{first.table}</div>'
         f'<script type="application/json" class="al-data">{_json_for_html(data)}</script>'
-        f"<script>{script()}</script>"
+        f"<script>{classic_script()}</script>"
         "</div>"
     )
 

@@ -1,133 +1,290 @@
-// autograd_lens static stepper: steps a pre-rendered backward pass with no kernel and no network.
-// The data (steps, cards) is a JSON script next to this one; frameCss mirrors
-// autograd_lens.views.passview.frame_css, so a step looks the same here and in the live widget.
-(function (root) {
-  "use strict";
-  if (!root || root.getAttribute("data-ready")) { return; }
-  root.setAttribute("data-ready", "1");
-  var CURRENT = "#2563eb", DONE = "#16a34a";
-  var data = JSON.parse(root.querySelector("script.al-data").textContent);
-  var scope = "#" + root.id;
-  var frameStyle = root.querySelector("style.al-frame");
-  var slider = root.querySelector("input.al-slider");
-  var position = root.querySelector(".al-pos");
-  var cardBox = root.querySelector(".al-cardbox");
-  var tableBox = root.querySelector(".al-tablebox");
-  var passSelect = root.querySelector("select.al-pass");
-  var graphs = root.querySelectorAll(".al-graph");
-  var playButton = root.querySelector("button[data-go=play]");
-  var pass = 0, step = 0, timer = null;
-  var predict = !!data.predict, answered = {};  // "pass:step" -> [right, message] once a question is settled
+// autograd_lens stepper: steps through a recorded backward pass in the browser, with no kernel round trip.
+//
+// One ES module for every front-end. As an anywidget (JupyterLab, Notebook 7, VS Code, Colab, marimo) it
+// reads the traits `data` (JSON: passes, steps, cards, tables, questions), `step` and `pass_index`, and
+// writes `step` / `pass_index` / `answers` back so Python can read and set them. In a static page
+// (nbconvert, Jupyter Book, a saved notebook reopened without its kernel) the same `render` runs against
+// a small stand-in model, from the data stored next to it. Each pass's drawing is stored once, as the
+// data-URI <img> that shows when scripts are off; here it is decoded and inlined so that CSS can colour it.
+//
+// frameCss mirrors autograd_lens.views.passview.frame_css: a step changes one <style> block, nothing else.
 
-  function keys(object) { return Object.keys(object).sort(); }
+const CURRENT = "#2563eb";
+const DONE = "#16a34a";
+const MIN_TEXT_PX = 10; // text is never drawn smaller: below this zoom, labels are hidden (overview)
+const FONT_PX = 11 * 4 / 3; // the drawing's labels: Graphviz's 11 pt, in CSS px at zoom 1
 
-  function frameCss(steps, k, asking) {
-    // asking: step k's gradient is being predicted, so its arrows and .grad are not shown yet
-    var edges = {}, grads = {}, done = {}, i, last = asking ? k - 1 : k;
-    for (i = 0; i <= last; i++) {
-      steps[i].edges.forEach(function (e) { edges[e] = 1; });
-      steps[i].grads.forEach(function (g) { grads[g] = 1; });
-    }
-    for (i = 0; i < k; i++) { steps[i].done.forEach(function (d) { done[d] = 1; }); }
-    var current = steps[k].node;
-    if (current) { delete done[current]; }
-    var rules = [], list;
-    list = keys(edges);
-    if (list.length) {
-      rules.push(list.map(function (e) { return scope + " #" + e + " text"; }).join(", ") + " {visibility: visible}");
-      rules.push(list.map(function (e) { return scope + " #" + e + " path"; }).join(", ") +
-        " {stroke: " + DONE + "; stroke-width: 2px}");
-    }
-    list = keys(grads);
-    if (list.length) {
-      rules.push(list.map(function (n) { return scope + " #" + n + " .al-after"; }).join(", ") + " {display: inline}");
-      rules.push(list.map(function (n) { return scope + " #" + n + " .al-before"; }).join(", ") + " {display: none}");
-    }
-    list = keys(done);
-    if (list.length) {
-      var shapes = [];
-      list.forEach(function (n) {
-        ["polygon", "path", "ellipse"].forEach(function (s) { shapes.push(scope + " #" + n + " > " + s); });
-      });
-      rules.push(shapes.join(", ") + " {stroke: " + DONE + "; stroke-width: 2.5px}");
-    }
-    if (current) {
-      rules.push(["polygon", "path", "ellipse"].map(function (s) { return scope + " #" + current + " > " + s; })
-        .join(", ") + " {stroke: " + CURRENT + "; stroke-width: 5px; stroke-dasharray: 8 3}");
-    }
-    return rules.join("\n");
+function keys(object) {
+  return Object.keys(object).sort();
+}
+
+export function frameCss(scope, steps, k, asking) {
+  // asking: step k's gradient is being predicted, so its arrows and .grad are not shown yet
+  const edges = {};
+  const grads = {};
+  const done = {};
+  const last = asking ? k - 1 : k;
+  for (let i = 0; i <= last; i++) {
+    steps[i].edges.forEach((e) => { edges[e] = 1; });
+    steps[i].grads.forEach((g) => { grads[g] = 1; });
+  }
+  for (let i = 0; i < k; i++) {
+    steps[i].done.forEach((d) => { done[d] = 1; });
+  }
+  const current = steps[k].node;
+  if (current) { delete done[current]; }
+  const rules = [];
+  let list = keys(edges);
+  if (list.length) {
+    rules.push(list.map((e) => scope + " #" + e + " text").join(", ") + " {visibility: visible}");
+    rules.push(list.map((e) => scope + " #" + e + " path").join(", ") + " {stroke: " + DONE + "; stroke-width: 2px}");
+  }
+  list = keys(grads);
+  if (list.length) {
+    rules.push(list.map((n) => scope + " #" + n + " .al-after").join(", ") + " {display: inline}");
+    rules.push(list.map((n) => scope + " #" + n + " .al-before").join(", ") + " {display: none}");
+  }
+  list = keys(done);
+  if (list.length) {
+    const shapes = [];
+    list.forEach((n) => {
+      ["polygon", "path", "ellipse"].forEach((s) => { shapes.push(scope + " #" + n + " > " + s); });
+    });
+    rules.push(shapes.join(", ") + " {stroke: " + DONE + "; stroke-width: 2.5px}");
+  }
+  if (current) {
+    rules.push(["polygon", "path", "ellipse"].map((s) => scope + " #" + current + " > " + s).join(", ") +
+      " {stroke: " + CURRENT + "; stroke-width: 5px; stroke-dasharray: 8 3}");
+  }
+  return rules.join("\n");
+}
+
+// Mirrors autograd_lens.views.steps.check_answer: same parsing, tolerance and words.
+export function checkAnswer(text, answer, shown) {
+  let numbers = (String(text).match(/[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?/g) || []).map(parseFloat);
+  if (!numbers.length) { return [false, "Type a number (or a list such as [1, 2]); autograd computed " + shown + "."]; }
+  if (numbers.length === 1 && answer.length > 1) { numbers = answer.map(() => numbers[0]); }
+  if (numbers.length !== answer.length) {
+    return [false, "Not quite: that is " + numbers.length + " number" + (numbers.length !== 1 ? "s" : "") +
+      ", the gradient has " + answer.length + ". Autograd computed " + shown + "."];
+  }
+  const close = numbers.every((a, i) => Math.abs(a - answer[i]) <= 1e-3 + 1e-3 * Math.abs(answer[i]));
+  return close ? [true, "Right: autograd computed " + shown + "."] : [false, "Not quite: autograd computed " + shown + "."];
+}
+
+function decodeSvg(src) {
+  const comma = src.indexOf(",");
+  const bytes = Uint8Array.from(atob(src.slice(comma + 1)), (c) => c.charCodeAt(0));
+  return new TextDecoder().decode(bytes);
+}
+
+function make(tag, attributes, text) {
+  const element = document.createElement(tag);
+  Object.entries(attributes || {}).forEach(([name, value]) => { element.setAttribute(name, value); });
+  if (text !== undefined) { element.textContent = text; }
+  return element;
+}
+
+function escapeText(text) {
+  const div = document.createElement("div");
+  div.textContent = text;
+  return div.innerHTML;
+}
+
+let counter = 0;
+
+function render({ model, el }) {
+  const data = JSON.parse(model.get("data"));
+  const passes = data.passes;
+  if (!passes.length) { return undefined; }
+  const predict = !!data.predict;
+  // A document-unique scope: the same output can be shown twice (two views of one widget).
+  const scopeId = (data.key || "al") + "-v" + (++counter);
+  const scope = "#" + scopeId;
+  const root = make("div", { id: scopeId, class: "autograd-lens al-stepper", tabindex: "0", "data-step": "0" });
+  const baseStyle = make("style");
+  baseStyle.textContent = data.css.split("{scope}").join(scope);
+  const frameStyle = make("style", { class: "al-frame" });
+
+  // controls
+  const toolbar = make("div", { class: "al-controls", role: "toolbar", "aria-label": "step through the backward pass" });
+  const button = (go, text, title) => {
+    const b = make("button", { type: "button", "data-go": go, title: title, "aria-label": title }, text);
+    toolbar.appendChild(b);
+    return b;
+  };
+  button("first", "|<", "first step (Home)");
+  button("prev", "<", "previous step (left arrow)");
+  const playButton = button("play", "play", "play / pause");
+  playButton.setAttribute("aria-pressed", "false");
+  button("next", ">", "next step (right arrow)");
+  button("last", ">|", "last step (End)");
+  const slider = make("input", { type: "range", class: "al-slider", min: "0", max: "0", value: "0", "aria-label": "step" });
+  toolbar.appendChild(slider);
+  const position = make("span", { class: "al-pos", "aria-live": "off" });
+  toolbar.appendChild(position);
+  let passSelect = null;
+  if (passes.length > 1) {
+    passSelect = make("select", { class: "al-pass", "aria-label": "backward pass" });
+    passes.forEach((p, i) => { passSelect.appendChild(make("option", { value: String(i) }, p.title)); });
+    toolbar.appendChild(passSelect);
+  }
+  const zoom = make("span", { class: "al-zoom", role: "group", "aria-label": "zoom" });
+  const zoomButton = (go, text, title) => {
+    const b = make("button", { type: "button", "data-go": go, title: title, "aria-label": title }, text);
+    zoom.appendChild(b);
+    return b;
+  };
+  zoomButton("zoom-out", "-", "zoom out (-)");
+  zoomButton("zoom-in", "+", "zoom in (+)");
+  zoomButton("fit", "fit", "fit the whole graph (0)");
+  const followLabel = make("label", { class: "al-follow", title: "keep the current node in view" });
+  const follow = make("input", { type: "checkbox", checked: "" });
+  followLabel.appendChild(follow);
+  followLabel.appendChild(document.createTextNode(" follow"));
+  zoom.appendChild(followLabel);
+  toolbar.appendChild(zoom);
+
+  // the drawing: a viewport that pans and zooms one inlined SVG per pass
+  const viewport = make("div", { class: "al-viewport", title: "drag to pan; Ctrl + wheel (or the buttons) to zoom" });
+  const canvas = make("div", { class: "al-canvas" });
+  viewport.appendChild(canvas);
+  const cardBox = make("div", { class: "al-cardbox", "aria-live": "polite" });
+  const tableBox = make("div", { class: "al-tablebox" });
+  root.append(baseStyle, frameStyle, toolbar, viewport, cardBox, tableBox);
+  el.replaceChildren(root);
+
+  const svgs = passes.map(() => null);
+  let pass = Math.min(model.get("pass_index") || 0, passes.length - 1);
+  let step = 0;
+  let timer = null;
+  let view = { scale: 1, x: 0, y: 0 };
+  const answered = Object.assign({}, model.get("answers") || {});
+
+  function svgOf(p) {
+    if (svgs[p] === null) { svgs[p] = decodeSvg(passes[p].svg); }
+    return svgs[p];
   }
 
-  function question(k) { var q = data.passes[pass].questions; return predict && q ? q[k] : null; }
+  function size() {
+    const svg = canvas.querySelector("svg");
+    if (!svg) { return { w: 1, h: 1 }; }
+    const length = (name) => {
+      const text = svg.getAttribute(name) || "1";
+      return (parseFloat(text) || 1) * (text.endsWith("pt") ? 4 / 3 : 1); // Graphviz sizes are in points
+    };
+    return { w: length("width"), h: length("height") };
+  }
 
-  function escapeText(text) { var div = document.createElement("div"); div.textContent = text; return div.innerHTML; }
+  function apply() {
+    canvas.style.transform = "translate(" + view.x + "px, " + view.y + "px) scale(" + view.scale + ")";
+    // text that would be drawn below MIN_TEXT_PX is hidden: an overview shows the shape, not unreadable labels
+    root.classList.toggle("al-overview", view.scale * FONT_PX < MIN_TEXT_PX);
+    root.setAttribute("data-scale", view.scale.toFixed(3));
+  }
 
-  function show(k) {
-    var steps = data.passes[pass].steps;
+  function fitScale() {
+    const { w, h } = size();
+    const width = viewport.clientWidth || 800;
+    const height = viewport.clientHeight || 600;
+    return Math.min(width / w, height / h, 1.5);
+  }
+
+  function fit() {
+    const { w, h } = size();
+    view.scale = fitScale();
+    view.x = ((viewport.clientWidth || 800) - w * view.scale) / 2;
+    view.y = ((viewport.clientHeight || 600) - h * view.scale) / 2;
+    apply();
+  }
+
+  function readable() {
+    // the drawing at its natural size or smaller to fit, but never so small that labels drop below MIN_TEXT_PX
+    const { w, h } = size();
+    const width = viewport.clientWidth || 800;
+    const height = viewport.clientHeight || 600;
+    view.scale = Math.max(Math.min(width / w, height / h, 1), MIN_TEXT_PX / FONT_PX);
+    view.x = w * view.scale <= width ? (width - w * view.scale) / 2 : 0;
+    view.y = h * view.scale <= height ? (height - h * view.scale) / 2 : 0;
+    apply();
+  }
+
+  function zoomAt(factor, cx, cy) {
+    const scale = Math.min(4, Math.max(0.05, view.scale * factor));
+    const x = cx === undefined ? (viewport.clientWidth || 800) / 2 : cx;
+    const y = cy === undefined ? (viewport.clientHeight || 600) / 2 : cy;
+    view.x = x - (x - view.x) * (scale / view.scale);
+    view.y = y - (y - view.y) * (scale / view.scale);
+    view.scale = scale;
+    apply();
+  }
+
+  function followCurrent() {
+    const node = passes[pass].steps[step].node;
+    if (!follow.checked || !node) { return; }
+    const target = canvas.querySelector("#" + node);
+    if (!target) { return; }
+    if (view.scale * FONT_PX < MIN_TEXT_PX) { view.scale = MIN_TEXT_PX / FONT_PX; apply(); }
+    const box = target.getBoundingClientRect();
+    const port = viewport.getBoundingClientRect();
+    const margin = 40;
+    if (box.left >= port.left + margin && box.right <= port.right - margin &&
+        box.top >= port.top + margin && box.bottom <= port.bottom - margin) { return; }
+    view.x += port.left + port.width / 2 - (box.left + box.width / 2);
+    view.y += port.top + port.height / 2 - (box.top + box.height / 2);
+    apply();
+  }
+
+  function question(k) {
+    const q = passes[pass].questions;
+    return predict && q ? q[k] : null;
+  }
+
+  function show(k, fromModel) {
+    const steps = passes[pass].steps;
     step = Math.max(0, Math.min(k, steps.length - 1));
-    var ask = question(step), settled = answered[pass + ":" + step];
-    frameStyle.textContent = frameCss(steps, step, !!(ask && !settled));
+    const ask = question(step);
+    const settled = answered[pass + ":" + step];
+    frameStyle.textContent = frameCss(scope, steps, step, !!(ask && !settled));
     if (ask && !settled) {
       cardBox.innerHTML = ask[0];
-      var box = cardBox.querySelector("input.al-answer");
+      const box = cardBox.querySelector("input.al-answer");
       if (box && root.contains(document.activeElement)) { box.focus(); }
     } else {
       cardBox.innerHTML = (settled ? '<div class="al-feedback ' + (settled[0] ? "al-right" : "al-wrong") + '">' +
-        escapeText(settled[1]) + "</div>" : "") + data.passes[pass].cards[step];
+        escapeText(settled[1]) + "</div>" : "") + passes[pass].cards[step];
     }
     // in predict mode the with/without table would give the answers away: it shows at the last step
     tableBox.style.display = predict && step < steps.length - 1 ? "none" : "";
-    slider.max = steps.length - 1;
-    slider.value = step;
+    slider.max = String(steps.length - 1);
+    slider.value = String(step);
     position.textContent = "step " + step + " of " + (steps.length - 1);
     root.setAttribute("data-step", String(step));
+    followCurrent();
+    if (!fromModel && model.get("step") !== step) {
+      model.set("step", step);
+      model.save_changes();
+    }
   }
 
-  function choosePass(p) {
+  function choosePass(p, fromModel) {
     pass = p;
-    for (var i = 0; i < graphs.length; i++) { graphs[i].style.display = i === p ? "" : "none"; }
-    tableBox.innerHTML = data.passes[p].table;
+    canvas.innerHTML = svgOf(p);
+    tableBox.innerHTML = passes[p].table;
+    if (passSelect) { passSelect.value = String(p); }
     stop();
-    show(0);
+    const { w, h } = size();
+    // as tall as the drawing needs at the zoom that fits its width (labels kept readable), within limits
+    const scale = Math.max(Math.min((viewport.clientWidth || 800) / w, 1), MIN_TEXT_PX / FONT_PX);
+    viewport.style.height = Math.round(Math.max(160, Math.min(h * scale + 8, 620))) + "px";
+    readable();
+    if (!fromModel && model.get("pass_index") !== p) {
+      model.set("pass_index", p);
+      model.save_changes();
+    }
+    show(fromModel ? model.get("step") || 0 : 0, fromModel);
+    return w + h;
   }
-
-  // Mirrors autograd_lens.views.steps.check_answer: same parsing, tolerance and words.
-  function check(text, answer, shown) {
-    var numbers = (text.match(/[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?/g) || []).map(parseFloat);
-    if (!numbers.length) { return [false, "Type a number (or a list such as [1, 2]); autograd computed " + shown + "."]; }
-    if (numbers.length === 1 && answer.length > 1) {
-      numbers = answer.map(function () { return numbers[0]; });
-    }
-    if (numbers.length !== answer.length) {
-      return [false, "Not quite: that is " + numbers.length + " number" + (numbers.length !== 1 ? "s" : "") +
-        ", the gradient has " + answer.length + ". Autograd computed " + shown + "."];
-    }
-    var close = numbers.every(function (a, i) { return Math.abs(a - answer[i]) <= 1e-3 + 1e-3 * Math.abs(answer[i]); });
-    return close ? [true, "Right: autograd computed " + shown + "."] : [false, "Not quite: autograd computed " + shown + "."];
-  }
-
-  function settle(reveal) {
-    var ask = question(step);
-    if (!ask) { return; }
-    if (reveal) {
-      answered[pass + ":" + step] = [false, "Autograd computed " + ask[2] + "."];
-    } else {
-      var box = cardBox.querySelector("input.al-answer");
-      answered[pass + ":" + step] = check(box ? box.value : "", ask[1], ask[2]);
-    }
-    show(step);
-  }
-
-  cardBox.addEventListener("click", function (event) {
-    var go = event.target.getAttribute && event.target.getAttribute("data-go");
-    if (go === "check" || go === "reveal") { settle(go === "reveal"); }
-  });
-  cardBox.addEventListener("keydown", function (event) {
-    if (event.key === "Enter" && event.target.classList && event.target.classList.contains("al-answer")) {
-      event.preventDefault();
-      settle(false);
-    }
-  });
 
   function stop() {
     if (timer) { clearInterval(timer); timer = null; }
@@ -137,35 +294,102 @@
 
   function play() {
     if (timer) { stop(); return; }
-    if (step >= data.passes[pass].steps.length - 1) { show(0); }
+    if (step >= passes[pass].steps.length - 1) { show(0); }
     playButton.textContent = "pause";
     playButton.setAttribute("aria-pressed", "true");
-    timer = setInterval(function () {
-      if (step >= data.passes[pass].steps.length - 1) { stop(); return; }
+    timer = setInterval(() => {
+      if (step >= passes[pass].steps.length - 1) { stop(); return; }
       show(step + 1);
-      if (question(step) && !answered[pass + ":" + step]) { stop(); }  // wait for the student's answer
+      if (question(step) && !answered[pass + ":" + step]) { stop(); } // wait for the student's answer
     }, 900);
   }
 
-  root.querySelector(".al-controls").addEventListener("click", function (event) {
-    var go = event.target.getAttribute && event.target.getAttribute("data-go");
-    if (!go) { return; }
-    if (go === "play") { play(); return; }
+  function settle(reveal) {
+    const ask = question(step);
+    if (!ask) { return; }
+    const box = cardBox.querySelector("input.al-answer");
+    answered[pass + ":" + step] = reveal ? [false, "Autograd computed " + ask[2] + "."] : checkAnswer(box ? box.value : "", ask[1], ask[2]);
+    model.set("answers", Object.assign({}, answered));
+    model.save_changes();
+    show(step);
+  }
+
+  const go = {
+    first: () => show(0),
+    prev: () => show(step - 1),
+    next: () => show(step + 1),
+    last: () => show(passes[pass].steps.length - 1),
+    "zoom-in": () => zoomAt(1.25),
+    "zoom-out": () => zoomAt(0.8),
+    fit: () => fit(),
+  };
+  toolbar.addEventListener("click", (event) => {
+    const action = event.target.getAttribute && event.target.getAttribute("data-go");
+    if (!action) { return; }
+    if (action === "play") { play(); return; }
+    if (action.startsWith("zoom") || action === "fit") { go[action](); return; }
     stop();
-    if (go === "first") { show(0); }
-    if (go === "prev") { show(step - 1); }
-    if (go === "next") { show(step + 1); }
-    if (go === "last") { show(data.passes[pass].steps.length - 1); }
+    go[action]();
   });
-  slider.addEventListener("input", function () { stop(); show(parseInt(slider.value, 10)); });
-  if (passSelect) { passSelect.addEventListener("change", function () { choosePass(parseInt(passSelect.value, 10)); }); }
-  root.addEventListener("keydown", function (event) {
-    var tag = event.target && event.target.tagName;
-    if (tag === "INPUT") { return; }  // typing an answer, or the slider (which steps by itself)
-    if (event.key === "ArrowRight") { stop(); show(step + 1); }
-    if (event.key === "ArrowLeft") { stop(); show(step - 1); }
+  cardBox.addEventListener("click", (event) => {
+    const action = event.target.getAttribute && event.target.getAttribute("data-go");
+    if (action === "check" || action === "reveal") { settle(action === "reveal"); }
   });
-  root.frameCss = function (p, k) { return frameCss(data.passes[p].steps, k); };
-  root.answer = function (text) { var box = cardBox.querySelector("input.al-answer"); if (box) { box.value = text; } settle(false); };
-  choosePass(0);
-})(document.currentScript && document.currentScript.parentNode);
+  cardBox.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && event.target.classList && event.target.classList.contains("al-answer")) {
+      event.preventDefault();
+      settle(false);
+    }
+  });
+  slider.addEventListener("input", () => { stop(); show(parseInt(slider.value, 10)); });
+  if (passSelect) { passSelect.addEventListener("change", () => choosePass(parseInt(passSelect.value, 10))); }
+  root.addEventListener("keydown", (event) => {
+    if (event.target && (event.target.tagName === "INPUT" || event.target.tagName === "SELECT")) { return; }
+    const actions = { ArrowRight: "next", ArrowLeft: "prev", Home: "first", End: "last", "+": "zoom-in", "=": "zoom-in", "-": "zoom-out", "0": "fit" };
+    const action = actions[event.key];
+    if (!action) { return; }
+    event.preventDefault();
+    if (!action.startsWith("zoom") && action !== "fit") { stop(); }
+    go[action]();
+  });
+  viewport.addEventListener("wheel", (event) => {
+    if (!event.ctrlKey && !event.metaKey) { return; } // plain wheel scrolls the notebook
+    event.preventDefault();
+    const port = viewport.getBoundingClientRect();
+    zoomAt(event.deltaY < 0 ? 1.15 : 1 / 1.15, event.clientX - port.left, event.clientY - port.top);
+  }, { passive: false });
+  let drag = null;
+  viewport.addEventListener("pointerdown", (event) => {
+    drag = { x: event.clientX, y: event.clientY, vx: view.x, vy: view.y };
+    viewport.setPointerCapture(event.pointerId);
+    viewport.classList.add("al-dragging");
+  });
+  viewport.addEventListener("pointermove", (event) => {
+    if (!drag) { return; }
+    view.x = drag.vx + event.clientX - drag.x;
+    view.y = drag.vy + event.clientY - drag.y;
+    apply();
+  });
+  const endDrag = () => { drag = null; viewport.classList.remove("al-dragging"); };
+  viewport.addEventListener("pointerup", endDrag);
+  viewport.addEventListener("pointercancel", endDrag);
+
+  const onStep = () => { if (model.get("step") !== step) { show(model.get("step"), true); } };
+  const onPass = () => { if (model.get("pass_index") !== pass) { choosePass(model.get("pass_index"), true); } };
+  model.on("change:step", onStep);
+  model.on("change:pass_index", onPass);
+  root.alFrameCss = (p, k) => frameCss(scope, passes[p].steps, k, false);
+  root.alAnswer = (text) => {
+    const box = cardBox.querySelector("input.al-answer");
+    if (box) { box.value = text; }
+    settle(false);
+  };
+  choosePass(pass, true);
+  return () => {
+    stop();
+    model.off("change:step", onStep);
+    model.off("change:pass_index", onPass);
+  };
+}
+
+export default { render };
