@@ -46,6 +46,46 @@ def small_network_trace() -> al.Lens:
     return lens
 
 
+def mlp_trace() -> al.Lens:
+    """One step of a 3-layer MLP with a tensor hook clipping the second hidden layer's gradient."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 1))
+    inputs = torch.randn(16, 4)
+    with al.Lens(names={"model": model, "inputs": inputs}) as lens:
+        hidden = model[:4](inputs)
+        hidden.register_hook(lambda g: g.clamp(-0.01, 0.01))
+        model[4:](hidden).pow(2).mean().backward()
+    return lens
+
+
+def stepper_picture(lens: al.Lens, path: str, step: int) -> bool:
+    """A screenshot of the static stepper at ``step`` in Chromium (Debian's; skipped without it)."""
+    import shutil
+    import tempfile
+
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        print("chromium not found: the stepper picture was not redrawn")
+        return False
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory() as folder:
+        page_path = os.path.join(folder, "trace.html")
+        lens.to_html(page_path)
+        with sync_playwright() as driver:
+            browser = driver.chromium.launch(executable_path=chromium, headless=True, args=[
+                "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--no-first-run"])
+            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            page.goto("file://" + page_path)
+            page.wait_for_selector(".al-stepper[data-step='0']")
+            for _ in range(step):
+                page.click("button[data-go=next]")
+            page.locator(".al-stepper").screenshot(path=path)
+            browser.close()
+    return True
+
+
 def main() -> None:
     os.makedirs(HERE, exist_ok=True)
     deep, small = deep_network_trace(), small_network_trace()
@@ -53,6 +93,8 @@ def main() -> None:
         figure = getattr(lens.plot, name)()
         figure.savefig(os.path.join(HERE, f"{name}.png"), dpi=72)
         print("wrote", os.path.join("docs", "pictures", f"{name}.png"))
+    if stepper_picture(mlp_trace(), os.path.join(HERE, "stepper_mlp.png"), step=9):
+        print("wrote", os.path.join("docs", "pictures", "stepper_mlp.png"))
 
 
 if __name__ == "__main__":

@@ -163,8 +163,19 @@ def free_port():
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
+    yield from start_lab(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def dark_lab(tmp_path_factory):
+    yield from start_lab(tmp_path_factory, theme="JupyterLab Dark")
+
+
+def start_lab(tmp_path_factory, theme=None):
     pytest.importorskip("jupyterlab")
     root = tmp_path_factory.mktemp("lab")
+    # a course notebook as committed: never opened here, so JupyterLab does not trust it
+    shutil.copy(os.path.join(os.path.dirname(ARTIFACTS), "notebooks", "02_tensor_hooks.ipynb"), root / "course.ipynb")
     notebook = {
         "cells": [
             {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
@@ -178,6 +189,10 @@ def lab(tmp_path_factory):
     notebook["cells"][1]["source"] = "%%lens --predict\n" + CELL
     (root / "predict.ipynb").write_text(json.dumps(notebook))
     settings = tmp_path_factory.mktemp("settings")
+    if theme:
+        themes = settings / "us" / "@jupyterlab" / "apputils-extension"
+        themes.mkdir(parents=True)
+        (themes / "themes.jupyterlab-settings").write_text(json.dumps({"theme": theme}))
     config = settings / "cfg"
     (config / "labconfig").mkdir(parents=True)
     (config / "labconfig" / "page_config.json").write_text(
@@ -319,4 +334,56 @@ def test_live_stepper_predict_mode_in_jupyterlab(browser, lab):
     assert page.locator(".jp-OutputArea .al-feedback").inner_text() == "Right: autograd computed 1.0."
     assert "Chain rule: out = z + w." in card.inner_text()
     shot(page, "jupyterlab-predict.png")
+    page.close()
+
+
+def contrast(page, selector):
+    """WCAG contrast ratio of an element's text colour against its background."""
+    return page.evaluate("""selector => {
+        const element = document.querySelector(selector);
+        const rgb = text => text.match(/[\\d.]+/g).slice(0, 3).map(Number);
+        const luminance = ([r, g, b]) => {
+            const f = c => { c /= 255; return c <= 0.03928 ? c / 12.92 : Math.pow((c + 0.055) / 1.055, 2.4); };
+            return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+        };
+        let node = element, background = 'rgba(0, 0, 0, 0)';
+        while (node && (background === 'rgba(0, 0, 0, 0)' || background === 'transparent')) {
+            background = getComputedStyle(node).backgroundColor; node = node.parentElement;
+        }
+        const a = luminance(rgb(getComputedStyle(element).color)), b = luminance(rgb(background));
+        return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    }""", selector)
+
+
+def test_live_stepper_in_jupyterlab_dark_theme(browser, dark_lab):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(dark_lab)
+    run_all(page)
+    next_button = page.locator(".jp-OutputArea button[data-go=next]")
+    next_button.wait_for(timeout=60_000)
+    assert page.evaluate("document.body.dataset.jpThemeLight") == "false"  # really the dark theme
+    for _ in range(4):
+        next_button.click()
+    assert "received 5.0 → returned 2.5" in page.locator(".jp-OutputArea .al-cardbox").inner_text()
+    for selector in (".jp-OutputArea .al-card", ".jp-OutputArea .al-title", ".jp-OutputArea table.al-grads td",
+                     ".jp-OutputArea .al-changed", ".jp-OutputArea .al-controls button", ".jp-OutputArea .al-pos"):
+        assert contrast(page, selector) >= 4.5, selector
+    where = current_in_view(page)
+    assert where["inside"] and where["textPx"] >= 10, where
+    shot(page, "jupyterlab-dark-step-4.png")
+    page.close()
+
+
+def test_untrusted_course_notebook_shows_a_picture_not_text_soup(browser, lab):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(lab.replace("/lab/tree/stepper.ipynb", "/lab/workspaces/untrusted/tree/course.ipynb"))
+    page.wait_for_selector(".jp-Notebook")
+    picture = page.locator(".jp-OutputArea img").first
+    picture.wait_for(timeout=60_000)
+    assert page.evaluate("img => img.naturalWidth", picture.element_handle()) > 100  # the data URI survived
+    output = picture.locator("xpath=ancestor::div[contains(@class, 'jp-OutputArea-output')][1]").inner_text()
+    assert "x.grad written: 10.0" in output and "grad if no hook had run" in output
+    assert "PowBackward0" not in output  # the drawing's labels are in the picture, not spilled as text
+    picture.scroll_into_view_if_needed()
+    shot(page, "jupyterlab-untrusted.png")
     page.close()

@@ -108,9 +108,9 @@ function render({ model, el }) {
 
   // controls
   const toolbar = make("div", { class: "al-controls", role: "toolbar", "aria-label": "step through the backward pass" });
-  const button = (go, text, title) => {
+  const button = (go, text, title, parent) => {
     const b = make("button", { type: "button", "data-go": go, title: title, "aria-label": title }, text);
-    toolbar.appendChild(b);
+    (parent || toolbar).appendChild(b);
     return b;
   };
   button("first", "|<", "first step (Home)");
@@ -130,14 +130,9 @@ function render({ model, el }) {
     toolbar.appendChild(passSelect);
   }
   const zoom = make("span", { class: "al-zoom", role: "group", "aria-label": "zoom" });
-  const zoomButton = (go, text, title) => {
-    const b = make("button", { type: "button", "data-go": go, title: title, "aria-label": title }, text);
-    zoom.appendChild(b);
-    return b;
-  };
-  zoomButton("zoom-out", "-", "zoom out (-)");
-  zoomButton("zoom-in", "+", "zoom in (+)");
-  zoomButton("fit", "fit", "fit the whole graph (0)");
+  button("zoom-out", "-", "zoom out (-)", zoom);
+  button("zoom-in", "+", "zoom in (+)", zoom);
+  button("fit", "fit", "fit the whole graph (0)", zoom);
   const followLabel = make("label", { class: "al-follow", title: "keep the current node in view" });
   const follow = make("input", { type: "checkbox", checked: "" });
   followLabel.appendChild(follow);
