@@ -300,6 +300,23 @@ class HookCall:
 
 
 @dataclass(frozen=True)
+class InventoryEntry:
+    """A hook attached before a pass started (see ``BackwardPass.inventory``)."""
+
+    kind: str  # as HookCall.kind, or "retain_grad"
+    target: str
+    hook: str
+    position: int  # registration order among the hooks of this kind on this target (1-based)
+    of: int
+
+    def text(self) -> str:
+        if self.kind == "retain_grad":
+            return f"{self.target}: retain_grad() keeps its gradient in .grad"
+        order = f" ({self.position} of {self.of})" if self.of > 1 else ""
+        return f"{self.target}: {self.kind.replace('_', ' ')} hook {self.hook}{order}"
+
+
+@dataclass(frozen=True)
 class NodeRun:
     """The engine ran one backward function: what reached it and what it sent on."""
 
@@ -381,6 +398,7 @@ class BackwardPass:
     unknown: dict[str, str] = field(default_factory=dict)  # name -> why its value without hooks is unknown
     notes: tuple[str, ...] = ()  # where the recording is incomplete, and why
     mistakes: tuple["Note", ...] = ()  # classic mistakes seen in this pass (see autograd_lens.notes)
+    inventory: tuple[InventoryEntry, ...] = ()  # the hooks attached when the pass started
 
     @property
     def grads(self) -> dict[str, Value]:

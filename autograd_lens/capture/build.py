@@ -70,6 +70,7 @@ def build_pass(observer: PassObserver, walk: Walk, index: int, history: dict, in
         added_without_hooks=names.by_name(values["added_without"]),
         unknown=names.by_name(values["unknown"]),
         notes=tuple(observer.notes),
+        inventory=tuple(observer.inventory),
     )
     mistakes = pass_notes(built, tuple(values["refilled"])) + _not_leaves(observer, built)
     return dataclasses.replace(built, mistakes=mistakes)

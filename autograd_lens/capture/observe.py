@@ -163,6 +163,7 @@ class PassObserver:
         self.error: BaseException | None = None
         self.profiling_allowed = True
         self.hooks_hidden = False  # hook calls could not be seen (another profiler, or the self-check failed)
+        self.inventory: tuple = ()  # the hooks attached when the pass started (see inventory.py)
         self.walk: Any = None  # the graph's model, when drawn before the pass
         self.leaf_state: Any = None  # leaf values read before the pass, when drawn after it
 
@@ -179,6 +180,12 @@ class PassObserver:
             self.note(f"this graph is {self.shape.depth:,} functions deep: torch keeps a Python object for every "
                       "function any Python code has looked at (this lens included), and freeing a chain that deep "
                       "can overflow the C stack (pytorch issue 109948)")
+        try:
+            from .inventory import inventory
+
+            self.inventory = inventory(self)  # before the pass: what is attached now, in registration order
+        except Exception as problem:  # an inventory is a help, never a reason to fail
+            self.note(f"the hooks attached before the pass could not be listed: {type(problem).__name__}: {problem}")
         defaults = torch._C._autograd._top_saved_tensors_default_hooks(False)
         if defaults is not None:  # pack/unpack hooks active during backward (double backward) are not gradient hooks
             self.unpack_codes.update(code for code in map(code_of, defaults) if code is not None)

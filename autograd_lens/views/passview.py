@@ -11,7 +11,6 @@ that same CSS from the same steps.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import re
@@ -58,7 +57,7 @@ class PassView:
 
     @cached_property
     def svg(self) -> str:
-        return prepare_svg(render_svg(self.dot), self.backward_pass, self.final)
+        return slim_svg(prepare_svg(render_svg(self.dot), self.backward_pass, self.final))
 
     @cached_property
     def key(self) -> str:
@@ -71,8 +70,9 @@ class PassView:
     @cached_property
     def picture(self) -> str:
         """The drawing as a data URI: an <img> shows the finished pass with scripts off; the stepper
-        decodes it and inlines the SVG."""
-        return "data:image/svg+xml;base64," + base64.b64encode(self.svg.encode("utf-8")).decode("ascii")
+        decodes it and inlines the SVG.  Percent-encoded only where a URI or an HTML attribute needs it
+        (base64 would add a third)."""
+        return "data:image/svg+xml," + svg_uri_text(self.svg)
 
     def data(self, predict: bool = False, picture: bool = True) -> dict:
         """What the front-end module needs: the steps (order encoded once), the cards, the table, the
@@ -123,6 +123,27 @@ def prepare_svg(svg: str, backward_pass: BackwardPass, final: Frame) -> str:
         )
 
     return _GRAD_TEXT.sub(swap, svg)
+
+
+_COMMENT = re.compile(r"<!--.*?-->\n?", re.S)
+_TITLE = re.compile(r"<title>[^<]*</title>\n?")
+_FONT = ' font-family="Helvetica,Arial,sans-serif"'
+
+
+def slim_svg(svg: str) -> str:
+    """Graphviz's SVG without what repeats or shows nothing: comments, the ``<title>`` of every node and
+    edge (their ids, "n3->n4"), and a font family named on every text (set once on the drawing)."""
+    svg = _TITLE.sub("", _COMMENT.sub("", svg))
+    if _FONT in svg:
+        svg = svg.replace(_FONT, "").replace("<svg ", "<svg" + _FONT + " ", 1)
+    return svg
+
+
+def svg_uri_text(svg: str) -> str:
+    """The SVG as the text of a ``data:image/svg+xml,`` URI, to go in a double-quoted HTML attribute (with
+    ``&`` escaped there) or in JSON.  Graphviz writes attribute values in double quotes and escapes quotes
+    in text, so single quotes can replace them; ``%``, ``#`` and line breaks are percent-encoded."""
+    return svg.replace("%", "%25").replace("#", "%23").replace('"', "'").replace("\n", "%0A")
 
 
 def _xml(text: str) -> str:

@@ -66,7 +66,7 @@ def stepper_fragment(views: list[PassView], predict: bool = False) -> str:
     title = html.escape(pass_title(first.backward_pass))
     return (
         f'<div class="autograd-lens al-static" id="{key}">'
-        f'<img class="al-picture" alt="the backward pass drawn: {title}" src="{first.picture}">'
+        f'<img class="al-picture" alt="the backward pass drawn: {title}" src="{first.picture.replace("&", "&amp;")}">'
         f'<div class="al-cardbox">{first.cards[-1]}</div>'
         f'<div class="al-tablebox">{first.table}</div>'
         f'<script type="application/json" class="al-data">{_json_for_html(data)}</script>'

@@ -73,9 +73,14 @@ export function checkAnswer(text, answer, shown) {
 }
 
 function decodeSvg(src) {
+  // a data:image/svg+xml URI, percent-encoded (as stored) or base64
   const comma = src.indexOf(",");
-  const bytes = Uint8Array.from(atob(src.slice(comma + 1)), (c) => c.charCodeAt(0));
-  return new TextDecoder().decode(bytes);
+  const head = src.slice(0, comma);
+  const body = src.slice(comma + 1);
+  if (head.endsWith(";base64")) {
+    return new TextDecoder().decode(Uint8Array.from(atob(body), (c) => c.charCodeAt(0)));
+  }
+  return decodeURIComponent(body);
 }
 
 function make(tag, attributes, text) {

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from ..model import values_equal
 from ..format import format_block, format_value
 from ..model import BackwardPass, GradWritten, Graph, HookCall, NodeRun, PassError
+from ..capture.inventory import NODE_HOOKS_NOTE
 from .chain import chain_rule
 
 CHAIN_RULE_LIMIT = 16  # tensors up to this many elements get the numbers written out
@@ -203,6 +204,13 @@ def _start_step(backward_pass: BackwardPass) -> Step:
     if backward_pass.kind == "grad":
         lines.append(f"autograd.grad returns gradients for {', '.join(backward_pass.inputs)} and writes no .grad.")
     lines.extend(f"Recording note: {note}." for note in backward_pass.notes)
+    if backward_pass.inventory:
+        lines.append(f"Hooks attached ({len(backward_pass.inventory)}); on one target they fire in registration "
+                     "order, across targets in the engine's order:")
+        lines.extend("• " + entry.text() for entry in backward_pass.inventory)
+    else:
+        lines.append("No tensor or module hook is attached to this graph.")
+    lines.append(f"(Not listed: {NODE_HOOKS_NOTE}.)")
     return Step(0, "start", None, f"Before {what}", lines=tuple(lines))
 
 

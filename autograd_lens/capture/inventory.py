@@ -1,0 +1,75 @@
+"""The hooks attached before a pass starts, as the lens can list them: per target, in registration order.
+
+Tensor hooks (on named tensors, leaves and ``autograd.grad`` inputs), ``retain_grad``, post-accumulate and
+multi-grad hooks, module backward hooks (full, pre, legacy) of named modules, and global module hooks.
+Hooks on backward functions (``grad_fn.register_hook`` / ``register_prehook``) cannot be listed from
+Python before they run; the inventory says so instead of leaving them out silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from ..model import InventoryEntry
+from .hooks import function_name, multi_grad_user_fn
+
+NODE_HOOKS_NOTE = ("hooks on tensors that have no name here, and on backward functions (grad_fn.register_hook / "
+                   "register_prehook), cannot be listed before they run: they show up as steps")
+
+
+def inventory(observer: Any) -> tuple[InventoryEntry, ...]:
+    """Every listable hook on the graph of ``observer``'s pass, read before the pass starts."""
+    names = observer.ensure_names()
+    shape = observer.shape
+    entries: list[InventoryEntry] = []
+    leaf_nodes = {id(fn.variable): fn for fn in shape.leaves.values()}
+    in_graph = {id(fn) for fn in shape.nodes}
+    seen: set[int] = set()
+    multi: dict[int, int] = {}  # id(user function of a multi-grad hook) -> its entry
+    labelled = [(names.tensors[id(t)], t) for t in names.tensor_objects]
+    labelled += [(shape.leaf_labels[id(fn)], fn.variable) for fn in leaf_nodes.values()]
+    labelled += [(f"input {i}", t) for i, t in enumerate(observer.inputs) if isinstance(t, torch.Tensor)]
+    for label, tensor in labelled:
+        if id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        node = tensor.grad_fn if tensor.grad_fn is not None else leaf_nodes.get(id(tensor))
+        if node is None or id(node) not in in_graph:
+            continue
+        hooks = list((getattr(tensor, "_backward_hooks", None) or {}).values())
+        plain = [hook for hook in hooks if multi_grad_user_fn(hook) is None]
+        for hook in hooks:
+            user = multi_grad_user_fn(hook)
+            if user is None:
+                entries.append(InventoryEntry("tensor", label, function_name(hook), plain.index(hook) + 1, len(plain)))
+            elif id(user) in multi:  # one multi-grad hook watches several tensors: one entry naming them all
+                index = multi[id(user)]
+                entries[index] = dataclasses.replace(entries[index], target=f"{entries[index].target}, {label}")
+            else:
+                multi[id(user)] = len(entries)
+                entries.append(InventoryEntry("multi_grad", label, function_name(user), 1, 1))
+        if tensor.grad_fn is not None and tensor.retains_grad:
+            entries.append(InventoryEntry("retain_grad", label, "retain_grad", 1, 1))
+        after = list((getattr(tensor, "_post_accumulate_grad_hooks", None) or {}).values())
+        for position, hook in enumerate(after, 1):
+            entries.append(InventoryEntry("post_accumulate_grad", label, function_name(hook), position, len(after)))
+    for module in names.module_objects:
+        label = names.modules[id(module)]
+        legacy = module._is_full_backward_hook is False
+        for attribute, kind in (("_backward_pre_hooks", "module_full_pre"),
+                                ("_backward_hooks", "module_legacy" if legacy else "module_full")):
+            hooks = list((getattr(module, attribute, None) or {}).values())
+            for position, hook in enumerate(hooks, 1):
+                entries.append(InventoryEntry(kind, label, function_name(hook), position, len(hooks)))
+    from torch.nn.modules import module as module_globals
+
+    full = getattr(module_globals, "_global_is_full_backward_hook", None)
+    for attribute, kind in (("_global_backward_pre_hooks", "global_module_full_pre"),
+                            ("_global_backward_hooks", "global_module_full" if full else "global_module_legacy")):
+        hooks = list((getattr(module_globals, attribute, None) or {}).values())
+        for position, hook in enumerate(hooks, 1):
+            entries.append(InventoryEntry(kind, "every module", function_name(hook), position, len(hooks)))
+    return tuple(entries)

@@ -1,0 +1,86 @@
+"""The hooks listed before a pass are the hooks that then fire: same kinds, targets, names and order."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import torch
+import torch.nn as nn
+
+import autograd_lens as al
+from autograd_lens.views.steps import steps_for
+
+
+def fired(lens):
+    return [(call.kind, call.target, call.hook) for call in lens.hook_calls]
+
+
+def listed(lens, kinds_that_fire=True):
+    return [(entry.kind, entry.target, entry.hook) for entry in lens.passes[0].inventory
+            if not kinds_that_fire or entry.kind != "retain_grad"]
+
+
+def test_every_listable_hook_is_listed_in_registration_order_and_then_fires():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 2), nn.Tanh(), nn.Linear(2, 1))
+    x = torch.ones(1, 2, requires_grad=True)
+
+    def halve(g):
+        return g / 2
+
+    def double(g):
+        return g * 2
+
+    def both(grads):
+        return None
+
+    model[1].register_full_backward_hook(lambda m, grad_input, grad_output: None)
+    model[2].register_full_backward_pre_hook(lambda m, grad_output: None)
+    names = {"model": model, "x": x}
+    with al.Lens(names=names) as lens:
+        h = model[:2](x)
+        names["h"] = h
+        h.register_hook(halve)
+        h.register_hook(double)
+        h.retain_grad()
+        x.register_post_accumulate_grad_hook(lambda t: None)
+        torch.autograd.graph.register_multi_grad_hook((x, model[0].weight), both)
+        model[2](h).sum().backward()
+    entries = lens.passes[0].inventory
+    assert [entry.text() for entry in entries if entry.target == "h"] == [
+        "h: tensor hook halve (1 of 2)", "h: tensor hook double (2 of 2)", "h: retain_grad() keeps its gradient in .grad"]
+    assert sorted(listed(lens)) == sorted(fired(lens))
+    # hooks on one target fire in the order listed
+    assert [hook for kind, target, hook in fired(lens) if target == "h"] == ["halve", "double"]
+    start = steps_for(lens.passes[0])[0]
+    assert "• h: tensor hook halve (1 of 2)" in start.lines and any("cannot be listed" in line for line in start.lines)
+
+
+def test_a_hook_registered_during_the_pass_fires_but_was_not_listed():
+    x = torch.tensor(1.0, requires_grad=True)
+    names = {"x": x}
+    with al.Lens(names=names) as lens:
+        y = x * 3
+        names["y"] = y
+        y.register_hook(lambda g: x.register_hook(lambda gx: None) and None)
+        y.backward()
+    assert listed(lens) == [("tensor", "y", "<lambda>")]
+    assert [target for _, target, _ in fired(lens)] == ["y", "x"]
+
+
+def test_global_module_hooks_are_listed_in_a_fresh_process():
+    code = """
+import json, torch, torch.nn as nn, autograd_lens as al
+from torch.nn.modules.module import register_module_full_backward_hook
+register_module_full_backward_hook(lambda module, grad_input, grad_output: None)
+model = nn.Sequential(nn.Linear(2, 1))
+with al.Lens(names={"model": model}) as lens:
+    model(torch.ones(1, 2, requires_grad=True)).sum().backward()
+print(json.dumps([[e.kind, e.target] for e in lens.passes[0].inventory] + [["fired", c.kind, c.target] for c in lens.hook_calls]))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert ["global_module_full", "every module"] in found
+    assert sum(1 for item in found if item[0] == "fired" and item[1] == "global_module_full") == 2  # Sequential + Linear
