@@ -387,3 +387,73 @@ def test_untrusted_course_notebook_shows_a_picture_not_text_soup(browser, lab):
     picture.scroll_into_view_if_needed()
     shot(page, "jupyterlab-untrusted.png")
     page.close()
+
+
+MARIMO_APP = '''
+import marimo
+
+app = marimo.App()
+
+
+@app.cell
+def _():
+    import marimo as mo
+    import torch
+
+    import autograd_lens as al
+
+    x = torch.tensor(2.0, requires_grad=True)
+    with al.Lens(names={"x": x}) as lens:
+        y = x ** 2
+        y.register_hook(lambda g: g * 0.5)
+        (y * 3 + y * 2).backward()
+    stepper = mo.ui.anywidget(lens.stepper())
+    stepper
+    return mo, stepper
+
+
+@app.cell
+def _(mo, stepper):
+    mo.md(f"python sees step {stepper.value['step']}")
+    return
+'''
+
+
+def test_live_stepper_in_marimo(browser, tmp_path):
+    pytest.importorskip("marimo")
+    (tmp_path / "app.py").write_text(MARIMO_APP)
+    port = free_port()
+    env = dict(os.environ, MARIMO_SKIP_UPDATE_CHECK="1", XDG_CONFIG_HOME=str(tmp_path / "cfg"),
+               XDG_CACHE_HOME=str(tmp_path / "cache"), XDG_STATE_HOME=str(tmp_path / "state"))
+    server = subprocess.Popen(
+        [sys.executable, "-m", "marimo", "run", str(tmp_path / "app.py"), "--headless", "--host", "127.0.0.1",
+         "--port", str(port), "--no-token", "--no-sandbox"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        page = browser.new_page(viewport={"width": 1300, "height": 900})
+        errors = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}", timeout=2)
+                break
+            except OSError:
+                time.sleep(0.5)
+        page.goto(f"http://127.0.0.1:{port}")
+        next_button = page.locator("button[data-go=next]")  # inside marimo's shadow root: locators reach it
+        next_button.wait_for(timeout=90_000)
+        for _ in range(4):
+            next_button.click()
+        assert "received 5.0 → returned 2.5" in page.locator(".al-cardbox").inner_text()
+        # the step trait reached Python, which re-ran the cell that reads it
+        page.wait_for_function("() => document.body.innerText.includes('python sees step 4')", timeout=30_000)
+        shot(page, "marimo-step-4.png")
+        assert errors == []
+        page.close()
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
