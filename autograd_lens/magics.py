@@ -108,7 +108,12 @@ class LensMagics(Magics):
         if not args.no_show and (lens.passes or result.success):
             from IPython.display import display
 
-            display(lens.stepper(predict=True) if args.predict and lens.passes else lens)
+            if args.predict:
+                from .views.trace_display import PredictDisplay
+
+                display(PredictDisplay(lens))
+            else:
+                display(lens)
             self._show_plots(lens, args.plot)
         if not args.no_show and lens.notes:
             from IPython.display import display

@@ -87,3 +87,13 @@ def test_predict_must_be_a_bool():
     lens, _ = chain_lens()
     with pytest.raises(TypeError, match="predict must be True or False"):
         lens.stepper(predict="yes")
+
+
+def test_predict_display_never_raises_without_a_renderer(monkeypatch):
+    from autograd_lens.views.trace_display import PredictDisplay
+
+    lens, _ = chain_lens()
+    monkeypatch.setenv("AUTOGRAD_LENS_RENDERER", "none")
+    bundle = PredictDisplay(lens)._repr_mimebundle_()
+    assert set(bundle) == {"text/html", "text/plain"} and "Traceback" not in bundle["text/html"]
+    assert "x.grad written" in bundle["text/html"]  # the steps in words instead

@@ -365,7 +365,14 @@ class Lens:
         gradient before it reveals it, and checks the answer against autograd's value."""
         from IPython.display import display
 
-        display(self.stepper(predict=predict) if predict else self)
+        if not isinstance(predict, bool):
+            raise TypeError(f"predict must be True or False, not {predict!r}")
+        if predict:
+            from ..views.trace_display import PredictDisplay
+
+            display(PredictDisplay(self))
+        else:
+            display(self)
 
     def stepper(self, predict: bool = False):
         """The stepper widget for these passes (``predict``: ask before revealing each gradient)."""

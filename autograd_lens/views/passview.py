@@ -130,13 +130,26 @@ _TITLE = re.compile(r"<title>[^<]*</title>\n?")
 _FONT = ' font-family="Helvetica,Arial,sans-serif"'
 
 
+_TEXT = re.compile(r'<text xml:space="preserve"([^>]*)>([^<]*)</text>')
+
+
 def slim_svg(svg: str) -> str:
     """Graphviz's SVG without what repeats or shows nothing: comments, the ``<title>`` of every node and
-    edge (their ids, "n3->n4"), and a font family named on every text (set once on the drawing)."""
-    svg = _TITLE.sub("", _COMMENT.sub("", svg))
+    edge (their ids, "n3->n4"), ``&#45;`` for a minus sign, and the font, size and anchor named on every
+    text (set once on the drawing, which the texts inherit); ``xml:space`` stays only where spaces need it."""
+    svg = _TITLE.sub("", _COMMENT.sub("", svg)).replace("&#45;", "-")
+
+    def text(match: re.Match) -> str:
+        attributes = match.group(1).replace(' text-anchor="middle"', "").replace(' font-size="11.00"', "")
+        content = match.group(2)
+        keep = ' xml:space="preserve"' if "  " in content or content != content.strip() else ""
+        return f"<text{keep}{attributes}>{content}</text>"
+
+    svg = _TEXT.sub(text, svg)
+    defaults = ' text-anchor="middle" font-size="11"'
     if _FONT in svg:
-        svg = svg.replace(_FONT, "").replace("<svg ", "<svg" + _FONT + " ", 1)
-    return svg
+        svg = svg.replace(_FONT, "")
+    return svg.replace("<svg ", "<svg" + _FONT + defaults + " ", 1)
 
 
 def svg_uri_text(svg: str) -> str:

@@ -64,6 +64,19 @@ def lens_bundle(lens: Any, predict: bool = False) -> dict[str, str]:
         return safe_bundle("recording", error)
 
 
+class PredictDisplay:
+    """A Lens shown in predict mode; like the Lens itself, it never raises while displaying."""
+
+    def __init__(self, lens: Any) -> None:
+        self.lens = lens
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return lens_bundle(self.lens, predict=True)
+
+    def __repr__(self) -> str:
+        return lens_text(self.lens)
+
+
 class NotesDisplay:
     """The notes on classic mistakes under a ``%%lens`` cell: a short list, each with its notebook."""
 
