@@ -171,7 +171,13 @@ def dark_lab(tmp_path_factory):
     yield from start_lab(tmp_path_factory, theme="JupyterLab Dark")
 
 
-def start_lab(tmp_path_factory, theme=None):
+@pytest.fixture(scope="module")
+def notebook7(tmp_path_factory):
+    pytest.importorskip("notebook")
+    yield from start_lab(tmp_path_factory, app="notebook")
+
+
+def start_lab(tmp_path_factory, theme=None, app="jupyterlab"):
     pytest.importorskip("jupyterlab")
     root = tmp_path_factory.mktemp("lab")
     # a course notebook as committed: never opened here, so JupyterLab does not trust it
@@ -200,11 +206,13 @@ def start_lab(tmp_path_factory, theme=None):
     )
     port, token = free_port(), "autograd-lens-test"
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(config), JUPYTER_RUNTIME_DIR=str(settings / "rt"))
+    lab_options = [
+        "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        f"--LabApp.workspaces_dir={settings / 'ws'}", f"--LabApp.user_settings_dir={settings / 'us'}",
+    ] if app == "jupyterlab" else []
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.news_url=None",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-         f"--LabApp.workspaces_dir={settings / 'ws'}", f"--LabApp.user_settings_dir={settings / 'us'}", "--allow-root"],
+        [sys.executable, "-m", app, "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", *lab_options, "--allow-root"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"
@@ -217,7 +225,8 @@ def start_lab(tmp_path_factory, theme=None):
                 time.sleep(0.5)
         else:
             pytest.fail("JupyterLab did not start")
-        yield f"{base}/lab/tree/stepper.ipynb?token={token}"
+        page = "lab/tree" if app == "jupyterlab" else "notebooks"
+        yield f"{base}/{page}/stepper.ipynb?token={token}"
     finally:
         server.terminate()
         try:
@@ -457,3 +466,18 @@ def test_live_stepper_in_marimo(browser, tmp_path):
             server.wait(timeout=20)
         except subprocess.TimeoutExpired:
             server.kill()
+
+
+def test_live_stepper_in_notebook_7(browser, notebook7):
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    page.goto(notebook7)
+    run_all(page)
+    next_button = page.locator(".jp-OutputArea button[data-go=next]")
+    next_button.wait_for(timeout=60_000)
+    for _ in range(4):
+        next_button.click()
+    assert "received 5.0 → returned 2.5" in page.locator(".jp-OutputArea .al-cardbox").inner_text()
+    where = current_in_view(page)
+    assert where["inside"] and where["textPx"] >= 10, where
+    shot(page, "notebook7-step-4.png")
+    page.close()
