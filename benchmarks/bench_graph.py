@@ -1,0 +1,81 @@
+"""Building the DOT of a graph: al.graph vs torchviz.make_dot vs torchview.draw_graph, side by side.
+
+    pip install torchviz torchview
+    python benchmarks/bench_graph.py
+
+Model: N x (Linear(16, 16) + Tanh), N = 10, 100, 1,000, 5,000. Each tool builds the Graphviz source of the
+same model's graph (no layout, no rendering); the median of a few alternating runs is printed, with the
+ratio to al.graph. torchviz recurses once per node, so deep graphs end in RecursionError: reported as such.
+torchview runs the model's forward itself (it records modules, not autograd), so it is timed with it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+import autograd_lens as al
+
+
+def model_and_loss(layers: int):
+    torch.manual_seed(0)
+    model = nn.Sequential(*[part for _ in range(layers) for part in (nn.Linear(16, 16), nn.Tanh())])
+    x = torch.randn(4, 16)
+    return model, x, model(x).sum()
+
+
+def timed(work, rounds: int) -> float | str:
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        try:
+            work()
+        except RecursionError:
+            return "RecursionError"
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main(sizes=(10, 100, 1000, 5000)) -> None:
+    tools = {"al.graph": None}
+    try:
+        from torchviz import make_dot
+        tools["torchviz.make_dot"] = make_dot
+    except ImportError:
+        print("torchviz not installed: pip install torchviz")
+    try:
+        from torchview import draw_graph
+        tools["torchview.draw_graph"] = draw_graph
+    except ImportError:
+        print("torchview not installed: pip install torchview")
+    print(f"{'layers':>7} " + "".join(f"{name:>24}" for name in tools))
+    for layers in sizes:
+        model, x, loss = model_and_loss(layers)
+        rounds = 5 if layers <= 1000 else 2
+        results = {}
+        results["al.graph"] = timed(lambda: al.graph(loss, names={"model": model}, max_nodes=10 * layers + 10).to_dot(), rounds)
+        if "torchviz.make_dot" in tools:
+            results["torchviz.make_dot"] = timed(lambda: tools["torchviz.make_dot"](loss, params=dict(model.named_parameters())).source, rounds)
+        if "torchview.draw_graph" in tools:
+            results["torchview.draw_graph"] = timed(
+                lambda: tools["torchview.draw_graph"](model, input_data=x, depth=1, expand_nested=False).visual_graph.source,
+                rounds)
+        base = results["al.graph"]
+        cells = []
+        for name in tools:
+            value = results[name]
+            if isinstance(value, str):
+                cells.append(f"{value:>24}")
+            else:
+                ratio = f" (×{value / base:.2f})" if name != "al.graph" else ""
+                cells.append(f"{value * 1e3:>13.1f} ms{ratio:>8}")
+        print(f"{layers:>7} " + "".join(cells))
+
+
+if __name__ == "__main__":
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
+    main()
