@@ -40,40 +40,51 @@ def timed(work, rounds: int) -> float | str:
     return statistics.median(times)
 
 
-def main(sizes=(10, 100, 1000, 5000)) -> None:
+def measure(sizes=(10, 100, 1000, 5000)) -> dict[int, dict[str, float | str]]:
+    """layers -> tool -> median seconds (or "RecursionError", or "not installed")."""
     tools = {"al.graph": None}
     try:
         from torchviz import make_dot
         tools["torchviz.make_dot"] = make_dot
     except ImportError:
-        print("torchviz not installed: pip install torchviz")
+        pass
     try:
         from torchview import draw_graph
         tools["torchview.draw_graph"] = draw_graph
     except ImportError:
-        print("torchview not installed: pip install torchview")
-    print(f"{'layers':>7} " + "".join(f"{name:>24}" for name in tools))
+        pass
+    rows = {}
     for layers in sizes:
         model, x, loss = model_and_loss(layers)
         rounds = 5 if layers <= 1000 else 2
-        results = {}
+        results: dict[str, float | str] = {name: "not installed" for name in TOOLS}
         results["al.graph"] = timed(lambda: al.graph(loss, names={"model": model}, max_nodes=10 * layers + 10).to_dot(), rounds)
         if "torchviz.make_dot" in tools:
-            results["torchviz.make_dot"] = timed(lambda: tools["torchviz.make_dot"](loss, params=dict(model.named_parameters())).source, rounds)
+            results["torchviz.make_dot"] = timed(
+                lambda: tools["torchviz.make_dot"](loss, params=dict(model.named_parameters())).source, rounds)
         if "torchview.draw_graph" in tools:
             results["torchview.draw_graph"] = timed(
                 lambda: tools["torchview.draw_graph"](model, input_data=x, depth=1, expand_nested=False).visual_graph.source,
                 rounds)
+        rows[layers] = results
+    return rows
+
+
+TOOLS = ("al.graph", "torchviz.make_dot", "torchview.draw_graph")
+
+
+def cell(value, base) -> str:
+    if isinstance(value, str):
+        return value
+    return f"{value * 1e3:.1f} ms" + (f" (×{value / base:.2f})" if value is not base else "")
+
+
+def main(sizes=(10, 100, 1000, 5000)) -> None:
+    rows = measure(sizes)
+    print(f"{'layers':>7} " + "".join(f"{name:>26}" for name in TOOLS))
+    for layers, results in rows.items():
         base = results["al.graph"]
-        cells = []
-        for name in tools:
-            value = results[name]
-            if isinstance(value, str):
-                cells.append(f"{value:>24}")
-            else:
-                ratio = f" (×{value / base:.2f})" if name != "al.graph" else ""
-                cells.append(f"{value * 1e3:>13.1f} ms{ratio:>8}")
-        print(f"{layers:>7} " + "".join(cells))
+        print(f"{layers:>7} " + "".join(f"{cell(results[name], base):>26}" for name in TOOLS))
 
 
 if __name__ == "__main__":
