@@ -43,6 +43,7 @@ def main() -> None:
 
     import bench_browser
     import bench_graph
+    import bench_memory
     import bench_tracer
 
     rows: list[tuple[str, str, str]] = []
@@ -64,6 +65,9 @@ def main() -> None:
         rows.append((f"click to a styled, laid-out step, {browser['nodes']} drawn nodes", f"{browser['work']:.1f} ms",
                      "≤ 16 ms"))
         rows.append(("stored per cell (text/html), same pass", f"{browser['stored'] / 1e3:.0f} KB", "≤ 200 KB"))
+    for case, extra in bench_memory.measure().items():
+        rows.append((f"extra peak memory of a traced pass, 100 MB gradients, {'a modifying hook' if case else 'no hook'}",
+                     f"{extra:.0f} MB ({extra / bench_memory.GRADIENT_MB:.0%})", "≤ 10%"))
     with tempfile.TemporaryDirectory() as empty:
         cold = first_drawing(os.path.join(empty, "cache"))
         warm = first_drawing(os.path.join(empty, "cache"))
