@@ -312,6 +312,9 @@ class InventoryEntry:
     def text(self) -> str:
         if self.kind == "retain_grad":
             return f"{self.target}: retain_grad() keeps its gradient in .grad"
+        if self.kind == "module_unknown":
+            return (f"{self.target}: has module backward hooks; whether this pass goes through it cannot be told "
+                    "before it runs (it has no parameters)")
         order = f" ({self.position} of {self.of})" if self.of > 1 else ""
         return f"{self.target}: {self.kind.replace('_', ' ')} hook {self.hook}{order}"
 

@@ -19,7 +19,7 @@ def fired(lens):
 
 def listed(lens, kinds_that_fire=True):
     return [(entry.kind, entry.target, entry.hook) for entry in lens.passes[0].inventory
-            if not kinds_that_fire or entry.kind != "retain_grad"]
+            if not kinds_that_fire or entry.kind not in ("retain_grad", "module_unknown")]
 
 
 def test_every_listable_hook_is_listed_in_registration_order_and_then_fires():
@@ -51,7 +51,10 @@ def test_every_listable_hook_is_listed_in_registration_order_and_then_fires():
     entries = lens.passes[0].inventory
     assert [entry.text() for entry in entries if entry.target == "h"] == [
         "h: tensor hook halve (1 of 2)", "h: tensor hook double (2 of 2)", "h: retain_grad() keeps its gradient in .grad"]
-    assert sorted(listed(lens)) == sorted(fired(lens))
+    # model.1 (Tanh) has no parameters: listed as not knowable, and it does fire
+    assert ("module_unknown", "model.1", "") in listed(lens, kinds_that_fire=False)
+    assert sorted(listed(lens)) == sorted(call for call in fired(lens) if call[1] != "model.1")
+    assert ("module_full", "model.1", "<lambda>") in fired(lens)
     # hooks on one target fire in the order listed
     assert [hook for kind, target, hook in fired(lens) if target == "h"] == ["halve", "double"]
     start = steps_for(lens.passes[0])[0]
@@ -82,5 +85,28 @@ print(json.dumps([[e.kind, e.target] for e in lens.passes[0].inventory] + [["fir
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     found = json.loads(result.stdout.strip().splitlines()[-1])
-    assert ["global_module_full", "every module"] in found
+    assert ["global_module_full", "every module of the pass"] in found
     assert sum(1 for item in found if item[0] == "fired" and item[1] == "global_module_full") == 2  # Sequential + Linear
+
+
+def test_modules_this_pass_does_not_go_through_are_not_listed_and_parameterless_ones_are_not_guessed():
+    torch.manual_seed(0)
+    used, unused = nn.Linear(2, 1), nn.Linear(2, 1)
+    for module in (used, unused):
+        module.register_full_backward_hook(lambda m, grad_input, grad_output: None)
+
+    class Double(nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    elsewhere = Double()
+    elsewhere.register_full_backward_hook(lambda m, grad_input, grad_output: None)
+    names = {"used": used, "unused": unused, "elsewhere": elsewhere}
+    with al.Lens(names=names) as lens:
+        used(torch.ones(1, 2)).sum().backward()
+    texts = [entry.text() for entry in lens.passes[0].inventory]
+    assert "used: module full hook <lambda>" in texts
+    assert not any(text.startswith("unused") for text in texts)
+    assert any(text.startswith("elsewhere: has module backward hooks; whether this pass goes through it cannot be told")
+               for text in texts)
+    assert fired(lens) == [("module_full", "used", "<lambda>")]

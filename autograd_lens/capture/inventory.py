@@ -56,11 +56,21 @@ def inventory(observer: Any) -> tuple[InventoryEntry, ...]:
         after = list((getattr(tensor, "_post_accumulate_grad_hooks", None) or {}).values())
         for position, hook in enumerate(after, 1):
             entries.append(InventoryEntry("post_accumulate_grad", label, function_name(hook), position, len(after)))
+    leaves = {id(fn.variable) for fn in shape.leaves.values()}
     for module in names.module_objects:
         label = names.modules[id(module)]
         legacy = module._is_full_backward_hook is False
-        for attribute, kind in (("_backward_pre_hooks", "module_full_pre"),
-                                ("_backward_hooks", "module_legacy" if legacy else "module_full")):
+        kinds = (("_backward_pre_hooks", "module_full_pre"),
+                 ("_backward_hooks", "module_legacy" if legacy else "module_full"))
+        if not any(getattr(module, attribute, None) for attribute, _ in kinds):
+            continue
+        parameters = [id(parameter) for parameter in module.parameters()]
+        if not parameters:  # nothing ties it to this graph: say so rather than guess
+            entries.append(InventoryEntry("module_unknown", label, "", 1, 1))
+            continue
+        if not any(parameter in leaves for parameter in parameters):
+            continue  # its parameters are not in this graph: this pass does not go through it
+        for attribute, kind in kinds:
             hooks = list((getattr(module, attribute, None) or {}).values())
             for position, hook in enumerate(hooks, 1):
                 entries.append(InventoryEntry(kind, label, function_name(hook), position, len(hooks)))
@@ -71,5 +81,5 @@ def inventory(observer: Any) -> tuple[InventoryEntry, ...]:
                             ("_global_backward_hooks", "global_module_full" if full else "global_module_legacy")):
         hooks = list((getattr(module_globals, attribute, None) or {}).values())
         for position, hook in enumerate(hooks, 1):
-            entries.append(InventoryEntry(kind, "every module", function_name(hook), position, len(hooks)))
+            entries.append(InventoryEntry(kind, "every module of the pass", function_name(hook), position, len(hooks)))
     return tuple(entries)
