@@ -66,16 +66,21 @@ def current_node(style_text):
     return match.group(1) if match else None
 
 
-def test_static_page_steps_with_no_kernel(browser, tmp_path):
+def open_static_page(browser, tmp_path, predict=False):
+    """The two-branch example as a standalone page, opened at its first step: (view, page, page errors)."""
     lens = two_branch_lens()
     path = tmp_path / "trace.html"
-    lens.to_html(str(path))
-    view = PassView(lens.passes[0])
+    lens.to_html(str(path), predict=predict)
     page = browser.new_page(viewport={"width": 1300, "height": 900})
     errors = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.goto(path.as_uri())
     page.wait_for_selector(".al-stepper[data-step='0']")
+    return PassView(lens.passes[0]), page, errors
+
+
+def test_static_page_steps_with_no_kernel(browser, tmp_path):
+    view, page, errors = open_static_page(browser, tmp_path)
     assert page.inner_text(".al-pos") == "step 0 of 6"
     # the script and Python agree on what every step shows
     scope = "#" + page.get_attribute(".al-stepper", "id")
@@ -105,15 +110,7 @@ def test_static_page_steps_with_no_kernel(browser, tmp_path):
 
 
 def test_static_page_predict_mode_asks_checks_and_then_reveals(browser, tmp_path):
-    lens = two_branch_lens()
-    path = tmp_path / "predict.html"
-    lens.to_html(str(path), predict=True)
-    view = PassView(lens.passes[0])
-    page = browser.new_page(viewport={"width": 1300, "height": 900})
-    errors = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.goto(path.as_uri())
-    page.wait_for_selector(".al-stepper[data-step='0']")
+    view, page, errors = open_static_page(browser, tmp_path, predict=True)
     assert not page.is_visible(".al-tablebox")  # hidden until the last step: it holds the answers
     page.click("button[data-go=next]")
     card = page.inner_text(".al-cardbox")
