@@ -275,12 +275,18 @@ def current_in_view(page):
     }""")
 
 
-def test_live_stepper_in_jupyterlab(browser, lab):
+def open_live_notebook(browser, url):
+    """Open a notebook in JupyterLab or Notebook 7, run all its cells, wait for the stepper: (page, its ">" button)."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(lab)
+    page.goto(url)
     run_all(page)
     next_button = page.locator(".jp-OutputArea button[data-go=next]")
     next_button.wait_for(timeout=60_000)
+    return page, next_button
+
+
+def test_live_stepper_in_jupyterlab(browser, lab):
+    page, next_button = open_live_notebook(browser, lab)
     card = page.locator(".jp-OutputArea .al-cardbox")
     assert "Before backward()" in card.inner_text()
     highlighted = []
@@ -326,11 +332,9 @@ def test_course_notebook_steps_in_nbconvert_html(browser, tmp_path):
 
 
 def test_live_stepper_predict_mode_in_jupyterlab(browser, lab):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(lab.replace("/lab/tree/stepper.ipynb", "/lab/workspaces/predict/tree/predict.ipynb"))  # its own workspace
-    run_all(page)
-    next_button = page.locator(".jp-OutputArea button[data-go=next]")
-    next_button.wait_for(timeout=60_000)
+    # in its own workspace (JupyterLab restores the last one, with the other notebook in front)
+    page, next_button = open_live_notebook(browser, lab.replace("/lab/tree/stepper.ipynb",
+                                                                "/lab/workspaces/predict/tree/predict.ipynb"))
     assert not page.locator(".jp-OutputArea .al-tablebox").is_visible()  # it holds the answers
     next_button.click()
     card = page.locator(".jp-OutputArea .al-cardbox")
@@ -362,11 +366,7 @@ def contrast(page, selector):
 
 
 def test_live_stepper_in_jupyterlab_dark_theme(browser, dark_lab):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(dark_lab)
-    run_all(page)
-    next_button = page.locator(".jp-OutputArea button[data-go=next]")
-    next_button.wait_for(timeout=60_000)
+    page, next_button = open_live_notebook(browser, dark_lab)
     assert page.evaluate("document.body.dataset.jpThemeLight") == "false"  # really the dark theme
     for _ in range(4):
         next_button.click()
@@ -466,11 +466,7 @@ def test_live_stepper_in_marimo(browser, tmp_path):
 
 
 def test_live_stepper_in_notebook_7(browser, notebook7):
-    page = browser.new_page(viewport={"width": 1300, "height": 900})
-    page.goto(notebook7)
-    run_all(page)
-    next_button = page.locator(".jp-OutputArea button[data-go=next]")
-    next_button.wait_for(timeout=60_000)
+    page, next_button = open_live_notebook(browser, notebook7)
     for _ in range(4):
         next_button.click()
     assert "received 5.0 → returned 2.5" in page.locator(".jp-OutputArea .al-cardbox").inner_text()
