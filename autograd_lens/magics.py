@@ -144,14 +144,22 @@ class LensMagics(Magics):
                 print(f"%%lens --plot {name}: could not draw it ({type(error).__name__}: {error})")
 
     def _run_quietly(self, lens: Any, cell: str) -> Any:
-        """Run the cell under the Lens; its traceback is shown once, when the magic re-raises."""
+        """Run the cell under the Lens; its traceback is shown once, when the magic re-raises.  Each
+        statement is marked so the pass can tell which cell line made each node (see capture.lines)."""
+        from .capture.lines import CellLines, Marker
+
         shell = self.shell
         shell.showtraceback = lambda *args, **kwargs: None
         shell.showsyntaxerror = lambda *args, **kwargs: None
+        lens.cell_lines = CellLines(cell)
+        marker = Marker(lens.cell_lines)
+        shell.ast_transformers.append(marker)
         try:
-            with lens:
+            with lens, lens.cell_lines:
                 return shell.run_cell(cell, store_history=False)
         finally:
+            if marker in shell.ast_transformers:
+                shell.ast_transformers.remove(marker)
             del shell.showtraceback
             del shell.showsyntaxerror
 

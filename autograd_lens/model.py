@@ -124,6 +124,17 @@ class Node:
 
 
 @dataclass(frozen=True)
+class SourceLine:
+    """The cell line that made a backward node."""
+
+    line: int  # 1-based, as the notebook numbers the cell's lines
+    text: str  # that line, stripped ("…" when the statement goes on)
+
+    def describe(self) -> str:
+        return f"cell line {self.line}: {self.text}"
+
+
+@dataclass(frozen=True)
 class Edge:
     """An arrow in forward (data-flow) direction: ``src`` is used to compute ``dst``.
 
@@ -402,6 +413,8 @@ class BackwardPass:
     notes: tuple[str, ...] = ()  # where the recording is incomplete, and why
     mistakes: tuple["Note", ...] = ()  # classic mistakes seen in this pass (see autograd_lens.notes)
     inventory: tuple[InventoryEntry, ...] = ()  # the hooks attached when the pass started
+    sources: dict[str, SourceLine] = field(default_factory=dict)  # function node id -> the cell line that made it
+    sources_note: str = ""  # why lines are not known (empty when they are, or when nothing was asked)
 
     @property
     def grads(self) -> dict[str, Value]:

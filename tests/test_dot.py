@@ -166,3 +166,31 @@ def test_record_text_escapes_every_special(text):
 def test_plain_text_leaves_no_bare_quote(text):
     escaped = str(plain_text(text))
     assert '"' not in re.sub(r'\\.', "", escaped)
+
+
+def deep_chain(layers: int):
+    x = torch.ones(1, 3, requires_grad=True)
+    model = nn.Sequential(*[module for _ in range(layers) for module in (nn.Linear(3, 3), nn.Tanh())])
+    out = model(x).sum()
+    return al.graph(out, names={"x": x, "model": model, "out": out}, max_nodes=5000)
+
+
+def test_deep_graphs_are_drawn_down_the_page_and_small_ones_across():
+    """A 40-layer chain (depth ≫ width) reads by scrolling down; a teaching graph stays left to right.
+    Tensor records get braces when drawn down, so their fields still stack top to bottom."""
+    from autograd_lens.views.dot import orientation
+
+    deep, shallow = deep_chain(40), deep_chain(2)
+    assert orientation(deep) == "down" and orientation(shallow) == "across"
+    assert orientation(scalar_two_branch()) == "across"
+    deep_dot, shallow_dot = deep.to_dot(), shallow.to_dot()
+    assert "rankdir=TB" in deep_dot and "rankdir=LR" in shallow_dot
+    assert re.search(r'label="\{model\.0\.weight \[3x3\]\|', deep_dot), deep_dot[:2000]
+    assert re.search(r'label="model\.0\.weight \[3x3\]\|', shallow_dot)
+    assert "rankdir=BT" in to_dot(deep, direction="backward") and "rankdir=RL" in to_dot(shallow, direction="backward")
+    # the rendered drawing is taller than wide, as the orientation promises
+    from autograd_lens.views.render import render_svg
+
+    svg = render_svg(deep_dot)
+    width, height = (float(v) for v in re.search(r'width="([\d.]+)pt" height="([\d.]+)pt"', svg).groups())
+    assert height > 3 * width

@@ -11,6 +11,7 @@ the lens keeps nothing of the graph afterwards.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import sys
 import threading
@@ -24,6 +25,7 @@ import torch
 from ..model import BackwardPass, GraphOptions, HookCall, Note, values_equal
 from ..notes import note
 from .build import build_pass
+from .lines import CellLines
 from .names import caller_namespace, names_from, user_frame
 from .observe import PassObserver
 from .snapshot import snapshot
@@ -126,6 +128,7 @@ class Lens:
         self._notes: list[Note] = []  # classic mistakes seen outside any pass's record
         self._showwarning: Any = None
         self._hooks_before: set | None = None  # module hooks that existed when the block started
+        self.cell_lines: CellLines | None = None  # set by %%lens: which cell line made each node
 
     @property
     def passes(self) -> list[BackwardPass]:
@@ -342,7 +345,8 @@ class Lens:
         if graph_walk is None:
             options = self.options.replace(show_saved=False)
             graph_walk = walk(observer.shape, names, options, leaf_state=observer.leaf_state)
-        self._passes.append(build_pass(observer, graph_walk, index, self._history, self._invocations, result))
+        built = build_pass(observer, graph_walk, index, self._history, self._invocations, result)
+        self._passes.append(dataclasses.replace(built, **_sources(built.graph, self.cell_lines)))
 
     def _forget_dead_leaves(self) -> None:
         if len(self._history) > 64:
@@ -401,6 +405,21 @@ class Lens:
             with open(path, "w", encoding="utf-8") as handle:
                 handle.write(page)
         return page
+
+
+def _sources(graph: Any, cell_lines: CellLines | None) -> dict:
+    """Each backward function's cell line, or why lines are not known."""
+    if cell_lines is None:
+        return {"sources_note": "the lines of code that made the nodes are known in %%lens cells only"}
+    if cell_lines.unknown:
+        return {"sources_note": f"the lines of code that made the nodes are not known: {cell_lines.unknown}"}
+    sources = {}
+    for node in graph.nodes:
+        if node.kind == "function":
+            line = cell_lines.line_of(node.sequence_nr)
+            if line is not None:
+                sources[node.id] = line
+    return {"sources": sources}
 
 
 def _module_hooks(namespace: dict) -> set[tuple[str, int]]:

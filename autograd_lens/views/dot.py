@@ -9,6 +9,7 @@ or a hook called ``<lambda>`` cannot break the drawing.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 import graphviz
@@ -117,11 +118,13 @@ def to_dot(
     grad_texts = grad_texts or {}
 
     dot = graphviz.Digraph(name="autograd")
-    dot.attr(rankdir="LR" if direction == "forward" else "RL", nodesep="0.25", ranksep="0.35")
+    across = orientation(graph) == "across"
+    rankdir = ("LR" if direction == "forward" else "RL") if across else ("TB" if direction == "forward" else "BT")
+    dot.attr(rankdir=rankdir, nodesep="0.25", ranksep="0.35")
     dot.attr("node", fontname=FONT, fontsize="11")
     dot.attr("edge", fontname=FONT, fontsize="10", color="#4b5563")
     for node in graph.nodes:
-        _add_node(dot, node, grad_texts.get(node.id))
+        _add_node(dot, node, grad_texts.get(node.id), across)
     for edge in graph.edges:
         attributes = {"id": edge.id}
         label = edge_labels.get(edge.id, edge.label if edge.kind != "saved" else "")
@@ -137,12 +140,41 @@ def to_dot(
     return dot.source
 
 
-def _add_node(dot: graphviz.Digraph, node: Node, grad_text: str | None) -> None:
+# A graph at most this many ranks deep is drawn across the page (the arrows run left to right); a deeper
+# one that is also much deeper than it is wide is drawn down the page, so that it is read by scrolling
+# the notebook instead of being squeezed into a strip of unreadable text.
+ACROSS_MAX_DEPTH = 16
+
+
+def orientation(graph: Graph) -> str:
+    """"across" or "down", from the graph's depth (longest chain of arrows) and width (most nodes at one depth)."""
+    # depth counted back from the outputs, as Graphviz ranks them: a parameter sits next to its layer
+    waiting = {node.id: 0 for node in graph.nodes}
+    for edge in graph.edges:
+        if edge.src in waiting and edge.dst in waiting:
+            waiting[edge.src] += 1
+    depth = {node_id: 0 for node_id, count in waiting.items() if count == 0}
+    ready = list(depth)
+    while ready:  # Kahn's order: a node's depth is final once every arrow out of it has been seen
+        node_id = ready.pop()
+        for edge in graph.edges_into(node_id):
+            if edge.src in waiting:
+                depth[edge.src] = max(depth.get(edge.src, 0), depth[node_id] + 1)
+                waiting[edge.src] -= 1
+                if waiting[edge.src] == 0:
+                    ready.append(edge.src)
+    levels = max(depth.values(), default=0) + 1
+    width = max(Counter(depth.values()).values(), default=1)
+    return "down" if levels > ACROSS_MAX_DEPTH and levels > 3 * width else "across"
+
+
+def _add_node(dot: graphviz.Digraph, node: Node, grad_text: str | None, across: bool = True) -> None:
     attributes = {"id": node.id, "style": "filled", "fillcolor": COLORS.get(node.kind, "#ffffff")}
     if node.is_tensor:
         fields = tensor_fields(node, grad_text)
-        # fields stacked top to bottom (a record's fields run across the rank direction)
-        attributes.update(shape="record", label=graphviz.nohtml("|".join(record_text(f) for f in fields)))
+        # fields stacked top to bottom (a record's fields run across the rank direction: braces turn them)
+        label = "|".join(record_text(f) for f in fields)
+        attributes.update(shape="record", label=graphviz.nohtml(label if across else "{" + label + "}"))
         if node.kind == "output":
             attributes["penwidth"] = "1.5"
     elif node.kind == "function":

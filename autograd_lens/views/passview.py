@@ -88,6 +88,8 @@ class PassView:
             "cards": self.cards,
             "table": self.table,
         }
+        if self.backward_pass.sources:  # shown on hover over a node
+            data["sources"] = {node: source.describe() for node, source in self.backward_pass.sources.items()}
         if predict:
             total = len(self.steps)
             data["questions"] = [

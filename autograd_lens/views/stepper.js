@@ -270,6 +270,14 @@ function render({ model, el }) {
   function choosePass(p, fromModel) {
     pass = p;
     canvas.innerHTML = svgOf(p);
+    for (const [id, text] of Object.entries(passes[p].sources || {})) {
+      const group = canvas.querySelector("#" + id);
+      if (group) { // hover over a backward function: the cell line that made it
+        const title = document.createElementNS("http://www.w3.org/2000/svg", "title");
+        title.textContent = text;
+        group.prepend(title);
+      }
+    }
     tableBox.innerHTML = passes[p].table;
     if (passSelect) { passSelect.value = String(p); }
     stop();

@@ -166,7 +166,7 @@ def steps_for(backward_pass: BackwardPass, totals: dict[tuple[str, str, str], in
     for event in events[:STEP_LIMIT]:
         index = len(steps)
         if isinstance(event, NodeRun):
-            steps.append(_node_step(index, event, graph))
+            steps.append(_node_step(index, event, graph, _made_by(backward_pass, event.node)))
         elif isinstance(event, HookCall):
             steps.append(_hook_step(index, event, graph, backward_pass, totals, positions.get(event.step, (1, 1))))
         elif isinstance(event, GradWritten):
@@ -204,6 +204,8 @@ def _start_step(backward_pass: BackwardPass) -> Step:
     if backward_pass.kind == "grad":
         lines.append(f"autograd.grad returns gradients for {', '.join(backward_pass.inputs)} and writes no .grad.")
     lines.extend(f"Recording note: {note}." for note in backward_pass.notes)
+    if backward_pass.sources_note:
+        lines.append(f"Source lines: {backward_pass.sources_note}.")
     if backward_pass.inventory:
         lines.append(f"Hooks attached ({len(backward_pass.inventory)}); on one target they fire in registration "
                      "order, across targets in the engine's order:")
@@ -214,10 +216,21 @@ def _start_step(backward_pass: BackwardPass) -> Step:
     return Step(0, "start", None, f"Before {what}", lines=tuple(lines))
 
 
-def _node_step(index: int, event: NodeRun, graph: Graph) -> Step:
+def _made_by(backward_pass: BackwardPass, node: str | None) -> str:
+    """Where the node came from, as the card says it ("" when lines are not known: the start card says why)."""
+    source = backward_pass.sources.get(node) if node else None
+    if source is not None:
+        return f"Made by {source.describe()}"
+    if backward_pass.sources_note or not node:
+        return ""
+    return "Made before this cell ran, so the line that made it is not known."
+
+
+def _node_step(index: int, event: NodeRun, graph: Graph, made_by: str = "") -> Step:
     received = ", ".join(format_value(v) for v in event.grad_in)
     title = f"{event.label} ({event.name}) runs"
-    lines = [f"It received {received}."]
+    lines = [made_by] if made_by else []
+    lines.append(f"It received {received}.")
     sends = [
         f"{target} ← {format_value(value)}"
         for target, value in zip(event.targets, event.grad_out)
