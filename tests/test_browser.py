@@ -191,6 +191,15 @@ def start_lab(tmp_path_factory, theme=None, app="jupyterlab"):
     (root / "stepper.ipynb").write_text(json.dumps(notebook))
     notebook["cells"][1]["source"] = "%%lens --predict\n" + CELL
     (root / "predict.ipynb").write_text(json.dumps(notebook))
+    # the widget: Python reads the student's step and sets it (the last cell is run again by the test)
+    notebook["cells"][1]["source"] = "%%lens --no-show\n" + CELL
+    notebook["cells"] += [
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+         "source": "stepper = _lens.stepper()\nstepper"},
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+         "source": "print('python sees step', stepper.step)\nstepper.step = 4"},
+    ]
+    (root / "widget.ipynb").write_text(json.dumps(notebook))
     settings = tmp_path_factory.mktemp("settings")
     if theme:
         themes = settings / "us" / "@jupyterlab" / "apputils-extension"
@@ -202,7 +211,15 @@ def start_lab(tmp_path_factory, theme=None, app="jupyterlab"):
         json.dumps({"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}})
     )
     port, token = free_port(), "autograd-lens-test"
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(config), JUPYTER_RUNTIME_DIR=str(settings / "rt"))
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(config), JUPYTER_RUNTIME_DIR=str(settings / "rt"),
+               JUPYTER_DATA_DIR=str(settings / "data"))
+    # a student's notebook, run and saved in an earlier session: trusted (signed), its kernel long gone
+    # (its own content: a signature is a hash of the content, and course.ipynb must stay untrusted)
+    saved = json.loads((root / "course.ipynb").read_text())
+    saved["metadata"]["saved_by_a_student"] = True
+    (root / "saved.ipynb").write_text(json.dumps(saved))
+    subprocess.run([sys.executable, "-m", "jupyter", "trust", str(root / "saved.ipynb")], env=env, check=True,
+                   capture_output=True)
     lab_options = [
         "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         f"--LabApp.workspaces_dir={settings / 'ws'}", f"--LabApp.user_settings_dir={settings / 'us'}",
@@ -377,6 +394,43 @@ def test_live_stepper_in_jupyterlab_dark_theme(browser, dark_lab):
     where = current_in_view(page)
     assert where["inside"] and where["textPx"] >= 10, where
     shot(page, "jupyterlab-dark-step-4.png")
+    page.close()
+
+
+def test_the_widget_step_is_read_and_set_from_python(browser, lab):
+    """lens.stepper() is the anywidget: the kernel set step 4 when the last cell ran; the student steps
+    back; running that cell again prints the step the browser is on."""
+    page, _ = open_live_notebook(browser, lab.replace("/lab/tree/stepper.ipynb", "/lab/workspaces/widget/tree/widget.ipynb"))
+    position = page.locator(".jp-OutputArea .al-pos")
+    position.filter(has_text="step 4 of").wait_for(timeout=30_000)
+    page.locator(".jp-OutputArea button[data-go=prev]").click()
+    assert position.inner_text().startswith("step 3 of")
+    last = page.locator(".jp-Cell").nth(3)
+    assert "python sees step 0" in last.locator(".jp-OutputArea").inner_text()
+    last.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Shift+Enter")
+    last.locator(".jp-OutputArea", has_text="python sees step 3").wait_for(timeout=30_000)
+    position.filter(has_text="step 4 of").wait_for(timeout=30_000)  # and the cell set it to 4 again
+    shot(page, "jupyterlab-widget.png")
+    page.close()
+
+
+def test_saved_notebook_reopened_without_its_kernel_still_steps(browser, lab):
+    """A trusted notebook whose kernel is gone: its %%lens outputs are HTML steppers (no widget model is
+    needed), so they step; nothing says "model not found"."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(lab.replace("/lab/tree/stepper.ipynb", "/lab/workspaces/saved/tree/saved.ipynb"))
+    page.wait_for_selector(".jp-Notebook")
+    next_button = page.locator(".jp-OutputArea button[data-go=next]").first
+    next_button.wait_for(timeout=60_000)  # the inline script ran: the notebook is trusted
+    stepper = next_button.locator("xpath=ancestor::div[contains(@class, 'al-stepper')][1]")
+    card = stepper.locator(".al-cardbox")
+    assert "Before backward()" in card.inner_text()
+    next_button.click()
+    assert "runs" in card.inner_text() and stepper.get_attribute("data-step") == "1"
+    assert "model not found" not in page.locator(".jp-Notebook").inner_text()
+    assert "Error displaying widget" not in page.locator(".jp-Notebook").inner_text()
+    shot(page, "jupyterlab-reopened.png")
     page.close()
 
 

@@ -204,10 +204,16 @@ def test_stepper_widget_runs_the_same_module_as_the_static_page():
         assert re.search(rf'"{go}", "[^"]+", "[^"]+"', module_source()), go
 
 
-def test_widget_bundle_carries_static_html_and_plain_text():
+def test_a_lens_displays_as_html_that_needs_no_kernel_and_the_widget_carries_it_too():
+    """A Lens's output is the HTML stepper only: no widget view, so a notebook reopened later shows the
+    stepper, not "model not found".  The widget (lens.stepper()) carries the same HTML for viewers
+    without widgets."""
     lens = two_branch_lens()
     bundle = lens._repr_mimebundle_()
-    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert set(bundle) == {"text/html", "text/plain"}
+    widget_bundle = lens.stepper()._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in widget_bundle
+    assert widget_bundle["text/html"] == bundle["text/html"]
     assert bundle["text/plain"] == "<autograd_lens.Lens: 1 backward pass, 1 hook call>"
     html = bundle["text/html"]
     assert html.startswith('<div class="autograd-lens al-static"')

@@ -114,6 +114,3 @@ def _json(data: object) -> str:
 
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
-
-def lens_widget(lens, predict: bool = False) -> Stepper:
-    return Stepper(lens.passes, text=lens_text(lens), predict=predict)

@@ -1,4 +1,4 @@
-"""How a ``Lens`` shows itself: the stepper widget, or (no renderer) the steps as an HTML list."""
+"""How a ``Lens`` shows itself: the HTML stepper, or (no renderer) the steps as an HTML list."""
 
 from __future__ import annotations
 
@@ -49,15 +49,25 @@ def events_bundle(lens: Any, hint: str = "") -> dict[str, str]:
 
 
 def lens_bundle(lens: Any, predict: bool = False) -> dict[str, str]:
-    """A stepper widget (with a static HTML stepper inside) or, without a renderer, the steps in HTML."""
+    """The stepper as a self-contained HTML output (or, without a renderer, the steps in HTML).
+
+    Not the anywidget: a widget's output needs its kernel-side model, so a saved notebook reopened
+    later would show "Error displaying widget: model not found" where the pass was (JupyterLab does not
+    save widget state by default).  The HTML stepper runs the same module and steps in the browser just
+    the same, live or reopened; ``lens.stepper()`` gives the widget, whose ``step`` Python can read and set.
+    """
     from .display import hint_html, safe_bundle
-    from .stepper import lens_widget
+    from .passview import views_for
+    from .static_html import stepper_fragment
 
     try:
         if not lens.passes:
             return events_bundle(lens)
         try:
-            return lens_widget(lens, predict=predict)._repr_mimebundle_()
+            views = views_for(lens.passes)
+            for view in views:
+                view.svg  # drawn now: a renderer that cannot run falls back below, before anything is shown
+            return {"text/html": stepper_fragment(views, predict=predict), "text/plain": lens_text(lens)}
         except Exception as error:  # never raise from a display method: the steps in words, and the cause
             return events_bundle(lens, hint_html(error))
     except Exception as error:
