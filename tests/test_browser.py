@@ -109,6 +109,76 @@ def test_static_page_steps_with_no_kernel(browser, tmp_path):
     page.close()
 
 
+def test_a_large_pass_is_stored_compressed_and_still_steps_offline(browser, tmp_path):
+    """A 252-node pass: its drawing and steps are stored compressed (no inline picture); the page's script
+    unpacks them, the current node is followed and drawn at 10 px or more, hooks' colours survive slimming."""
+    from autograd_lens.views.static_html import stepper_fragment
+    from autograd_lens.views.passview import views_for
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[m for _ in range(50) for m in (torch.nn.Linear(8, 8), torch.nn.Tanh())])
+    x = torch.randn(4, 8)
+    with al.Lens(names={"model": model, "x": x}) as lens:
+        model(x).sum().backward()
+    views = views_for(lens.passes)
+    fragment = stepper_fragment(views)
+    assert "al-nopicture" in fragment and "<img class" not in fragment and 'data-encoding="deflate-raw-base64"' in fragment
+    path = tmp_path / "large.html"
+    path.write_text(f"<!DOCTYPE html><html><body>{fragment}</body></html>", encoding="utf-8")
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.route("**/*", lambda route: route.abort() if not route.request.url.startswith("file:") else route.continue_())
+    page.goto(path.as_uri())
+    page.wait_for_selector(".al-stepper[data-step='0']")
+    assert page.locator(".al-canvas svg g.node").count() == len(lens.passes[0].graph.nodes)
+    for k in range(1, 6):
+        page.click("button[data-go=next]")
+        assert page.get_attribute(".al-stepper", "data-step") == str(k)
+        where = current_in_view(page, ".al-stepper")
+        assert where["inside"] and where["textPx"] >= 10, where
+    assert current_node(page.evaluate("document.querySelector('style.al-frame').textContent")) == views[0].steps[5].node
+    shot(page, "static-large-step-5.png")
+    assert errors == []
+    page.close()
+
+
+def test_slimmed_drawing_has_every_shape_where_graphviz_drew_it(browser):
+    """The stored SVG (rounded boxes as short paths, tenths of a point, colours in a sheet, polygons not
+    closed twice) against Graphviz's own: every node and edge has the same box on screen, and the same
+    stroke and fill colours (a hooked node keeps its hook colour)."""
+    from autograd_lens.views.render import render_svg
+
+    x = torch.tensor([1.0, -2.0], requires_grad=True)
+    w = torch.nn.Parameter(torch.tensor([[0.5, 1.5], [2.0, -1.0]]))
+    names = {"x": x, "w": w}
+    with al.Lens(names=names) as lens:
+        h = names["h"] = torch.tanh(w @ x)
+        h.register_hook(lambda g: g * 2)
+        (h * 3 + h.exp()).sum().backward()
+    view = PassView(lens.passes[0])
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    page.set_content(f"<div id=raw>{render_svg(view.dot)}</div><div id=slim>{view.svg}</div>")
+    measure = """where => Array.from(document.querySelectorAll(where + ' g.node, ' + where + ' g.edge')).map(g => {
+        const box = g.getBBox();
+        const shape = g.querySelector('path, polygon, ellipse');
+        const style = getComputedStyle(shape);
+        return [g.id || g.querySelector('title').textContent, [box.x, box.y, box.width, box.height].map(v => Math.round(v)),
+                style.stroke, style.fill];
+    })"""
+    raw, slim = page.evaluate(measure, "#raw"), page.evaluate(measure, "#slim")
+    assert len(raw) == len(slim) > 10
+    for before, after in zip(raw, slim):
+        assert after[1:] == before[1:] or all(abs(a - b) <= 1 for a, b in zip(after[1], before[1])) \
+            and after[2:] == before[2:], (before, after)
+    from autograd_lens.views.dot import HOOK_COLOR
+
+    hooked = [node.id for node in lens.passes[0].graph.nodes if node.hooks]
+    red, green, blue = (int(HOOK_COLOR[i:i + 2], 16) for i in (1, 3, 5))
+    assert hooked and all(dict((e[0], e[2]) for e in slim)[n] == f"rgb({red}, {green}, {blue})" for n in hooked)
+    page.close()
+
+
 def test_static_page_predict_mode_asks_checks_and_then_reveals(browser, tmp_path):
     view, page, errors = open_static_page(browser, tmp_path, predict=True)
     assert not page.is_visible(".al-tablebox")  # hidden until the last step: it holds the answers
@@ -276,10 +346,10 @@ def frame_style(page):
     )
 
 
-def current_in_view(page):
+def current_in_view(page, where=".jp-OutputArea .al-stepper"):
     """The current node is inside the graph's viewport, and its label is drawn at 10 px or more."""
-    return page.evaluate("""() => {
-        const root = document.querySelector('.jp-OutputArea .al-stepper');
+    return page.evaluate("""(where) => {
+        const root = document.querySelector(where);
         const style = root.querySelector('style.al-frame').textContent;
         const match = style.match(/#(n\\d+) > polygon[^{]*\\{stroke: #2563eb/);
         if (!match) { return null; }
@@ -289,7 +359,7 @@ def current_in_view(page):
         const px = text ? text.getBoundingClientRect().height : 0;
         return {inside: box.left >= port.left && box.right <= port.right && box.top >= port.top && box.bottom <= port.bottom,
                 textPx: px};
-    }""")
+    }""", where)
 
 
 def open_live_notebook(browser, url):

@@ -218,7 +218,7 @@ def test_a_lens_displays_as_html_that_needs_no_kernel_and_the_widget_carries_it_
     html = bundle["text/html"]
     assert html.startswith('<div class="autograd-lens al-static"')
     # scripts off (an untrusted notebook, a sanitising viewer): a picture, the last card and the table
-    assert '<img class="al-picture" alt="the backward pass drawn: pass 1: backward() of out" src="data:image/svg+xml,<svg font-family=' in html
+    assert '<img class="al-picture" alt="the backward pass drawn: pass 1: backward() of out" src="data:image/svg+xml,<svg class=\'al-g\' font-family=' in html
     assert "x.grad written: 10.0" in html and "grad if no hook had run" in html
 
 
@@ -349,3 +349,42 @@ def test_cards_name_every_operand_and_print_no_negative_zero():
     relu_step = [s for s in steps_for(backward_pass) if s.title.startswith("relu")][0]
     assert "-0.0" not in " ".join(relu_step.lines) and "[0.0, 1.0]" in " ".join(relu_step.lines)
     assert torch.equal(x.grad, torch.tensor([-1.0 + 3.0 + 0.0, -1.0 + 4.0 + 1.0]))
+
+
+def _mlp_lens(layers: int):
+    torch.manual_seed(0)
+    model = nn.Sequential(*[m for _ in range(layers) for m in (nn.Linear(64, 64), nn.Tanh())])
+    x = torch.randn(32, 64)
+    with al.Lens(names={"model": model, "x": x}, max_nodes=5000) as lens:
+        model(x).sum().backward()
+    return lens
+
+
+@pytest.mark.parametrize("layers, nodes, limit", [(50, 252, 200_000), (200, 1002, 600_000)])
+def test_a_large_pass_is_stored_within_its_budget_and_compressed_losslessly(layers, nodes, limit):
+    """Stored bytes per output (counted, not timed): ≤ 200 KB at 250 nodes, ≤ 600 KB at 1,000.  The
+    compressed data unpacks to exactly what the script needs, and the same pass gives the same bytes."""
+    import base64
+    import json
+    import zlib
+
+    from autograd_lens.views.passview import views_for
+    from autograd_lens.views.static_html import stepper_fragment
+
+    lens = _mlp_lens(layers)
+    assert len(lens.passes[0].graph.nodes) == nodes
+    views = views_for(lens.passes)
+    fragment = stepper_fragment(views)
+    assert len(fragment.encode("utf-8")) <= limit
+    assert "al-nopicture" in fragment and '<img class="al-picture"' not in fragment
+    packed = re.search(r'data-encoding="deflate-raw-base64">([^<]+)</script>', fragment).group(1)
+    data = json.loads(zlib.decompress(base64.b64decode(packed), -15).decode("utf-8"))
+    assert data == json.loads(json.dumps(stepper_data_for(views)))
+    assert stepper_fragment(views_for(lens.passes)) == fragment
+
+
+def stepper_data_for(views):
+    from autograd_lens.views.passview import stepper_data
+    from autograd_lens.views.static_html import fragment_key
+
+    return stepper_data(views, fragment_key(views), False, first_picture=True)

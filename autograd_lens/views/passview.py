@@ -135,10 +135,50 @@ _FONT = ' font-family="Helvetica,Arial,sans-serif"'
 _TEXT = re.compile(r'<text xml:space="preserve"([^>]*)>([^<]*)</text>')
 
 
+_NUMBER = re.compile(r"-?\d+\.\d+")
+_GEOMETRY = re.compile(r' (d|points|x|y)="([^"]*)"')
+_ROUNDED_BOX = re.compile(r'<path fill="([^"]+)" stroke="black" d="M([^"]+)"/>')
+# what Graphviz repeats on every edge and node, said once in the drawing's own style sheet (scoped to
+# its class: inlined in a page, the sheet reaches every SVG there); ids outrank it, so step CSS still wins
+# (black strokes are inherited from the drawing's group instead: a sheet would outrank a hook's colour)
+_SHEET = ("<style>svg.al-g .edge>path{fill:none;stroke:#4b5563}svg.al-g .edge>polygon{fill:#4b5563;stroke:#4b5563}"
+          "svg.al-g text{stroke:none}svg.al-g polyline{fill:none}svg.al-g .edge>text{font-size:10px}</style>")
+_REPEATED = ((' fill="none" stroke="#4b5563"', ""), (' fill="#4b5563" stroke="#4b5563"', ""), (' stroke="black"', ""),
+             ('<polyline fill="none"', "<polyline"), (' font-size="10.00"', ""))
+_CLOSED = re.compile(r' points="(\S+)((?: \S+)+) \1"')  # a polygon closes itself: no need to repeat its first point
+
+
+def _round(match: re.Match) -> str:
+    """Coordinates to a tenth of a point (Graphviz writes hundredths: nothing visible is lost)."""
+    def one(number: re.Match) -> str:
+        text = f"{float(number.group(0)):.1f}"
+        text = text[:-2] if text.endswith(".0") else text
+        return "0" if text == "-0" else text
+
+    return f' {match.group(1)}="{_NUMBER.sub(one, match.group(2))}"'
+
+
+def _box(match: re.Match) -> str:
+    """A rounded box (Graphviz draws it as 8 Bézier corners and sides) as the same box in a short path."""
+    numbers = [float(n) for n in re.findall(r"-?\d+(?:\.\d+)?", match.group(2))]
+    xs, ys = numbers[0::2], numbers[1::2]
+    if len(xs) < 16:
+        return match.group(0)
+    left, right, top, bottom = min(xs), max(xs), min(ys), max(ys)
+    radius = min(abs(xs[3] - xs[6]), (right - left) / 2, (bottom - top) / 2)
+    r = f"{radius:g}"
+    corner = f"a{r},{r} 0 0 1"
+    width, height = f"{right - left - 2 * radius:.1f}", f"{bottom - top - 2 * radius:.1f}"
+    d = (f"M{left + radius:.1f},{top:.1f}h{width}{corner} {r},{r}v{height}{corner} -{r},{r}"
+         f"h-{width}{corner} -{r},-{r}v-{height}{corner} {r},-{r}z")
+    return f'<path fill="{match.group(1)}" d="{d}"/>'
+
+
 def slim_svg(svg: str) -> str:
     """Graphviz's SVG without what repeats or shows nothing: comments, the ``<title>`` of every node and
     edge (their ids, "n3->n4"), ``&#45;`` for a minus sign, and the font, size and anchor named on every
-    text (set once on the drawing, which the texts inherit); ``xml:space`` stays only where spaces need it."""
+    text (set once on the drawing, which the texts inherit); ``xml:space`` stays only where spaces need it;
+    coordinates to a tenth of a point, rounded boxes as short paths, the colours every edge repeats once."""
     svg = _TITLE.sub("", _COMMENT.sub("", svg)).replace("&#45;", "-")
 
     def text(match: re.Match) -> str:
@@ -148,10 +188,18 @@ def slim_svg(svg: str) -> str:
         return f"<text{keep}{attributes}>{content}</text>"
 
     svg = _TEXT.sub(text, svg)
+    svg = _ROUNDED_BOX.sub(_box, svg)
+    svg = _GEOMETRY.sub(_round, svg)
+    for repeated, short in _REPEATED:
+        svg = svg.replace(repeated, short)
+    svg = _CLOSED.sub(lambda m: f' points="{m.group(1)}{m.group(2)}"', svg)
+    svg = re.sub(r">\n<", "><", svg)
     defaults = ' text-anchor="middle" font-size="11"'
     if _FONT in svg:
         svg = svg.replace(_FONT, "")
-    return svg.replace("<svg ", "<svg" + _FONT + defaults + " ", 1)
+    svg = svg.replace("<svg ", '<svg class="al-g"' + _FONT + defaults + " ", 1)
+    svg = svg.replace('<g id="graph0" class="graph"', '<g id="graph0" class="graph" stroke="black"', 1)
+    return re.sub(r"(<svg[^>]*>)", lambda m: m.group(1) + _SHEET, svg, count=1)
 
 
 def svg_uri_text(svg: str) -> str:

@@ -9,8 +9,10 @@ compare them.
 
 from __future__ import annotations
 
+import base64
 import html
 import json
+import zlib
 from importlib import resources
 
 from .passview import PassView, stepper_data, views_for
@@ -36,23 +38,53 @@ def classic_script() -> str:
         "if (!host || host.getAttribute(\"data-ready\")) { return; }\n"
         "host.setAttribute(\"data-ready\", \"1\");\n"
         f"{body}\n"
-        "var data = JSON.parse(host.querySelector(\"script.al-data\").textContent);\n"
-        "var picture = host.querySelector(\"img.al-picture\");\n"
-        "if (picture && data.passes.length) { data.passes[0].svg = picture.getAttribute(\"src\"); }\n"
-        "var values = {data: JSON.stringify(data), step: 0, pass_index: 0, answers: {}};\n"
-        "var model = {get: function (name) { return values[name]; }, set: function (name, value) { values[name] = value; },\n"
-        "  save_changes: function () {}, on: function () {}, off: function () {}};\n"
-        "render({model: model, el: host});\n"
+        "function start(text) {\n"
+        "  var data = JSON.parse(text);\n"
+        "  var picture = host.querySelector(\"img.al-picture\");\n"
+        "  if (picture && data.passes.length) { data.passes[0].svg = picture.getAttribute(\"src\"); }\n"
+        "  var values = {data: JSON.stringify(data), step: 0, pass_index: 0, answers: {}};\n"
+        "  var model = {get: function (name) { return values[name]; }, set: function (name, value) { values[name] = value; },\n"
+        "    save_changes: function () {}, on: function () {}, off: function () {}};\n"
+        "  render({model: model, el: host});\n"
+        "}\n"
+        "var holder = host.querySelector(\"script.al-data\");\n"
+        "if (holder.getAttribute(\"data-encoding\") === \"deflate-raw-base64\") {\n"
+        "  // a large pass: its steps and cards are stored compressed (the picture, last card and table stay as\n"
+        "  // they are until then, and stay if this browser cannot decompress)\n"
+        "  var bytes = Uint8Array.from(atob(holder.textContent), function (c) { return c.charCodeAt(0); });\n"
+        "  new Response(new Blob([bytes]).stream().pipeThrough(new DecompressionStream(\"deflate-raw\"))).text()\n"
+        "    .then(start, function () {});\n"
+        "} else { start(holder.textContent); }\n"
         "})(document.currentScript && document.currentScript.parentNode);\n"
     )
+
+
+# Data of a pass larger than this is stored compressed (raw deflate, base64): the 250-node pass's 150 KB of
+# steps and cards become 25 KB.  Smaller ones stay readable (and searchable) JSON.
+COMPRESS_ABOVE = 32_000
 
 
 def _json_for_html(data: object) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
 
 
+def _data_script(data: object) -> str:
+    text = _json_for_html(data)
+    if len(text) <= COMPRESS_ABOVE:
+        return f'<script type="application/json" class="al-data">{text}</script>'
+    packer = zlib.compressobj(9, zlib.DEFLATED, -15)  # deterministic: same bytes on every run (nbval)
+    packed = base64.b64encode(packer.compress(text.encode("utf-8")) + packer.flush()).decode("ascii")
+    return f'<script type="application/octet-stream" class="al-data" data-encoding="deflate-raw-base64">{packed}</script>'
+
+
 def fragment_key(views: list[PassView], predict: bool = False) -> str:
     return ("al-p-" if predict else "al-") + "-".join(view.key for view in views)[:32]
+
+
+# A drawing up to this size also stands in the output as a picture (what shows where scripts do not run);
+# a larger one (≈ 150 nodes and more) is stored only inside the compressed data, so a 250-node pass stays
+# near 60 KB and a 1,000-node one near 250 KB, and the no-script view says where to see the drawing.
+PICTURE_INLINE_LIMIT = 100_000
 
 
 def stepper_fragment(views: list[PassView], predict: bool = False) -> str:
@@ -62,14 +94,22 @@ def stepper_fragment(views: list[PassView], predict: bool = False) -> str:
         return "<p>No backward pass was recorded.</p>"
     key = fragment_key(views, predict)
     first = views[0]
-    data = stepper_data(views, key, predict, first_picture=False)  # the first picture is the <img>
+    inline = len(first.svg) <= PICTURE_INLINE_LIMIT
+    data = stepper_data(views, key, predict, first_picture=not inline)  # an inline picture is the <img>
     title = html.escape(pass_title(first.backward_pass))
+    if inline:
+        picture = f'<img class="al-picture" alt="the backward pass drawn: {title}" src="{first.picture.replace("&", "&amp;")}">'
+    else:
+        functions = sum(1 for node in first.backward_pass.graph.nodes if node.kind == "function")
+        picture = (f'<p class="al-nopicture">The drawing of {title} ({functions:,} backward functions) is stored '
+                   "compressed and drawn by the stepper's script, which runs once the notebook is trusted (the "
+                   "command Trust Notebook), in nbconvert HTML and in <code>lens.to_html()</code> pages. Its last "
+                   "step and the gradients:</p>")
     return (
-        f'<div class="autograd-lens al-static" id="{key}">'
-        f'<img class="al-picture" alt="the backward pass drawn: {title}" src="{first.picture.replace("&", "&amp;")}">'
+        f'<div class="autograd-lens al-static" id="{key}">{picture}'
         f'<div class="al-cardbox">{first.cards[-1]}</div>'
         f'<div class="al-tablebox">{first.table}</div>'
-        f'<script type="application/json" class="al-data">{_json_for_html(data)}</script>'
+        f"{_data_script(data)}"
         f"<script>{classic_script()}</script>"
         "</div>"
     )
