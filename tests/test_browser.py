@@ -376,6 +376,10 @@ def test_live_stepper_in_jupyterlab(browser, lab):
     page, next_button = open_live_notebook(browser, lab)
     card = page.locator(".jp-OutputArea .al-cardbox")
     assert "Before backward()" in card.inner_text()
+    # hovering a backward function shows the cell line that made it (the %%lens line is line 1)
+    titles = page.evaluate("Array.from(document.querySelectorAll('.jp-OutputArea .al-canvas g.node > title'))"
+                           ".map(t => t.textContent)")
+    assert "cell line 7: out = z + w" in titles and "cell line 3: y = x ** 2" in titles, titles
     highlighted = []
     cards = []
     for _ in range(4):
@@ -387,7 +391,7 @@ def test_live_stepper_in_jupyterlab(browser, lab):
         where = current_in_view(page)
         assert where["inside"] and where["textPx"] >= 10, where
     assert len(set(highlighted)) == 4 and None not in highlighted
-    assert "add → out (AddBackward0) runs" in cards[0]
+    assert "add → out (AddBackward0) runs" in cards[0] and "Made by cell line 7: out = z + w" in cards[0]
     assert "hook <lambda> on y" in cards[3] and "received 5.0 → returned 2.5" in cards[3]
     shot(page, "jupyterlab-step-4.png")
     page.locator(".jp-OutputArea button[data-go=last]").click()

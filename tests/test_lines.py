@@ -77,6 +77,18 @@ def test_loops_branches_and_statements_over_several_lines(shell):
     assert [line for op, line, _ in ops if op == "SinBackward0"] == [7, 7]
 
 
+def test_code_run_by_a_magic_inside_the_cell_keeps_the_magic_line(shell):
+    """%time compiles its statement through IPython's AST transformers again: that inner code is not the
+    cell, so its nodes count as the line of the magic."""
+    result, lens = lens_cell(shell, (
+        "x = torch.tensor(3.0, requires_grad=True)\n"         # 2
+        "y = x * 2\n"                                          # 3
+        "%time z = y.exp()\n"                                  # 4
+        "z.backward()\n"))
+    assert result.success
+    assert lines_by_op(lens.passes[0]) == [("ExpBackward0", 4, "%time z = y.exp()"), ("MulBackward0", 3, "y = x * 2")]
+
+
 def test_a_function_defined_in_the_cell_counts_as_the_line_that_calls_it(shell):
     result, lens = lens_cell(shell, (
         "def f(t):\n"                                          # 2

@@ -96,8 +96,12 @@ class Marker(ast.NodeTransformer):
 
     def __init__(self, lines: CellLines) -> None:
         self.lines = lines
+        self.used = False
 
     def visit_Module(self, node: ast.Module) -> ast.Module:
+        if self.used:  # code the cell runs through IPython itself (%time, %timeit, run_cell): not cell lines
+            return node
+        self.used = True
         try:
             body = self._body(node.body, None)
         except Exception as problem:  # an AST transformer that raises is dropped by IPython: never
