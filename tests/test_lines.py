@@ -182,6 +182,7 @@ def test_tracebacks_name_the_same_line_as_without_the_lens(shell):
 def test_the_marker_never_breaks_a_cell():
     """Every statement kind a cell can hold still compiles and runs the same after marking."""
     source = (
+        '"""A docstring first, then a __future__ import: both must stay first."""\n'
         "from __future__ import annotations\n"
         "import contextlib\n"
         "total = 0\n"
@@ -202,4 +203,30 @@ def test_the_marker_never_breaks_a_cell():
     with lines:
         exec(compile(ast.fix_missing_locations(tree), "<cell>", "exec"), marked)
     assert marked["total"] == plain["total"] == ("matched", 2, 1)
+    assert marked["__doc__"] == plain["__doc__"] == "A docstring first, then a __future__ import: both must stay first."
     assert lines.numbers  # statements were marked
+
+
+def test_marked_code_compiles_for_every_module_of_the_standard_library():
+    """Other people's code: every top-level module of the standard library, marked as a cell would be,
+    still compiles (docstrings and ``from __future__`` imports stay first; every block kind is handled)."""
+    import glob
+    import os
+    import warnings
+
+    checked = 0
+    for path in sorted(glob.glob(os.path.join(os.path.dirname(os.__file__), "*.py"))):
+        with open(path, encoding="utf-8") as handle:
+            source = handle.read()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                compile(source, path, "exec")
+            except SyntaxError:  # (a few test files are meant not to compile)
+                continue
+            lines = CellLines(source)
+            tree = Marker(lines).visit(ast.parse(source))
+            assert not lines.unknown, (path, lines.unknown)
+            compile(ast.fix_missing_locations(tree), path, "exec")
+        checked += 1
+    assert checked > 150

@@ -103,7 +103,15 @@ class Marker(ast.NodeTransformer):
             return node
         self.used = True
         try:
-            body = self._body(node.body, None)
+            # a docstring and ``from __future__`` imports must stay first (they make no node)
+            head = 0
+            for statement in node.body:
+                docstring = head == 0 and isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant) \
+                    and isinstance(statement.value.value, str)
+                if not (docstring or isinstance(statement, ast.ImportFrom) and statement.module == "__future__"):
+                    break
+                head += 1
+            body = node.body[:head] + self._body(node.body[head:], None)
         except Exception as problem:  # an AST transformer that raises is dropped by IPython: never
             self.lines.unknown = f"the cell could not be marked ({type(problem).__name__})"
             return node
@@ -131,8 +139,7 @@ class Marker(ast.NodeTransformer):
             if not hasattr(statement, "body"):  # a simple statement over several lines gets "…"
                 self.lines.ends[statement.lineno] = max(self.lines.ends.get(statement.lineno, 0),
                                                         getattr(statement, "end_lineno", None) or statement.lineno)
-            if not (isinstance(statement, ast.ImportFrom) and statement.module == "__future__"):
-                out.append(self._call(line, statement))  # (a __future__ import must stay first)
+            out.append(self._call(line, statement))
             self._inside(statement, loop)
             out.append(statement)
         return out
