@@ -230,3 +230,58 @@ def test_marked_code_compiles_for_every_module_of_the_standard_library():
             compile(ast.fix_missing_locations(tree), path, "exec")
         checked += 1
     assert checked > 150
+
+
+def _cell_from(function) -> str:
+    """A scenario of tests/test_real_code.py as the body of a notebook cell ("return X" -> "result = X")."""
+    import inspect
+    import textwrap
+
+    source = textwrap.dedent(inspect.getsource(function))
+    body = textwrap.dedent(source.split(":\n", 1)[1])
+    assert body.count("\nreturn ") + body.startswith("return ") == 1, "one return, at the end"
+    return body.replace("\nreturn ", "\nresult = ") if not body.startswith("return ") else "result = " + body[7:]
+
+
+def _real_scenarios():
+    import test_real_code
+
+    return sorted(test_real_code.S)
+
+
+@pytest.mark.parametrize("name", _real_scenarios())
+def test_other_peoples_code_runs_the_same_in_a_lens_cell(shell, name):
+    """Each real-code scenario (LSTM, conv+BN, transformer, training loops, checkpointing, …) run as a
+    plain cell and as a %%lens cell, marked statement by statement: the same values, and the nodes of
+    the first pass have lines of the cell."""
+    import test_real_code
+
+    cell = _cell_from(test_real_code.S[name])
+    shell.user_ns.update({"torch": torch, "nn": torch.nn, "F": torch.nn.functional, "g": test_real_code.g,
+                          "Double": __import__("conftest").Double})
+    results = []
+    for magic in ("", "%%lens --no-show\n"):
+        torch.manual_seed(0)
+        shell.user_ns.pop("result", None)
+        outcome = shell.run_cell(magic + cell, store_history=False)
+        error = outcome.error_in_exec
+        results.append((type(error).__name__, str(error)) if error is not None else shell.user_ns.pop("result"))
+    plain, traced = results
+    assert_same(plain, traced)
+    lens = shell.user_ns["_lens"]
+    if lens.passes and not lens.passes[0].sources_note:
+        assert lens.passes[0].sources, "lines were recorded"
+        assert all(1 < s.line <= cell.count("\n") + 2 for s in lens.passes[0].sources.values())
+
+
+def assert_same(first, second):
+    if isinstance(first, torch.Tensor):
+        assert isinstance(second, torch.Tensor) and first.dtype == second.dtype and first.shape == second.shape
+        assert torch.equal(first, second) or (first.isnan() == second.isnan()).all() and torch.equal(
+            first.nan_to_num(), second.nan_to_num())
+    elif isinstance(first, (list, tuple)):
+        assert type(first) is type(second) and len(first) == len(second)
+        for a, b in zip(first, second):
+            assert_same(a, b)
+    else:
+        assert first == second
