@@ -348,8 +348,12 @@ def frame_style(page):
 
 def current_in_view(page, where=".jp-OutputArea .al-stepper"):
     """The current node is inside the graph's viewport, and its label is drawn at 10 px or more."""
-    return page.evaluate("""(where) => {
-        const root = document.querySelector(where);
+    return node_in_view(page.locator(where).first)
+
+
+def node_in_view(stepper):
+    """As current_in_view, for a stepper found by a locator (which also reaches into shadow roots)."""
+    return stepper.evaluate("""(root) => {
         const style = root.querySelector('style.al-frame').textContent;
         const match = style.match(/#(n\\d+) > polygon[^{]*\\{stroke: #2563eb/);
         if (!match) { return null; }
@@ -359,7 +363,7 @@ def current_in_view(page, where=".jp-OutputArea .al-stepper"):
         const px = text ? text.getBoundingClientRect().height : 0;
         return {inside: box.left >= port.left && box.right <= port.right && box.top >= port.top && box.bottom <= port.bottom,
                 textPx: px};
-    }""", where)
+    }""")
 
 
 def open_live_notebook(browser, url):
@@ -580,6 +584,8 @@ def test_live_stepper_in_marimo(browser, tmp_path):
         for _ in range(4):
             next_button.click()
         assert "received 5.0 → returned 2.5" in page.locator(".al-cardbox").inner_text()
+        where = node_in_view(page.locator(".al-stepper"))
+        assert where["inside"] and where["textPx"] >= 10, where
         # the step trait reached Python, which re-ran the cell that reads it
         page.wait_for_function("() => document.body.innerText.includes('python sees step 4')", timeout=30_000)
         shot(page, "marimo-step-4.png")
