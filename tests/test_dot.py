@@ -151,8 +151,14 @@ def test_any_name_renders_and_survives(name):
     graph = al.graph(out, names={"holder": {name: x}, "out": out})
     label = f"holder[{name!r}]"
     assert graph.find(label).kind == "leaf"
-    svg = render_svg(graph.to_dot())
+    written = graph.to_dot()
+    svg = render_svg(written)
     assert svg.startswith("<svg") and svg.count('class="node"') == len(graph.nodes)
+    import graphviz
+    import unittest.mock
+
+    with unittest.mock.patch("autograd_lens.views.dot._Digraph", graphviz.Digraph):
+        assert graph.to_dot() == written  # the DOT writer gives the library's bytes
 
 
 @given(NASTY)
@@ -194,3 +200,48 @@ def test_deep_graphs_are_drawn_down_the_page_and_small_ones_across():
     svg = render_svg(deep_dot)
     width, height = (float(v) for v in re.search(r'width="([\d.]+)pt" height="([\d.]+)pt"', svg).groups())
     assert height > 3 * width
+
+
+# ----------------------------------------------------------------------------- the DOT writer
+# to_dot writes DOT itself (the graphviz library's per-call checks were most of its time); the library stays
+# the reference: the same bytes for every graph, option and name.
+
+def _library_dot(graph, monkeypatch, **options):
+    import graphviz
+
+    from autograd_lens.views import dot as dot_module
+
+    with monkeypatch.context() as patch:
+        patch.setattr(dot_module, "_Digraph", graphviz.Digraph)
+        return to_dot(graph, **options)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_dot_writer_matches_the_graphviz_library(name, direction, monkeypatch):
+    graph = CASES[name]()
+    options = {"direction": direction, "legend": True,
+               "edge_labels": {edge.id: f'{edge.id} "gradient" \\ <b>' for edge in graph.edges[:3]}}
+    assert to_dot(graph, **options) == _library_dot(graph, monkeypatch, **options)
+    deep = deep_chain(20)
+    assert to_dot(deep, direction=direction) == _library_dot(deep, monkeypatch, direction=direction)
+
+
+@settings(max_examples=200, deadline=None)
+@given(NASTY, st.booleans())
+def test_quoting_matches_the_graphviz_library_for_any_text(text, no_html):
+    import warnings
+
+    import graphviz
+
+    from autograd_lens.views.dot import _quote, _quote_short
+
+    value = graphviz.nohtml(text) if no_html else text
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the library warns about a final odd backslash; the bytes are what count
+        expected = graphviz.quoting.quote(value)
+    assert _quote(value) == expected and _quote_short(value) == expected
+    for sample in ("<b>x</b>", "<x>\n", "node", "Graph", "-1.5", ".5", "1.", "a_b9", '"', '\\"', "a\\", "#fff"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert _quote(sample) == graphviz.quoting.quote(sample), sample

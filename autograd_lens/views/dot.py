@@ -9,6 +9,7 @@ or a hook called ``<lambda>`` cannot break the drawing.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Mapping
 
@@ -117,7 +118,7 @@ def to_dot(
     edge_labels = edge_labels or {}
     grad_texts = grad_texts or {}
 
-    dot = graphviz.Digraph(name="autograd")
+    dot = _Digraph(name="autograd")
     across = orientation(graph) == "across"
     rankdir = ("LR" if direction == "forward" else "RL") if across else ("TB" if direction == "forward" else "BT")
     dot.attr(rankdir=rankdir, nodesep="0.25", ranksep="0.35")
@@ -146,6 +147,89 @@ def to_dot(
 ACROSS_MAX_DEPTH = 16
 
 
+_ID = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*|-?(\.[0-9]+|[0-9]+(\.[0-9]*)?))$")
+_HTML = re.compile(r"<.*>$", re.DOTALL)
+_UNESCAPED_QUOTE = re.compile(r'(?P<pairs>(?:\\{2})*)\\?(?P<quote>")')
+_KEYWORDS = {"node", "edge", "graph", "digraph", "subgraph", "strict"}
+_NoHtml = type(graphviz.nohtml(""))
+
+
+def _quote(text: str) -> str:
+    """``graphviz.quoting.quote``, the same bytes for every input, without its per-call argument checks
+    (they were most of the time of a large drawing's DOT)."""
+    if text[:1] == "<" and (text[-1:] == ">" or text[-2:] == ">\n") and not isinstance(text, _NoHtml) \
+            and _HTML.match(text):
+        return text
+    if not _ID.match(text) or text.lower() in _KEYWORDS:
+        return '"' + (_UNESCAPED_QUOTE.sub(r"\g<pairs>\\\g<quote>", text) if '"' in text else text) + '"'
+    return text
+
+
+_QUOTED: dict[str, str] = {}  # attribute names and short values repeat on every node: quoted once
+
+
+def _quote_short(text: str) -> str:
+    if len(text) > 40 or isinstance(text, _NoHtml):
+        return _quote(text)
+    quoted = _QUOTED.get(text)
+    if quoted is None:
+        if len(_QUOTED) > 100_000:
+            _QUOTED.clear()
+        quoted = _QUOTED[text] = _quote(text)
+    return quoted
+
+
+class _Digraph:
+    """The part of ``graphviz.Digraph`` that ``to_dot`` uses, writing the same DOT text (``label`` first,
+    then the other attributes sorted, as the library does).  Subgraphs (the legend) are left to the library."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.body: list[str] = []
+
+    @staticmethod
+    def _attributes(label: str | None, attributes: dict) -> str:
+        parts = [f"label={_quote(label)}"] if label is not None else []
+        parts += [f"{_quote_short(key)}={_quote_short(value)}" for key, value in sorted(attributes.items())
+                  if value is not None]
+        return " ".join(parts)
+
+    def attr(self, kw: str | None = None, **attributes: str) -> None:
+        listed = self._attributes(None, attributes)
+        self.body.append(f"\t{listed}\n" if kw is None else f"\t{kw} [{listed}]\n")
+
+    def node(self, name: str, label: str | None = None, **attributes: str) -> None:
+        listed = self._attributes(label, attributes)
+        self.body.append(f"\t{_quote_short(name)} [{listed}]\n" if listed else f"\t{_quote_short(name)}\n")
+
+    def edge(self, tail: str, head: str, label: str | None = None, **attributes: str) -> None:
+        listed = self._attributes(label, attributes)
+        self.body.append(f"\t{_quote_short(tail)} -> {_quote_short(head)}{f' [{listed}]' if listed else ''}\n")
+
+    def subgraph(self, name: str):
+        return _LibrarySubgraph(self, name)
+
+    @property
+    def source(self) -> str:
+        return f"digraph {_quote(self.name)} {{\n" + "".join(self.body) + "}\n"
+
+
+class _LibrarySubgraph:
+    """``with dot.subgraph(name=...) as sub:`` drawn by the graphviz library, its lines added to ``dot``."""
+
+    def __init__(self, parent: _Digraph, name: str) -> None:
+        self.parent, self.library = parent, graphviz.Digraph(name="autograd")
+        self.context = self.library.subgraph(name=name)
+
+    def __enter__(self):
+        return self.context.__enter__()
+
+    def __exit__(self, *exc):
+        result = self.context.__exit__(*exc)
+        self.parent.body.extend(self.library.body)
+        return result
+
+
 def orientation(graph: Graph) -> str:
     """"across" or "down", from the graph's depth (longest chain of arrows) and width (most nodes at one depth)."""
     # depth counted back from the outputs, as Graphviz ranks them: a parameter sits next to its layer
@@ -168,7 +252,7 @@ def orientation(graph: Graph) -> str:
     return "down" if levels > ACROSS_MAX_DEPTH and levels > 3 * width else "across"
 
 
-def _add_node(dot: graphviz.Digraph, node: Node, grad_text: str | None, across: bool = True) -> None:
+def _add_node(dot: "_Digraph", node: Node, grad_text: str | None, across: bool = True) -> None:
     attributes = {"id": node.id, "style": "filled", "fillcolor": COLORS.get(node.kind, "#ffffff")}
     if node.is_tensor:
         fields = tensor_fields(node, grad_text)
@@ -188,7 +272,7 @@ def _add_node(dot: graphviz.Digraph, node: Node, grad_text: str | None, across: 
     dot.node(node.id, **attributes)
 
 
-def _add_legend(dot: graphviz.Digraph) -> None:
+def _add_legend(dot: "_Digraph") -> None:
     with dot.subgraph(name="cluster_legend") as legend:
         legend.attr(label="legend", fontname=FONT, fontsize="10", style="dashed", color="#9ca3af")
         samples = [
