@@ -25,7 +25,7 @@ import torch
 from ..model import SourceLine
 
 _next_number = torch._C._autograd._get_sequence_nr
-_CURRENT: list["CellLines"] = []  # the cell being run under %%lens, if any
+_CURRENT: list[CellLines] = []  # the cell being run under %%lens, if any
 _MODULE = __name__
 
 
@@ -72,7 +72,7 @@ class CellLines:
             text += " …"
         return text[:77] + "…" if len(text) > 78 else text
 
-    def __enter__(self) -> "CellLines":
+    def __enter__(self) -> CellLines:
         _CURRENT.append(self)
         return self
 

@@ -252,7 +252,7 @@ def orientation(graph: Graph) -> str:
     return "down" if levels > ACROSS_MAX_DEPTH and levels > 3 * width else "across"
 
 
-def _add_node(dot: "_Digraph", node: Node, grad_text: str | None, across: bool = True) -> None:
+def _add_node(dot: _Digraph, node: Node, grad_text: str | None, across: bool = True) -> None:
     attributes = {"id": node.id, "style": "filled", "fillcolor": COLORS.get(node.kind, "#ffffff")}
     if node.is_tensor:
         fields = tensor_fields(node, grad_text)
@@ -272,7 +272,7 @@ def _add_node(dot: "_Digraph", node: Node, grad_text: str | None, across: bool =
     dot.node(node.id, **attributes)
 
 
-def _add_legend(dot: "_Digraph") -> None:
+def _add_legend(dot: _Digraph) -> None:
     with dot.subgraph(name="cluster_legend") as legend:
         legend.attr(label="legend", fontname=FONT, fontsize="10", style="dashed", color="#9ca3af")
         samples = [

@@ -66,7 +66,7 @@ def lens_bundle(lens: Any, predict: bool = False) -> dict[str, str]:
         try:
             views = views_for(lens.passes)
             for view in views:
-                view.svg  # drawn now: a renderer that cannot run falls back below, before anything is shown
+                _ = view.svg  # drawn now: a renderer that cannot run falls back below, before anything is shown
             return {"text/html": stepper_fragment(views, predict=predict), "text/plain": lens_text(lens)}
         except Exception as error:  # never raise from a display method: the steps in words, and the cause
             return events_bundle(lens, hint_html(error))
