@@ -119,3 +119,18 @@ class Double(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return grad * 2
+
+
+@pytest.fixture
+def shell():
+    """A real IPython shell with the extension loaded and torch imported; names made by a test are removed."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_cell("%load_ext autograd_lens", store_history=False)
+    shell.run_cell("import torch", store_history=False)
+    yield shell
+    shell.run_cell("%unload_ext autograd_lens", store_history=False)
+    for name in list(shell.user_ns):
+        if not name.startswith("_") and name not in ("In", "Out", "exit", "quit", "get_ipython"):
+            del shell.user_ns[name]

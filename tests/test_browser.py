@@ -244,6 +244,16 @@ def notebook7(tmp_path_factory):
     yield from start_lab(tmp_path_factory, app="notebook")
 
 
+def wait_until_serving(url, what):
+    for _ in range(120):
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail(f"{what} did not start")
+
+
 def start_lab(tmp_path_factory, theme=None, app="jupyterlab"):
     pytest.importorskip("jupyterlab")
     root = tmp_path_factory.mktemp("lab")
@@ -301,14 +311,7 @@ def start_lab(tmp_path_factory, theme=None, app="jupyterlab"):
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(120):
-            try:
-                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("JupyterLab did not start")
+        wait_until_serving(f"{base}/api/status?token={token}", "JupyterLab")
         page = "lab/tree" if app == "jupyterlab" else "notebooks"
         yield f"{base}/{page}/stepper.ipynb?token={token}"
     finally:
@@ -572,12 +575,7 @@ def test_live_stepper_in_marimo(browser, tmp_path):
         page = browser.new_page(viewport={"width": 1300, "height": 900})
         errors = []
         page.on("pageerror", lambda error: errors.append(str(error)))
-        for _ in range(120):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}", timeout=2)
-                break
-            except OSError:
-                time.sleep(0.5)
+        wait_until_serving(f"http://127.0.0.1:{port}", "marimo")
         page.goto(f"http://127.0.0.1:{port}")
         next_button = page.locator("button[data-go=next]")  # inside marimo's shadow root: locators reach it
         next_button.wait_for(timeout=90_000)

@@ -11,23 +11,10 @@ import traceback
 
 import pytest
 import torch
-from IPython.core.interactiveshell import InteractiveShell
 
 from autograd_lens.capture.lines import CellLines, Marker
 from autograd_lens.views.passview import PassView
 from autograd_lens.views.steps import steps_for
-
-
-@pytest.fixture
-def shell():
-    shell = InteractiveShell.instance()
-    shell.run_cell("%load_ext autograd_lens", store_history=False)
-    shell.run_cell("import torch", store_history=False)
-    yield shell
-    shell.run_cell("%unload_ext autograd_lens", store_history=False)
-    for name in list(shell.user_ns):
-        if not name.startswith("_") and name not in ("In", "Out", "exit", "quit", "get_ipython"):
-            del shell.user_ns[name]
 
 
 def lens_cell(shell, body: str, options: str = "--no-show"):

@@ -9,17 +9,6 @@ from IPython.core.interactiveshell import InteractiveShell
 import autograd_lens
 
 
-@pytest.fixture
-def shell():
-    shell = InteractiveShell.instance()
-    shell.run_cell("%load_ext autograd_lens", store_history=False)
-    yield shell
-    shell.run_cell("%unload_ext autograd_lens", store_history=False)
-    for name in list(shell.user_ns):
-        if not name.startswith("_") and name not in ("In", "Out", "exit", "quit", "get_ipython"):
-            del shell.user_ns[name]
-
-
 SETUP = """
 import torch
 x = torch.tensor(2.0, requires_grad=True)
