@@ -141,6 +141,14 @@ def test_a_large_pass_is_stored_compressed_and_still_steps_offline(browser, tmp_
     shot(page, "static-large-step-5.png")
     assert errors == []
     page.close()
+    # a browser that cannot decompress keeps the no-script view, without an error
+    old = browser.new_page(viewport={"width": 1300, "height": 900})
+    old.add_init_script("delete window.DecompressionStream")
+    old.on("pageerror", lambda error: errors.append(str(error)))
+    old.goto(path.as_uri())
+    old.wait_for_selector(".al-nopicture")
+    assert old.locator(".al-stepper").count() == 0 and errors == []
+    old.close()
 
 
 def test_slimmed_drawing_has_every_shape_where_graphviz_drew_it(browser):
@@ -244,6 +252,14 @@ def notebook7(tmp_path_factory):
     yield from start_lab(tmp_path_factory, app="notebook")
 
 
+def stop_server(server):
+    server.terminate()
+    try:
+        server.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        server.kill()
+
+
 def wait_until_serving(url, what):
     for _ in range(120):
         try:
@@ -315,11 +331,7 @@ def start_lab(tmp_path_factory, theme=None, app="jupyterlab"):
         page = "lab/tree" if app == "jupyterlab" else "notebooks"
         yield f"{base}/{page}/stepper.ipynb?token={token}"
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_server(server)
 
 
 def run_all(page):
@@ -590,11 +602,7 @@ def test_live_stepper_in_marimo(browser, tmp_path):
         assert errors == []
         page.close()
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_server(server)
 
 
 def test_live_stepper_in_notebook_7(browser, notebook7):

@@ -49,6 +49,7 @@ def classic_script() -> str:
         "}\n"
         "var holder = host.querySelector(\"script.al-data\");\n"
         "if (holder.getAttribute(\"data-encoding\") === \"deflate-raw-base64\") {\n"
+        "  if (typeof DecompressionStream !== \"function\") { return; }\n"
         "  // a large pass: its steps and cards are stored compressed (the picture, last card and table stay as\n"
         "  // they are until then, and stay if this browser cannot decompress)\n"
         "  var bytes = Uint8Array.from(atob(holder.textContent), function (c) { return c.charCodeAt(0); });\n"
