@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("script", nargs="?", help="the script to run (default: a built-in demo)")
     parser.add_argument("-o", "--output", default="trace.html", help="where to write the page (default: trace.html)")
+    parser.add_argument("--modules", action="store_true",
+                        help="group the nodes by the nn.Module call that made them (adds two global forward hooks "
+                             "while the script runs; torch.compile(module) then warns that global hooks exist)")
     # anything else on the line is passed on to the script, as sys.argv[1:]
     options, script_args = parser.parse_known_args(argv)
 
@@ -41,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from .capture.tracer import Lens
 
-    lens = Lens()
+    lens = Lens(modules=options.modules)
     error: BaseException | None = None
     saved_argv = sys.argv
     try:

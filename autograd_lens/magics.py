@@ -61,6 +61,9 @@ class LensMagics(Magics):
     @argument("--as", dest="name", default="_lens", help="Bind the Lens to this name in the notebook (default _lens).")
     @argument("--no-show", action="store_true", help="Record only; show nothing (inspect the Lens object instead).")
     @argument("--predict", action="store_true", help="Ask for each gradient before the stepper reveals it, and check the answer.")
+    @argument("--modules", action="store_true",
+              help="Group the drawing's nodes by the nn.Module call that made them. Adds two global forward hooks "
+                   "for the length of the cell (torch.compile(module) then warns that global hooks exist).")
     @argument("--store-limit", type=int, default=4096, help="Gradients with more elements are kept as summaries (default 4096).")
     @argument("--max-elements", type=int, default=16, help="Show values of tensors with at most this many elements (default 16).")
     @argument("--max-nodes", type=int, default=300, help="Draw at most this many backward functions (default 300).")
@@ -100,6 +103,7 @@ class LensMagics(Magics):
             store_limit=args.store_limit,
             max_elements=args.max_elements,
             max_nodes=args.max_nodes,
+            modules=args.modules,
         )
         self.shell.user_ns[args.name] = lens
         result = self._run_quietly(lens, cell)

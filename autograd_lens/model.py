@@ -135,6 +135,24 @@ class SourceLine:
 
 
 @dataclass(frozen=True)
+class ModuleGroup:
+    """The nodes made inside one call of an ``nn.Module`` (recorded with ``%%lens --modules``)."""
+
+    id: str  # "m1", "m2", … in the order the calls started
+    path: str | None  # "model.0" as the notebook names it; None when no name reaches the module
+    kind: str  # the module's class, e.g. "Linear"
+    call: int = 1  # which call of this module (a module used twice makes two groups)
+    calls: int = 1  # how many calls of it were recorded
+    parent: int | None = None  # index of the enclosing group
+    nodes: tuple[str, ...] = ()  # node ids inside this group and not inside a group within it
+
+    def describe(self) -> str:
+        """``model.0 · Linear``, ``block · Block (call 2 of 2)``, ``Linear (no name)``."""
+        text = f"{self.path} · {self.kind}" if self.path else f"{self.kind} (no name)"
+        return text + (f" (call {self.call} of {self.calls})" if self.calls > 1 else "")
+
+
+@dataclass(frozen=True)
 class Edge:
     """An arrow in forward (data-flow) direction: ``src`` is used to compute ``dst``.
 
@@ -415,6 +433,16 @@ class BackwardPass:
     inventory: tuple[InventoryEntry, ...] = ()  # the hooks attached when the pass started
     sources: dict[str, SourceLine] = field(default_factory=dict)  # function node id -> the cell line that made it
     sources_note: str = ""  # why lines are not known (empty when they are, or when nothing was asked)
+    groups: tuple[ModuleGroup, ...] = ()  # module calls that made nodes of this pass (``--modules``)
+    groups_note: str = ""  # why module groups are not known, when they were asked for
+
+    def group_of(self, node_id: str) -> ModuleGroup | None:
+        """The innermost module call that made (or owns) ``node_id``, if known."""
+        return self._group_index.get(node_id)
+
+    @cached_property
+    def _group_index(self) -> dict[str, ModuleGroup]:
+        return {node_id: group for group in self.groups for node_id in group.nodes}
 
     @property
     def grads(self) -> dict[str, Value]:

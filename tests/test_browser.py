@@ -151,6 +151,62 @@ def test_a_large_pass_is_stored_compressed_and_still_steps_offline(browser, tmp_
     old.close()
 
 
+def test_module_groups_collapse_around_the_current_step(browser, tmp_path):
+    """50 × (Linear + Tanh) recorded with modules=True: past 60 boxes the module calls start collapsed, except
+    the one holding the current node (and the model, which holds most of the drawing); a click on a group opens
+    it; the select opens or closes all of them."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[m for _ in range(50) for m in (torch.nn.Linear(8, 8), torch.nn.Tanh())])
+    x = torch.randn(4, 8)
+    with al.Lens(names={"model": model, "x": x}, modules=True) as lens:
+        model(x).sum().backward()
+    backward_pass = lens.passes[0]
+    groups = {g.id: g for g in backward_pass.groups}
+    assert len(groups) == 101
+    path = tmp_path / "groups.html"
+    lens.to_html(str(path))
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(path.as_uri())
+    page.wait_for_selector(".al-stepper[data-step='0']")
+    collapsed = lambda: page.get_attribute(".al-stepper", "data-collapsed").split()  # noqa: E731
+    shown = lambda node: page.evaluate(f"getComputedStyle(document.querySelector('.al-canvas #{node}')).display")  # noqa: E731
+    assert collapsed() == [f"m{i}" for i in range(2, 102)]  # before the first step: every layer closed
+    steps = PassView(backward_pass).steps
+    for k in range(1, 8):
+        page.click("button[data-go=next]")
+        current = steps[k].node
+        group = backward_pass.group_of(current)  # None for `sum`, made outside the model
+        if group is None:
+            assert len(collapsed()) == 100
+        else:
+            assert group.id not in collapsed() and len(collapsed()) == 99, (k, group)
+        assert shown(current) != "none"
+        where = current_in_view(page, ".al-stepper")
+        assert where["inside"] and where["textPx"] >= 10, where
+    # a closed layer hides its boxes and arrows, and shows its name instead
+    closed = groups["m2"]
+    assert "m2" in collapsed() and all(shown(n) == "none" for n in closed.nodes)
+    assert page.evaluate("getComputedStyle(document.querySelector('.al-canvas #m2 .al-group-name')).display") != "none"
+    shot(page, "static-groups-step-7.png")
+    # a click on it opens it (and keeps it open while stepping)
+    page.click("button[data-go=fit]")
+    page.locator(".al-canvas #m2 .al-group-name").click(force=True)
+    assert "m2" not in collapsed() and all(shown(n) != "none" for n in closed.nodes)
+    page.click("button[data-go=next]")
+    assert "m2" not in collapsed()
+    page.select_option("select.al-groups", "open")
+    assert collapsed() == []
+    page.select_option("select.al-groups", "closed")
+    assert collapsed() == ["m1"]
+    page.select_option("select.al-groups", "auto")
+    assert len(collapsed()) == 99
+    shot(page, "static-groups-auto.png")
+    assert errors == []
+    page.close()
+
+
 def test_slimmed_drawing_has_every_shape_where_graphviz_drew_it(browser):
     """The stored SVG (rounded boxes as short paths, tenths of a point, colours in a sheet, polygons not
     closed twice) against Graphviz's own: every node and edge has the same box on screen, and the same

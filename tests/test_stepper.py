@@ -351,17 +351,18 @@ def test_cards_name_every_operand_and_print_no_negative_zero():
     assert torch.equal(x.grad, torch.tensor([-1.0 + 3.0 + 0.0, -1.0 + 4.0 + 1.0]))
 
 
-def _mlp_lens(layers: int):
+def _mlp_lens(layers: int, modules: bool = False):
     torch.manual_seed(0)
     model = nn.Sequential(*[m for _ in range(layers) for m in (nn.Linear(64, 64), nn.Tanh())])
     x = torch.randn(32, 64)
-    with al.Lens(names={"model": model, "x": x}, max_nodes=5000) as lens:
+    with al.Lens(names={"model": model, "x": x}, max_nodes=5000, modules=modules) as lens:
         model(x).sum().backward()
     return lens
 
 
+@pytest.mark.parametrize("modules", [False, True], ids=["plain", "module groups"])
 @pytest.mark.parametrize("layers, nodes, limit", [(50, 252, 200_000), (200, 1002, 600_000)])
-def test_a_large_pass_is_stored_within_its_budget_and_compressed_losslessly(layers, nodes, limit):
+def test_a_large_pass_is_stored_within_its_budget_and_compressed_losslessly(layers, nodes, limit, modules):
     """Stored bytes per output (counted, not timed): ≤ 200 KB at 250 nodes, ≤ 600 KB at 1,000.  The
     compressed data unpacks to exactly what the script needs, and the same pass gives the same bytes."""
     import base64
@@ -371,8 +372,9 @@ def test_a_large_pass_is_stored_within_its_budget_and_compressed_losslessly(laye
     from autograd_lens.views.passview import views_for
     from autograd_lens.views.static_html import stepper_fragment
 
-    lens = _mlp_lens(layers)
+    lens = _mlp_lens(layers, modules)
     assert len(lens.passes[0].graph.nodes) == nodes
+    assert len(lens.passes[0].groups) == (2 * layers + 1 if modules else 0)
     views = views_for(lens.passes)
     fragment = stepper_fragment(views)
     assert len(fragment.encode("utf-8")) <= limit

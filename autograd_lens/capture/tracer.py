@@ -22,10 +22,11 @@ from typing import Any
 
 import torch
 
-from ..model import BackwardPass, GraphOptions, HookCall, Note, values_equal
+from ..model import BackwardPass, GraphOptions, HookCall, NodeRun, Note, values_equal
 from ..notes import note
 from .build import build_pass
 from .lines import CellLines
+from .modules import ModuleCalls, groups_for
 from .names import caller_namespace, names_from, user_frame
 from .observe import PassObserver
 from .snapshot import snapshot
@@ -97,7 +98,10 @@ class Lens:
     ``names`` is the namespace used for labels (default: the namespace of the
     code that calls ``backward()``).  Gradients with more than ``store_limit``
     elements are kept as summaries; past ``memory_budget`` bytes of kept values
-    in one pass, only shapes are kept.
+    in one pass, only shapes are kept.  ``modules=True`` groups each pass's nodes
+    by the ``nn.Module`` call that made them (``BackwardPass.groups``; drawn as
+    outlines): it adds two global forward hooks for the length of the block,
+    which ``torch.compile(module)`` warns about (see ``capture.modules``).
     """
 
     def __init__(
@@ -108,6 +112,7 @@ class Lens:
         max_elements: int = 16,
         max_nodes: int = 300,
         memory_budget: int = 256 * 2**20,
+        modules: bool = False,
     ) -> None:
         _check_options(names, store_limit=(store_limit, 0), max_elements=(max_elements, 0),
                        max_nodes=(max_nodes, 1), memory_budget=(memory_budget, 0))
@@ -129,6 +134,10 @@ class Lens:
         self._showwarning: Any = None
         self._hooks_before: set | None = None  # module hooks that existed when the block started
         self.cell_lines: CellLines | None = None  # set by %%lens: which cell line made each node
+        if not isinstance(modules, bool):
+            raise TypeError(f"modules must be True or False, not {modules!r}")
+        self.modules = modules  # group nodes by the nn.Module call that made them (adds global forward hooks)
+        self.module_calls: ModuleCalls | None = None
 
     @property
     def passes(self) -> list[BackwardPass]:
@@ -162,6 +171,8 @@ class Lens:
 
         torch.autograd._engine_run_backward = traced_run_backward
         _ACTIVE.append(self)
+        if self.modules:
+            self.module_calls = ModuleCalls().__enter__()
         self._watch_warnings()
         try:
             self._hooks_before = _module_hooks(self._namespace(sys._getframe(1)))
@@ -172,6 +183,8 @@ class Lens:
     def __exit__(self, exc_type: Any = None, exc: Any = None, traceback: Any = None) -> None:
         torch.autograd._engine_run_backward = self._original
         _ACTIVE.remove(self)
+        if self.module_calls is not None:
+            self.module_calls.__exit__()
         if warnings.showwarning is self._showwarning_wrapper:
             warnings.showwarning = self._showwarning
         try:
@@ -346,7 +359,11 @@ class Lens:
             options = self.options.replace(show_saved=False)
             graph_walk = walk(observer.shape, names, options, leaf_state=observer.leaf_state)
         built = build_pass(observer, graph_walk, index, self._history, self._invocations, result)
-        self._passes.append(dataclasses.replace(built, **_sources(built.graph, self.cell_lines)))
+        grouped = _groups(built.graph, self.module_calls, names, self.modules)
+        relabel = grouped.pop("relabel", None)
+        if relabel:
+            built = _relabelled(built, relabel)
+        self._passes.append(dataclasses.replace(built, **_sources(built.graph, self.cell_lines), **grouped))
 
     def _forget_dead_leaves(self) -> None:
         if len(self._history) > 64:
@@ -420,6 +437,49 @@ def _sources(graph: Any, cell_lines: CellLines | None) -> dict:
             if line is not None:
                 sources[node.id] = line
     return {"sources": sources}
+
+
+GROUP_HINT_OVER = 60  # a drawing this big without module groups suggests --modules
+
+
+def _groups(graph: Any, calls: ModuleCalls | None, names: Any, asked: bool) -> dict:
+    """The module calls that made the pass's nodes (``modules=True``), or why they are not known."""
+    if not asked:
+        if len(graph.nodes) > GROUP_HINT_OVER and names.module_objects:
+            return {"groups_note": "not recorded; run the cell as %%lens --modules (or use Lens(modules=True)) to group "
+                                   "the nodes by the nn.Module call that made them"}
+        return {}
+    if calls is None:
+        return {"groups_note": "module calls were not recorded"}
+    if calls.unknown:
+        return {"groups_note": f"which module made each node is not known: {calls.unknown}"}
+    groups = groups_for(graph, calls, names.module_name)
+    return {"groups": groups, **_name_output_boundaries(graph, groups, names)}
+
+
+def _relabelled(built: BackwardPass, relabel: dict[str, str]) -> BackwardPass:
+    """The pass with nodes ``relabel`` (node id -> label) renamed in the drawing and in its steps."""
+    graph = built.graph
+    nodes = tuple(dataclasses.replace(n, label=relabel[n.id]) if n.id in relabel else n for n in graph.nodes)
+    events = tuple(dataclasses.replace(e, label=relabel[e.node]) if isinstance(e, NodeRun) and e.node in relabel else e
+                   for e in built.events)
+    return dataclasses.replace(built, graph=dataclasses.replace(graph, nodes=nodes), events=events)
+
+
+def _name_output_boundaries(graph: Any, groups: tuple, names: Any) -> dict:
+    """A hook boundary no hook ran at (the output side of a module with only a full backward hook) is named by
+    its group, when that group's module has backward hooks (the boundary is then that module's)."""
+    by_name = {names.module_name(module): module for module in names.module_objects}
+    relabel = {}
+    for group in groups:
+        module = by_name.get(group.path)
+        if module is None or not (module._backward_hooks or module._backward_pre_hooks):
+            continue
+        for node_id in group.nodes:
+            node = graph.node(node_id)
+            if node.kind == "function" and node.op == "BackwardHookFunctionBackward" and node.label == "module hook boundary":
+                relabel[node_id] = f"{group.path} hook boundary"
+    return {"relabel": relabel} if relabel else {}
 
 
 def _module_hooks(namespace: dict) -> set[tuple[str, int]]:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import graphviz
 
 from ..format import format_block, format_shape
-from ..model import Graph, Node
+from ..model import Graph, ModuleGroup, Node
 
 COLORS = {
     "leaf": "#dbeafe",
@@ -106,11 +106,13 @@ def to_dot(
     legend: bool | None = None,
     edge_labels: Mapping[str, str] | None = None,
     grad_texts: Mapping[str, str] | None = None,
+    groups: Sequence[ModuleGroup] = (),
 ) -> str:
     """DOT source for ``graph``.
 
     ``edge_labels`` (edge id → text) and ``grad_texts`` (node id → text for its
-    grad field) let the backward-pass views put gradients on the drawing.
+    grad field) let the backward-pass views put gradients on the drawing; ``groups`` (module calls) are
+    drawn as nested clusters around the nodes they made.
     """
     options = graph.options
     direction = direction or (options.direction if options else "forward")
@@ -136,9 +138,35 @@ def to_dot(
         if direction == "backward":
             attributes["dir"] = "back"
         dot.edge(edge.src, edge.dst, **attributes)
+    if groups:
+        _add_groups(dot, groups)
     if legend:
         _add_legend(dot)
     return dot.source
+
+
+GROUP_COLOR = "#8b5cf6"
+
+
+def _add_groups(dot: _Digraph, groups: Sequence[ModuleGroup]) -> None:
+    """Each module call as a cluster (``subgraph cluster_m3``, SVG id ``m3``) holding its nodes, nested as
+    the calls were."""
+    children: dict[int | None, list[int]] = {}
+    for index, group in enumerate(groups):
+        children.setdefault(group.parent, []).append(index)
+
+    def emit(index: int, indent: str) -> None:
+        group = groups[index]
+        dot.body.append(f"{indent}subgraph cluster_{group.id} {{\n")
+        dot.body.append(f"{indent}\t{dot._attributes(plain_text(group.describe()), {'id': group.id, 'style': 'rounded,dashed', 'color': GROUP_COLOR, 'fontcolor': '#5b21b6', 'fontname': FONT, 'fontsize': '10', 'labeljust': 'l', 'margin': '10'})}\n")
+        for node_id in group.nodes:
+            dot.body.append(f"{indent}\t{_quote_short(node_id)}\n")
+        for child in children.get(index, ()):
+            emit(child, indent + "\t")
+        dot.body.append(f"{indent}}}\n")
+
+    for index in children.get(None, ()):
+        emit(index, "\t")
 
 
 # A graph at most this many ranks deep is drawn across the page (the arrows run left to right); a deeper

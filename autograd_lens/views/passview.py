@@ -53,7 +53,8 @@ class PassView:
     def dot(self) -> str:
         """Laid out with every label at its final text, so steps never move anything."""
         graph = self.backward_pass.graph
-        return to_dot(graph, edge_labels=self.final.edge_labels, grad_texts=self.final.grads)
+        return to_dot(graph, edge_labels=self.final.edge_labels, grad_texts=self.final.grads,
+                      groups=self.backward_pass.groups)
 
     @cached_property
     def svg(self) -> str:
@@ -90,6 +91,8 @@ class PassView:
         }
         if self.backward_pass.sources:  # shown on hover over a node
             data["sources"] = {node: source.describe() for node, source in self.backward_pass.sources.items()}
+        if self.backward_pass.groups:  # module calls: clusters the stepper can collapse
+            data["groups"] = group_data(self.backward_pass)
         if predict:
             total = len(self.steps)
             data["questions"] = [
@@ -97,6 +100,42 @@ class PassView:
                 for s in self.steps
             ]
         return data
+
+
+# Past this many boxes, module groups start collapsed, except those around the current step.
+COLLAPSE_OVER = 60
+
+
+def group_data(backward_pass: BackwardPass) -> dict:
+    """Module groups for the stepper: for each, its label, parent and every node and arrow inside it (nested
+    groups included), and whether groups start collapsed."""
+    groups = backward_pass.groups
+    inside: list[set[str]] = [set(group.nodes) for group in groups]
+    for index in range(len(groups) - 1, -1, -1):  # a group starts after its parent: children come later
+        parent = groups[index].parent
+        if parent is not None:
+            inside[parent] |= inside[index]
+    edges: list[list[str]] = [[] for _ in groups]
+    enclosing = {}
+    for index, group in enumerate(groups):
+        for node_id in group.nodes:
+            enclosing[node_id] = index
+    for edge in backward_pass.graph.edges:  # an arrow inside a group: in every group holding both ends
+        index = enclosing.get(edge.src)
+        while index is not None:
+            if edge.dst in inside[index]:
+                edges[index].append(edge.id)
+            index = groups[index].parent
+    order = {node.id: number for number, node in enumerate(backward_pass.graph.nodes)}
+    return {
+        "collapse": len(backward_pass.graph.nodes) > COLLAPSE_OVER,
+        "total": len(backward_pass.graph.nodes),
+        "list": [
+            {"id": group.id, "label": group.describe(), "parent": group.parent,
+             "nodes": sorted(inside[index], key=order.__getitem__), "edges": edges[index]}
+            for index, group in enumerate(groups)
+        ],
+    }
 
 
 # a node's group up to its "grad …" text, never running into the next group
@@ -248,7 +287,12 @@ BASE_CSS = """\
 {scope} .al-viewport.al-dragging {{cursor: grabbing}}
 {scope} .al-canvas {{position: absolute; left: 0; top: 0; transform-origin: 0 0}}
 {scope} .al-canvas svg {{display: block; background: #ffffff; border-radius: 4px}}
-{scope}.al-overview .node text, {scope}.al-overview .edge text {{display: none}}
+{scope}.al-overview .node text, {scope}.al-overview .edge text, {scope}.al-overview .cluster > text.al-small {{display: none}}
+{scope} .cluster {{cursor: pointer}}
+{scope} .cluster > text.al-group-name {{display: none; fill: #4c1d95; font-weight: bold}}
+{scope} .cluster.al-collapsed > text.al-group-name {{display: inline}}
+{scope} .cluster.al-collapsed > text.al-small {{display: none}}
+{scope} .cluster.al-collapsed > path, {scope} .cluster.al-collapsed > polygon {{fill: #ede9fe; stroke-dasharray: none}}
 {scope} .al-card {{border: 1px solid var(--jp-border-color2, #d1d5db); border-radius: 6px; padding: 8px 12px;
   margin: 6px 0; line-height: 1.45; background: var(--jp-layout-color1, #f9fafb); color: var(--jp-ui-font-color1, #111827)}}
 {scope} .al-title {{font-weight: bold; margin-bottom: 2px}}

@@ -110,6 +110,7 @@ function render({ model, el }) {
   const baseStyle = make("style");
   baseStyle.textContent = data.css.split("{scope}").join(scope);
   const frameStyle = make("style", { class: "al-frame" });
+  const groupStyle = make("style", { class: "al-group-frame" });
 
   // controls
   const toolbar = make("div", { class: "al-controls", role: "toolbar", "aria-label": "step through the backward pass" });
@@ -134,6 +135,13 @@ function render({ model, el }) {
     passes.forEach((p, i) => { passSelect.appendChild(make("option", { value: String(i) }, p.title)); });
     toolbar.appendChild(passSelect);
   }
+  // module groups (%%lens --modules): auto (collapsed past ~60 boxes, except around the current step), all open, all closed
+  const groupSelect = make("select", { class: "al-groups", "aria-label": "module groups", title: "module groups (click a group's outline or name to open or close it)" });
+  [["auto", "groups: auto"], ["open", "groups: all open"], ["closed", "groups: all closed"]].forEach(([value, text]) => {
+    groupSelect.appendChild(make("option", { value: value }, text));
+  });
+  groupSelect.style.display = "none";
+  toolbar.appendChild(groupSelect);
   const zoom = make("span", { class: "al-zoom", role: "group", "aria-label": "zoom" });
   button("zoom-out", "-", "zoom out (-)", zoom);
   button("zoom-in", "+", "zoom in (+)", zoom);
@@ -151,7 +159,7 @@ function render({ model, el }) {
   viewport.appendChild(canvas);
   const cardBox = make("div", { class: "al-cardbox", "aria-live": "polite" });
   const tableBox = make("div", { class: "al-tablebox" });
-  root.append(baseStyle, frameStyle, toolbar, viewport, cardBox, tableBox);
+  root.append(baseStyle, frameStyle, groupStyle, toolbar, viewport, cardBox, tableBox);
   el.replaceChildren(root);
 
   const svgs = passes.map(() => null);
@@ -159,6 +167,9 @@ function render({ model, el }) {
   let step = 0;
   let timer = null;
   let view = { scale: 1, x: 0, y: 0 };
+  let groupMode = "auto";
+  let opened = {}; // group id -> true (opened) / false (closed) by a click, for this pass
+  let hiddenIn = {}; // node id -> the id of the outermost collapsed group hiding it
   const answered = Object.assign({}, model.get("answers") || {});
 
   function svgOf(p) {
@@ -222,7 +233,7 @@ function render({ model, el }) {
   function followCurrent() {
     const node = passes[pass].steps[step].node;
     if (!follow.checked || !node) { return; }
-    const target = canvas.querySelector("#" + node);
+    const target = canvas.querySelector("#" + (hiddenIn[node] || node));
     if (!target) { return; }
     if (view.scale * FONT_PX < MIN_TEXT_PX) { view.scale = MIN_TEXT_PX / FONT_PX; apply(); }
     const box = target.getBoundingClientRect();
@@ -233,6 +244,81 @@ function render({ model, el }) {
     view.x += port.left + port.width / 2 - (box.left + box.width / 2);
     view.y += port.top + port.height / 2 - (box.top + box.height / 2);
     apply();
+  }
+
+  function setupGroups(p) {
+    opened = {};
+    hiddenIn = {};
+    const groups = passes[p].groups;
+    groupSelect.style.display = groups ? "" : "none";
+    groupStyle.textContent = "";
+    if (!groups) { return; }
+    const svgNs = "http://www.w3.org/2000/svg";
+    groups.list.forEach((g) => {
+      g.nodeSet = new Set(g.nodes);
+      const cluster = canvas.querySelector("#" + g.id);
+      if (!cluster) { return; }
+      const small = cluster.querySelector(":scope > text");
+      if (small) { small.classList.add("al-small"); }
+      const title = document.createElementNS(svgNs, "title");
+      title.textContent = g.label + ": " + g.nodes.length + " boxes (click the outline or the name to open or close)";
+      cluster.prepend(title);
+      // the name, as large as the box allows, shown when the group is collapsed
+      const shape = cluster.querySelector(":scope > path, :scope > polygon");
+      const numbers = ((shape && (shape.getAttribute("d") || shape.getAttribute("points"))) || "").match(/-?\d+(?:\.\d+)?/g) || [];
+      if (numbers.length < 4) { return; }
+      const xs = numbers.filter((_, i) => i % 2 === 0).map(parseFloat);
+      const ys = numbers.filter((_, i) => i % 2 === 1).map(parseFloat);
+      const [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
+      const lines = g.label.split(" · ");
+      const longest = Math.max(...lines.map((line) => line.length));
+      const fontSize = Math.max(4, Math.min(40, (y1 - y0) * 0.8 / lines.length, (x1 - x0) * 0.9 / (0.6 * longest)));
+      const name = document.createElementNS(svgNs, "text");
+      name.setAttribute("class", "al-group-name");
+      name.setAttribute("text-anchor", "middle");
+      name.setAttribute("font-size", fontSize.toFixed(1));
+      lines.forEach((line, i) => {
+        const span = document.createElementNS(svgNs, "tspan");
+        span.setAttribute("x", ((x0 + x1) / 2).toFixed(1));
+        span.setAttribute("y", ((y0 + y1) / 2 + fontSize * (i - (lines.length - 1) / 2 + 0.35)).toFixed(1));
+        span.textContent = line;
+        name.appendChild(span);
+      });
+      cluster.appendChild(name);
+    });
+  }
+
+  function isOpen(g, current, total) {
+    if (g.id in opened) { return opened[g.id]; }
+    if (groupMode !== "auto") { return groupMode === "open"; }
+    // auto: small drawings stay open; a big one shows the groups around the current step, and any group
+    // holding most of the drawing (the model itself)
+    return !passes[pass].groups.collapse || (!!current && g.nodeSet.has(current)) || g.nodes.length * 2 > total;
+  }
+
+  function applyGroups() {
+    const groups = passes[pass].groups;
+    if (!groups) { return; }
+    const current = passes[pass].steps[step].node;
+    const list = groups.list;
+    const shut = list.map((g) => !isOpen(g, current, groups.total));
+    const hiders = list.map(() => null); // the outermost collapsed group around each group (itself included)
+    hiddenIn = {};
+    const rules = [];
+    list.forEach((g, i) => {
+      const outer = g.parent !== null && g.parent !== undefined ? hiders[g.parent] : null;
+      hiders[i] = outer !== null ? outer : (shut[i] ? i : null);
+      const cluster = canvas.querySelector("#" + g.id);
+      if (cluster) { cluster.classList.toggle("al-collapsed", shut[i] && outer === null); }
+      if (outer !== null) {
+        rules.push(scope + " #" + g.id);
+      } else if (shut[i]) {
+        g.nodes.forEach((n) => { hiddenIn[n] = g.id; rules.push(scope + " #" + n); });
+        g.edges.forEach((e) => { rules.push(scope + " #" + e); });
+      }
+    });
+    groupStyle.textContent = rules.length ? rules.join(", ") + " {display: none}" : "";
+    root.setAttribute("data-collapsed", list.filter((g, i) => hiders[i] === i).map((g) => g.id).join(" "));
   }
 
   function question(k) {
@@ -260,6 +346,7 @@ function render({ model, el }) {
     slider.value = String(step);
     position.textContent = "step " + step + " of " + (steps.length - 1);
     root.setAttribute("data-step", String(step));
+    applyGroups();
     followCurrent();
     if (!fromModel && model.get("step") !== step) {
       model.set("step", step);
@@ -278,6 +365,7 @@ function render({ model, el }) {
         group.prepend(title);
       }
     }
+    setupGroups(p);
     tableBox.innerHTML = passes[p].table;
     if (passSelect) { passSelect.value = String(p); }
     stop();
@@ -350,6 +438,7 @@ function render({ model, el }) {
     }
   });
   slider.addEventListener("input", () => { stop(); show(parseInt(slider.value, 10)); });
+  groupSelect.addEventListener("change", () => { groupMode = groupSelect.value; opened = {}; applyGroups(); followCurrent(); });
   if (passSelect) { passSelect.addEventListener("change", () => choosePass(parseInt(passSelect.value, 10))); }
   root.addEventListener("keydown", (event) => {
     if (event.target && (event.target.tagName === "INPUT" || event.target.tagName === "SELECT")) { return; }
@@ -368,7 +457,7 @@ function render({ model, el }) {
   }, { passive: false });
   let drag = null;
   viewport.addEventListener("pointerdown", (event) => {
-    drag = { x: event.clientX, y: event.clientY, vx: view.x, vy: view.y };
+    drag = { x: event.clientX, y: event.clientY, vx: view.x, vy: view.y, target: event.target };
     viewport.setPointerCapture(event.pointerId);
     viewport.classList.add("al-dragging");
   });
@@ -379,13 +468,26 @@ function render({ model, el }) {
     apply();
   });
   const endDrag = () => { drag = null; viewport.classList.remove("al-dragging"); };
-  viewport.addEventListener("pointerup", endDrag);
+  viewport.addEventListener("pointerup", (event) => {
+    // a click (no drag) on a module group's outline or name opens or closes it
+    const cluster = drag && Math.abs(event.clientX - drag.x) + Math.abs(event.clientY - drag.y) < 4 &&
+      drag.target && drag.target.closest ? drag.target.closest("g.cluster") : null;
+    endDrag();
+    if (cluster && passes[pass].groups && cluster.id) {
+      opened[cluster.id] = cluster.classList.contains("al-collapsed");
+      applyGroups();
+    }
+  });
   viewport.addEventListener("pointercancel", endDrag);
 
   const onStep = () => { if (model.get("step") !== step) { show(model.get("step"), true); } };
   const onPass = () => { if (model.get("pass_index") !== pass) { choosePass(model.get("pass_index"), true); } };
   model.on("change:step", onStep);
   model.on("change:pass_index", onPass);
+  root.alGroup = (id) => { // test hook: the same as a click on group `id`
+    const cluster = canvas.querySelector("#" + id);
+    if (cluster) { opened[id] = cluster.classList.contains("al-collapsed"); applyGroups(); }
+  };
   root.alFrameCss = (p, k) => frameCss(scope, passes[p].steps, k, false);
   root.alAnswer = (text) => {
     const box = cardBox.querySelector("input.al-answer");

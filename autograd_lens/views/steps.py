@@ -206,6 +206,11 @@ def _start_step(backward_pass: BackwardPass) -> Step:
     lines.extend(f"Recording note: {note}." for note in backward_pass.notes)
     if backward_pass.sources_note:
         lines.append(f"Source lines: {backward_pass.sources_note}.")
+    if backward_pass.groups_note:
+        lines.append(f"Module groups: {backward_pass.groups_note}.")
+    elif backward_pass.groups:
+        lines.append(f"Module groups: the dashed outlines are the {len(backward_pass.groups)} nn.Module calls "
+                     "that made these nodes (click one to open or close it).")
     if backward_pass.inventory:
         lines.append(f"Hooks attached ({len(backward_pass.inventory)}); on one target they fire in registration "
                      "order, across targets in the engine's order:")
@@ -218,9 +223,13 @@ def _start_step(backward_pass: BackwardPass) -> Step:
 
 def _made_by(backward_pass: BackwardPass, node: str | None) -> str:
     """Where the node came from, as the card says it ("" when lines are not known: the start card says why)."""
+    group = backward_pass.group_of(node) if node and backward_pass.groups else None
+    inside = f"inside {group.describe()}" if group is not None else ""
     source = backward_pass.sources.get(node) if node else None
     if source is not None:
-        return f"Made by {source.describe()}"
+        return f"Made by {source.describe()}" + (f", {inside}" if inside else "")
+    if inside:
+        return f"Made {inside}."
     if backward_pass.sources_note or not node:
         return ""
     return "Made before this cell ran, so the line that made it is not known."

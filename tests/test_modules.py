@@ -1,0 +1,285 @@
+"""Module groups (``Lens(modules=True)``, ``%%lens --modules``): which nn.Module call made each node.
+
+The oracle is torch itself: a forward hook registered by the test on each module records the ``grad_fn`` of
+what each call returned; that node must be in that call's group.  Everything the user can see (values,
+warnings, errors, hooks dicts) must be the same as a plain run.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.nn.modules import module as torch_module
+
+import autograd_lens as al
+from autograd_lens.views.dot import to_dot
+from autograd_lens.views.passview import PassView, group_data
+from conftest import assert_identical, run_plain_and_traced
+from test_real_code import S as REAL_CODE
+
+
+def global_hooks() -> list[int]:
+    return [len(torch_module._global_forward_hooks), len(torch_module._global_forward_pre_hooks),
+            len(torch_module._global_forward_hooks_always_called)]
+
+
+def outputs_by_call(*modules: nn.Module) -> tuple[list, list]:
+    """Test-side oracle: (module, grad_fn of its output) for every call, in call order."""
+    seen: list = []
+    handles = [m.register_forward_hook(lambda mod, args, out: seen.append((mod, out.grad_fn))) for m in modules]
+    return seen, handles
+
+
+def node_of(backward_pass, grad_fn) -> str:
+    [node] = [n.id for n in backward_pass.graph.nodes if n.kind == "function" and n.sequence_nr == grad_fn._sequence_nr()]
+    return node
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.linear(x).tanh() * 2  # tanh and mul are made by the block itself
+
+
+def test_each_node_is_in_the_call_that_made_it():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 3), Block())
+    x = torch.randn(2, 3, requires_grad=True)
+    seen, handles = outputs_by_call(*model.modules())
+    with al.Lens(names={"model": model, "x": x}, modules=True) as lens:
+        loss = model(x).pow(2).sum()
+        loss.backward()
+    for handle in handles:
+        handle.remove()
+    backward_pass = lens.passes[0]
+    names = {id(m): name for name, m in model.named_modules(prefix="model")}
+    assert [g.describe() for g in backward_pass.groups] == [
+        "model · Sequential", "model.0 · Linear", "model.1 · Tanh", "model.2 · Linear", "model.3 · Block",
+        "model.3.linear · Linear"]
+    for module, grad_fn in seen:  # the node each call returned is in that call's group, or a group inside it
+        group = backward_pass.group_of(node_of(backward_pass, grad_fn))
+        enclosing = []
+        while group is not None:
+            enclosing.append(group.path)
+            group = backward_pass.groups[group.parent] if group.parent is not None else None
+        assert names[id(module)] in enclosing
+    by_label = {g.path: g for g in backward_pass.groups}
+    labels = lambda g: sorted(backward_pass.graph.node(n).label for n in g.nodes)  # noqa: E731
+    assert labels(by_label["model.3"]) == ["2", "mul", "tanh"]  # made in Block.forward (with mul's constant)
+    assert labels(by_label["model.0"]) == ["addmm", "model.0.bias", "model.0.weight", "t"]
+    assert labels(by_label["model"]) == []  # Sequential makes no node of its own
+    assert backward_pass.group_of(next(n.id for n in backward_pass.graph.nodes if n.label == "pow")) is None
+    parents = [backward_pass.groups[g.parent].path if g.parent is not None else None for g in backward_pass.groups]
+    assert parents == [None, "model", "model", "model", "model", "model.3"]
+    assert global_hooks() == [0, 0, 0]
+
+
+def test_a_module_called_twice_makes_two_groups():
+    torch.manual_seed(0)
+    shared = nn.Linear(2, 2)
+    x = torch.randn(1, 2, requires_grad=True)
+    seen, handles = outputs_by_call(shared)
+    with al.Lens(names={"shared": shared, "x": x}, modules=True) as lens:
+        out = shared(shared(x).relu()).sum()
+        out.backward()
+    handles[0].remove()
+    backward_pass = lens.passes[0]
+    assert [g.describe() for g in backward_pass.groups] == ["shared · Linear (call 1 of 2)", "shared · Linear (call 2 of 2)"]
+    first, second = (backward_pass.group_of(node_of(backward_pass, fn)) for _, fn in seen)
+    assert (first.call, second.call) == (1, 2)
+    # its parameters belong to both calls: they are drawn outside either group
+    for name in ("shared.weight", "shared.bias"):
+        assert backward_pass.group_of(next(n.id for n in backward_pass.graph.nodes if n.label == name)) is None
+
+
+def test_module_hook_boundaries_are_inside_their_module():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+    calls = []
+    model[1].register_full_backward_hook(lambda m, gi, go: calls.append(1))
+    x = torch.randn(2, 3, requires_grad=True)
+    with al.Lens(names={"model": model, "x": x}, modules=True) as lens:
+        model(x).sum().backward()
+    backward_pass = lens.passes[0]
+    boundaries = [n for n in backward_pass.graph.nodes if n.op == "BackwardHookFunctionBackward"]
+    assert len(boundaries) == 2 and calls == [1]
+    for node in boundaries:  # both sides are the module's, and named so (no hook ran at the output side)
+        assert backward_pass.group_of(node.id).path == "model.1"
+        assert node.label == "model.1 hook boundary"
+    runs = [e.label for e in backward_pass.node_runs if e.name == "BackwardHookFunctionBackward"]
+    assert runs == ["model.1 hook boundary", "model.1 hook boundary"]
+
+
+def test_the_same_outcome_as_a_plain_run_and_no_hook_left_behind():
+    def program():
+        model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
+        seen = []
+        model[0].register_forward_hook(lambda m, a, out: seen.append(out.sum().item()))
+        model[2].register_full_backward_hook(lambda m, gi, go: (gi[0] * 2,))
+        x = torch.randn(5, 3, requires_grad=True)
+        model(x).sum().backward()
+        return [x.grad.clone(), *(p.grad.clone() for p in model.parameters()), seen,
+                len(model[0]._forward_hooks), len(model[0]._forward_pre_hooks)]
+
+    plain, traced, lens = run_plain_and_traced(program, modules=True)
+    assert_identical(plain, traced)
+    assert len(lens.passes[0].groups) == 4
+    assert global_hooks() == [0, 0, 0]
+
+
+def test_an_error_in_forward_is_unchanged_and_the_hooks_are_removed():
+    class Broken(nn.Module):
+        def forward(self, x):
+            raise ValueError("broken forward")
+
+    def program():
+        nn.Sequential(nn.Linear(2, 2), Broken())(torch.randn(1, 2))
+
+    plain, traced, lens = run_plain_and_traced(program, modules=True)
+    assert plain["raised"] == "ValueError: broken forward"
+    assert_identical(plain, traced)
+    assert global_hooks() == [0, 0, 0]
+    # calls left open by the error are closed by the enclosing call's end
+    assert all(end != float("inf") for end in lens.module_calls.ends)
+
+
+@pytest.mark.parametrize("name", sorted(REAL_CODE))
+def test_real_code_with_module_groups_behaves_as_without_the_lens(name):
+    plain, traced, lens = run_plain_and_traced(REAL_CODE[name], modules=True)
+    assert_identical(plain, traced)
+    assert global_hooks() == [0, 0, 0]
+    for backward_pass in lens.passes:  # every group's nodes are nodes of the drawing, each in one group
+        ids = [n for g in backward_pass.groups for n in g.nodes]
+        assert len(ids) == len(set(ids)) and set(ids) <= {n.id for n in backward_pass.graph.nodes}
+        assert backward_pass.groups_note == ""
+
+
+def test_checkpointed_module_is_grouped_once_and_values_match():
+    from torch.utils.checkpoint import checkpoint
+
+    def program():
+        inner = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+        x = torch.randn(2, 3, requires_grad=True)
+        checkpoint(inner, x, use_reentrant=False).sum().backward()
+        return [x.grad.clone(), *(p.grad.clone() for p in inner.parameters())]
+
+    plain, traced, lens = run_plain_and_traced(program, modules=True)
+    assert_identical(plain, traced)
+    assert [g.kind for g in lens.passes[0].groups] == ["Sequential", "Linear", "Tanh"]
+
+
+def test_compiled_module_warns_only_because_of_the_global_hooks():
+    """What --modules changes, said in its help: torch.compile(module) warns about global hooks."""
+    torch._dynamo.reset()
+
+    def program():
+        torch.manual_seed(0)
+        model = torch.compile(nn.Linear(3, 1), backend="eager")
+        x = torch.randn(2, 3, requires_grad=True)
+        model(x).sum().backward()
+        return [x.grad.clone()]
+
+    plain, traced, lens = run_plain_and_traced(program, modules=True)
+    assert plain["returned"][0].equal(traced["returned"][0])
+    extra = [w for w in traced["warnings"] if w not in plain["warnings"]]
+    assert len(extra) == 1 and "global hooks" in extra[0]
+    plain, traced, lens = run_plain_and_traced(program)  # without modules: nothing added
+    assert_identical(plain, traced)
+
+
+def test_another_thread_makes_groups_unknown():
+    model = nn.Linear(2, 1)
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait, name="worker")
+    worker.start()
+    try:
+        with al.Lens(names={"model": model}, modules=True) as lens:
+            model(torch.randn(1, 2)).sum().backward()
+    finally:
+        stop.set()
+        worker.join()
+    assert lens.passes[0].groups == ()
+    assert "a thread (worker) ran" in lens.passes[0].groups_note
+
+
+def test_a_big_drawing_without_groups_suggests_them():
+    model = nn.Sequential(*[nn.Tanh() for _ in range(70)])
+    x = torch.randn(2, requires_grad=True)
+    with al.Lens(names={"model": model, "x": x}) as lens:
+        model(x).sum().backward()
+    assert "%%lens --modules" in lens.passes[0].groups_note
+    start = PassView(lens.passes[0]).steps[0].lines
+    assert sum("Module groups: not recorded; run the cell as %%lens --modules" in line for line in start) == 1
+    with al.Lens(names={"x": x}) as small:
+        (x * 2).sum().backward()
+    assert small.passes[0].groups_note == ""
+
+
+def test_groups_are_nested_clusters_in_the_drawing_and_the_stepper_data():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), Block())
+    x = torch.randn(2, 3, requires_grad=True)
+    with al.Lens(names={"model": model, "x": x}, modules=True) as lens:
+        model(x).sum().backward()
+    backward_pass = lens.passes[0]
+    dot = to_dot(backward_pass.graph, groups=backward_pass.groups)
+    assert dot.count("subgraph cluster_m") == len(backward_pass.groups) == 5
+    # nesting: model.2.linear's cluster is inside model.2's, inside model's
+    assert dot.index("cluster_m1") < dot.index("cluster_m4") < dot.index("cluster_m5")
+    assert 'label="model.2.linear · Linear"' in dot
+    svg = PassView(backward_pass).svg
+    assert all(f'<g id="m{i}" class="cluster">' in svg for i in range(1, 6))
+    data = group_data(backward_pass)
+    assert data["collapse"] is False and data["total"] == len(backward_pass.graph.nodes)
+    outer = data["list"][0]
+    assert set(outer["nodes"]) == {n for g in backward_pass.groups for n in g.nodes}  # the model holds all
+    block = next(g for g in data["list"] if g["label"] == "model.2 · Block")
+    inner = next(g for g in data["list"] if g["label"] == "model.2.linear · Linear")
+    assert set(inner["nodes"]) < set(block["nodes"])
+    for group in data["list"]:  # an arrow is listed for a group only when both its ends are inside
+        for edge_id in group["edges"]:
+            edge = backward_pass.graph.edge(edge_id)
+            assert edge.src in group["nodes"] and edge.dst in group["nodes"]
+    # a card says where its node was made
+    tanh_steps = [s for s in PassView(backward_pass).steps if s.title.startswith("tanh (")]
+    assert [s.lines[0] for s in tanh_steps] == ["Made inside model.2 · Block.", "Made inside model.1 · Tanh."]
+
+
+def test_modules_option_is_checked():
+    with pytest.raises(TypeError, match="modules must be True or False"):
+        al.Lens(modules="yes")
+
+
+def test_magic_modules_flag(shell):
+    shell.run_cell("import torch.nn as nn\nmodel = nn.Sequential(nn.Linear(2, 2), nn.Tanh())\nx = torch.ones(1, 2)")
+    result = shell.run_cell("%%lens --modules --no-show\nout = model(x).sum()\nout.backward()")
+    assert result.success
+    backward_pass = shell.user_ns["_lens"].passes[0]
+    assert [g.describe() for g in backward_pass.groups] == ["model · Sequential", "model.0 · Linear", "model.1 · Tanh"]
+    addmm = next(n.id for n in backward_pass.graph.nodes if n.label == "addmm")
+    card = PassView(backward_pass).cards
+    assert any("Made by cell line 2: out = model(x).sum(), inside model.0 · Linear" in c for c in card)
+    assert backward_pass.group_of(addmm).path == "model.0"
+    assert global_hooks() == [0, 0, 0]
+    result = shell.run_cell("%%lens --no-show\nout = model(x).sum()\nout.backward()")
+    assert shell.user_ns["_lens"].passes[0].groups == ()
+
+
+def test_command_line_modules_option(tmp_path):
+    from autograd_lens.__main__ import main
+
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nmodel = torch.nn.Sequential(torch.nn.Linear(2, 1))\n"
+                      "model(torch.ones(1, 2)).sum().backward()\n")
+    for flag, expected in ((["--modules"], True), ([], False)):
+        page = tmp_path / "trace.html"
+        assert main([str(script), *flag, "-o", str(page)]) == 0
+        text = page.read_text(encoding="utf-8")
+        assert ("model.0 · Linear" in text) is expected
+    assert global_hooks() == [0, 0, 0]
