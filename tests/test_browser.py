@@ -162,7 +162,7 @@ def test_module_groups_collapse_around_the_current_step(browser, tmp_path):
         model(x).sum().backward()
     backward_pass = lens.passes[0]
     groups = {g.id: g for g in backward_pass.groups}
-    assert len(groups) == 101
+    assert len(groups) == 101, backward_pass.groups_note
     path = tmp_path / "groups.html"
     lens.to_html(str(path))
     page = browser.new_page(viewport={"width": 1300, "height": 900})

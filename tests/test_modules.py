@@ -283,3 +283,25 @@ def test_command_line_modules_option(tmp_path):
         text = page.read_text(encoding="utf-8")
         assert ("model.0 · Linear" in text) is expected
     assert global_hooks() == [0, 0, 0]
+
+
+def test_an_idle_executor_worker_does_not_make_groups_unknown_but_a_busy_one_does():
+    """asyncio's default executor keeps worker threads alive, waiting for work: they make no nodes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = nn.Linear(2, 1)
+    with ThreadPoolExecutor(1, thread_name_prefix="idle") as pool:
+        pool.submit(lambda: None).result()  # the worker now waits in its queue
+        with al.Lens(names={"model": model}, modules=True) as lens:
+            model(torch.randn(1, 2)).sum().backward()
+        assert lens.passes[0].groups_note == "" and len(lens.passes[0].groups) == 1
+        started, stop = threading.Event(), threading.Event()
+        busy = pool.submit(lambda: (started.set(), stop.wait()))
+        started.wait()
+        try:
+            with al.Lens(names={"model": model}, modules=True) as lens:
+                model(torch.randn(1, 2)).sum().backward()
+        finally:
+            stop.set()
+            busy.result()
+    assert lens.passes[0].groups == () and "a thread (idle_0) ran" in lens.passes[0].groups_note

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import ast
 import bisect
+import os
+import sys
 import threading
+from typing import Any
 
 import torch
 
@@ -27,6 +30,40 @@ from ..model import SourceLine
 _next_number = torch._C._autograd._get_sequence_nr
 _CURRENT: list[CellLines] = []  # the cell being run under %%lens, if any
 _MODULE = __name__
+
+
+def other_thread(thread: int) -> str | None:
+    """The name of a live thread, other than ``thread`` and the main thread, that could be making autograd
+    nodes now: its nodes are numbered separately, so numbers no longer tell which code made a node.  Daemon
+    threads (the kernel's own) and executor workers idle in their queue (``asyncio``'s default executor
+    keeps some alive) are not counted."""
+    frames = None
+    for candidate in threading.enumerate():
+        if candidate.daemon or candidate is threading.main_thread() or candidate.ident == thread:
+            continue
+        if frames is None:
+            frames = sys._current_frames()
+        if _idle_worker(frames.get(candidate.ident)):
+            continue
+        return candidate.name
+    return None
+
+
+def _idle_worker(frame: Any) -> bool:
+    """A ``concurrent.futures`` worker thread waiting for work: from its innermost frame out, its ``_worker``
+    loop is reached without passing through a work item's ``run`` (which would be running someone's code)."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.endswith(_WORKER_FILE):
+            if code.co_name == "run":
+                return False
+            if code.co_name == "_worker":
+                return True
+        frame = frame.f_back
+    return False
+
+
+_WORKER_FILE = os.path.join("concurrent", "futures", "thread.py")
 
 
 class CellLines:
@@ -53,10 +90,9 @@ class CellLines:
             self.numbers.append(line)
         if not self.unknown and threading.active_count() != self._threads:
             self._threads = threading.active_count()
-            others = [t.name for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()
-                      and t.ident != self.thread]
-            if others:
-                self.unknown = (f"a thread ({others[0]}) ran during the cell, and autograd numbers the nodes of "
+            other = other_thread(self.thread)
+            if other:
+                self.unknown = (f"a thread ({other}) ran during the cell, and autograd numbers the nodes of "
                                 "each thread separately")
 
     def line_of(self, number: int | None) -> SourceLine | None:

@@ -24,19 +24,11 @@ import torch
 from torch.nn.modules import module as _module
 
 from ..model import ModuleGroup
+from .lines import other_thread
 
 _next_number = torch._C._autograd._get_sequence_nr
 _is_compiling = torch.compiler.is_compiling
 MAX_CALLS = 200_000  # module calls kept per block; past this, groups are unknown (a long training loop)
-
-
-def other_thread(thread: int) -> str | None:
-    """The name of a live non-daemon thread other than ``thread`` and the main thread, if any: its nodes are
-    numbered separately, so numbers no longer tell which code made a node."""
-    for candidate in threading.enumerate():
-        if not candidate.daemon and candidate is not threading.main_thread() and candidate.ident != thread:
-            return candidate.name
-    return None
 
 
 class ModuleCalls:
