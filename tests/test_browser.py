@@ -343,6 +343,10 @@ def start_lab(tmp_path_factory, theme=None, app="jupyterlab"):
     (root / "stepper.ipynb").write_text(json.dumps(notebook))
     notebook["cells"][1]["source"] = "%%lens --predict\n" + CELL
     (root / "predict.ipynb").write_text(json.dumps(notebook))
+    notebook["cells"][1]["source"] = ("%%lens --modules\ntorch.manual_seed(0)\nmodel = torch.nn.Sequential(*[m for _ in "
+                                      "range(20) for m in (torch.nn.Linear(4, 4), torch.nn.Tanh())])\n"
+                                      "model(torch.randn(2, 4)).sum().backward()")
+    (root / "modules.ipynb").write_text(json.dumps(notebook))
     # the widget: Python reads the student's step and sets it (the last cell is run again by the test)
     notebook["cells"][1]["source"] = "%%lens --no-show\n" + CELL
     notebook["cells"] += [
@@ -476,6 +480,38 @@ def test_live_stepper_in_jupyterlab(browser, lab):
     page.locator(".jp-OutputArea button[data-go=zoom-in]").click()
     page.locator(".jp-OutputArea button[data-go=fit]").click()
     shot(page, "jupyterlab-last.png")
+    page.close()
+
+
+def test_module_groups_in_jupyterlab(browser, lab):
+    """%%lens --modules on 20 × (Linear + Tanh) (102 boxes) in JupyterLab: 41 outlines, the layers collapsed
+    except the current one; a click on a collapsed layer's name opens it."""
+    page, next_button = open_live_notebook(browser, lab.replace("stepper.ipynb", "modules.ipynb"))
+    stepper = page.locator(".jp-OutputArea .al-stepper")
+    assert page.locator(".jp-OutputArea g.cluster").count() == 41
+    assert len(stepper.get_attribute("data-collapsed").split()) == 40  # before the first step: every layer
+    opened_for = []
+    for _ in range(6):
+        next_button.click()
+        where = current_in_view(page)
+        assert where["inside"] and where["textPx"] >= 10, where
+        card = page.inner_text(".jp-OutputArea .al-cardbox")
+        inside = re.search(r"inside (model\.\d+ · \w+)", card)
+        if inside:  # the group that made the current node is open; the other layers are closed
+            state = page.evaluate("""(label) => Array.from(document.querySelectorAll('.jp-OutputArea g.cluster'))
+                .filter(g => g.querySelector('title').textContent.startsWith(label + ':'))
+                .map(g => g.classList.contains('al-collapsed'))""", inside.group(1))
+            assert state == [False], (inside.group(1), state)
+            opened_for.append(inside.group(1))
+            assert len(stepper.get_attribute("data-collapsed").split()) == 39
+        else:
+            assert len(stepper.get_attribute("data-collapsed").split()) == 40
+    assert len(opened_for) >= 3, opened_for
+    assert "m2" in stepper.get_attribute("data-collapsed").split()
+    page.locator(".jp-OutputArea button[data-go=fit]").click()
+    page.locator(".jp-OutputArea .al-canvas #m2 .al-group-name").click(force=True)
+    assert "m2" not in stepper.get_attribute("data-collapsed").split()
+    shot(page, "jupyterlab-module-groups.png")
     page.close()
 
 

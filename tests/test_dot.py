@@ -245,3 +245,45 @@ def test_quoting_matches_the_graphviz_library_for_any_text(text, no_html):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             assert _quote(sample) == graphviz.quoting.quote(sample), sample
+
+
+def _record_text_reference(text):
+    """record_text as first written, one character at a time (the table-driven version must match it)."""
+    from autograd_lens.views.dot import _RECORD_SPECIALS
+
+    out = []
+    for char in text:
+        if char in _RECORD_SPECIALS:
+            out.append("\\" + char)
+        elif char == "\n":
+            out.append("\\n")
+        elif char in "\r\t":
+            out.append(" ")
+        elif ord(char) >= 32:
+            out.append(char)
+    return "".join(out).strip() or "\\ "
+
+
+def _plain_text_reference(text):
+    out = []
+    for char in text:
+        if char in '\\"':
+            out.append("\\" + char)
+        elif char == "\n":
+            out.append("\\n")
+        else:
+            out.append(" " if ord(char) < 32 else char)
+    return "".join(out)
+
+
+def test_escaping_matches_the_character_by_character_reference():
+    import random
+
+    from autograd_lens.views.dot import plain_text, record_text
+
+    rng = random.Random(1)
+    alphabet = [chr(i) for i in range(130)] + list("λ→∂é漢")
+    for _ in range(5000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        assert record_text(text) == _record_text_reference(text), repr(text)
+        assert str(plain_text(text)) == _plain_text_reference(text), repr(text)

@@ -136,9 +136,10 @@ def groups_for(graph: Any, calls: ModuleCalls, module_name: Any) -> tuple[Module
     """The module calls that made nodes of ``graph``, innermost first for each node, as groups of node ids.
 
     Backward functions go to the call that made them (by number); a named tensor goes with the function that
-    made it, a saved value or constant with the function that keeps it, and a parameter leaf (``model.0.weight``)
-    with the call of the module that owns it when that module was called exactly once.  ``module_name(module)``
-    gives the notebook's name for a module (``None`` if it has none).
+    made it, a saved value or constant with the function that keeps it.  Leaves (parameters, inputs) are not
+    made by a forward: they stay outside (inside, a layer's parameters would also push each layer's outline
+    beside the last one in a top-to-bottom drawing).  ``module_name(module)`` gives the notebook's name for a
+    module (``None`` if it has none).
     """
     made: dict[str, int] = {}
     ended_at: dict[float, list[int]] = {}
@@ -174,15 +175,6 @@ def groups_for(graph: Any, calls: ModuleCalls, module_name: Any) -> tuple[Module
     for index in order:
         module = calls.module(index)
         paths[index] = module_name(module) if module is not None else None
-    once = {}
-    for index in order:
-        if paths[index]:
-            once[paths[index]] = index if paths[index] not in once else -1
-    for node in graph.nodes:  # a parameter goes with its module's only call
-        if node.kind == "leaf" and "." in node.label:
-            owner = once.get(node.label.rsplit(".", 1)[0], -1)
-            if owner >= 0:
-                made[node.id] = owner
     members: dict[int, list[str]] = {index: [] for index in order}
     for node in graph.nodes:
         if node.id in made:

@@ -32,42 +32,27 @@ FONT = "Helvetica,Arial,sans-serif"
 _RECORD_SPECIALS = set('{}|<>"\\')
 
 
+_RECORD_TABLE = {ord(c): "\\" + c for c in _RECORD_SPECIALS}
+_RECORD_TABLE.update({ord("\n"): "\\n", ord("\r"): " ", ord("\t"): " "})
+_RECORD_TABLE.update({code: None for code in range(32) if code not in _RECORD_TABLE})
+_PLAIN_TABLE = {ord("\\"): "\\\\", ord('"'): '\\"', ord("\n"): "\\n"}
+_PLAIN_TABLE.update({code: " " for code in range(32) if code not in _PLAIN_TABLE})
+
+
 def record_text(text: str) -> str:
     """Escape text for one field of a record label.
 
     >>> record_text("grads['a|b']"), record_text("<lambda>")
     ("grads['a\\\\|b']", '\\\\<lambda\\\\>')
     """
-    out = []
-    for char in text:
-        if char in _RECORD_SPECIALS:
-            out.append("\\" + char)
-        elif char == "\n":
-            out.append("\\n")
-        elif char == "\r" or char == "\t":
-            out.append(" ")
-        elif ord(char) < 32:
-            continue
-        else:
-            out.append(char)
-    escaped = "".join(out)
+    escaped = text.translate(_RECORD_TABLE)
     # Graphviz reads leading/trailing blanks of a field as layout: keep them visible.
     return escaped.strip() or "\\ "
 
 
 def plain_text(text: str) -> graphviz.nohtml:
     """Escape text for an ordinary (non-record) label: one line per ``\\n``."""
-    out = []
-    for char in text:
-        if char == "\\" or char == '"':
-            out.append("\\" + char)
-        elif char == "\n":
-            out.append("\\n")
-        elif ord(char) < 32:
-            out.append(" ")
-        else:
-            out.append(char)
-    return graphviz.nohtml("".join(out))
+    return graphviz.nohtml(text.translate(_PLAIN_TABLE))
 
 
 def tensor_fields(node: Node, grad_text: str | None = None) -> list[str]:
