@@ -486,7 +486,7 @@ def test_live_stepper_in_jupyterlab(browser, lab):
 def test_module_groups_in_jupyterlab(browser, lab):
     """%%lens --modules on 20 × (Linear + Tanh) (102 boxes) in JupyterLab: 41 outlines, the layers collapsed
     except the current one; a click on a collapsed layer's name opens it."""
-    page, next_button = open_live_notebook(browser, lab.replace("stepper.ipynb", "modules.ipynb"))
+    page, next_button = open_live_notebook(browser, lab.replace("/lab/tree/stepper.ipynb", "/lab/workspaces/modules/tree/modules.ipynb"))
     stepper = page.locator(".jp-OutputArea .al-stepper")
     assert page.locator(".jp-OutputArea g.cluster").count() == 41
     assert len(stepper.get_attribute("data-collapsed").split()) == 40  # before the first step: every layer
