@@ -37,10 +37,24 @@ def format_shape(shape: tuple[int, ...]) -> str:
     return "x".join(str(size) for size in shape) if shape else "scalar"
 
 
-def _nested(values: Any) -> str:
-    if isinstance(values, list):
-        return "[" + ", ".join(_nested(item) for item in values) + "]"
-    return format_number(values)
+def _nested(values: Any, limit: int | None = None) -> str:
+    """``[1.0, [2.0, 3.0]]`` text of nested lists; with ``limit``, text may stop once it is longer than
+    ``limit`` characters (what is written is the same as the start of the whole text)."""
+    if not isinstance(values, list):
+        return format_number(values)
+    parts = ["["]
+    length = 1
+    for index, item in enumerate(values):
+        if index:
+            parts.append(", ")
+            length += 2
+        text = _nested(item, None if limit is None else limit - length)
+        parts.append(text)
+        length += len(text)
+        if limit is not None and length > limit:
+            return "".join(parts)
+    parts.append("]")
+    return "".join(parts)
 
 
 def format_value(value: Any, max_chars: int = 60) -> str:
@@ -68,7 +82,7 @@ def format_value(value: Any, max_chars: int = 60) -> str:
                 return format_number(value.item())
             if value.numel() > 64:
                 raise ValueError("too many numbers to print")
-            text = _nested(value.detach().cpu().tolist())
+            text = _nested(value.detach().cpu().tolist(), max_chars)
         except Exception:  # large, or with no readable numbers (sparse, meta, no storage): shape and dtype
             layout = "" if value.layout == torch.strided else " " + str(value.layout).replace("torch.", "")
             return f"[{format_shape(tuple(value.shape))} {str(value.dtype).replace('torch.', '')}{layout}]"

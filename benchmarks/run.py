@@ -58,6 +58,12 @@ def main() -> None:
         others = ", ".join(f"{name} {bench_graph.cell(results[name], base)}" for name in bench_graph.TOOLS[1:])
         rows.append((f"DOT of {layers} × (Linear+Tanh): al.graph", f"{bench_graph.cell(base, base)}; {others}",
                      "≤ torchviz"))
+        like = []  # like for like: both with saved tensors, both without
+        for ours, theirs in (("al.graph", "torchviz(show_saved=True)"), ("al.graph(show_saved=False)", "torchviz.make_dot")):
+            if isinstance(results.get(ours), float) and isinstance(results.get(theirs), float):
+                like.append(f"{ours} / {theirs} ×{results[ours] / results[theirs]:.2f}")
+        if like:
+            rows.append((f"DOT of {layers} layers, like for like", "; ".join(like), "≤ ×1.0"))
     browser = bench_browser.measure()
     if browser is None:
         rows.append(("stepping in the browser", "chromium not found", "≤ 16 ms"))

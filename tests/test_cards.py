@@ -175,3 +175,27 @@ def test_a_module_hook_boundary_is_named_by_its_module_and_no_operand_is_called_
     # the factor of tanh's rule is bracketed, and the numbers are autograd's
     tanh = [s for s in steps if s.title.startswith("tanh")][0]
     assert any("g × (1 - tanh²) =" in line for line in tanh.lines)
+
+
+def test_long_values_are_cut_exactly_where_the_whole_text_would_be():
+    """format_value stops formatting once the text is too long: the result is the start of the whole text."""
+    import random
+
+    from autograd_lens.format import format_number, format_value
+
+    def whole(values):
+        if isinstance(values, list):
+            return "[" + ", ".join(whole(item) for item in values) + "]"
+        return format_number(values)
+
+    rng = random.Random(0)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(1500):
+        shape = [rng.randint(1, 4) for _ in range(rng.randint(1, 3))]
+        tensor = torch.randn(*shape, generator=generator) * 10 ** rng.randint(-6, 6)
+        if rng.random() < 0.3:
+            tensor = tensor.round().to(torch.int64)
+        for max_chars in (10, 20, 48, 60, 200):
+            text = whole(tensor.tolist())
+            expected = text[: max_chars - 1] + "…" if len(text) > max_chars else text
+            assert format_value(tensor, max_chars) == expected

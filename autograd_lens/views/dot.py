@@ -179,6 +179,7 @@ def _quote(text: str) -> str:
 
 
 _QUOTED: dict[str, str] = {}  # attribute names and short values repeat on every node: quoted once
+_PAIRS: dict[tuple[str, str], str] = {}
 
 
 def _quote_short(text: str) -> str:
@@ -203,8 +204,21 @@ class _Digraph:
     @staticmethod
     def _attributes(label: str | None, attributes: dict) -> str:
         parts = [f"label={_quote(label)}"] if label is not None else []
-        parts += [f"{_quote_short(key)}={_quote_short(value)}" for key, value in sorted(attributes.items())
-                  if value is not None]
+        for key in sorted(attributes):
+            value = attributes[key]
+            if value is None:
+                continue
+            # ``key=value`` repeats on every node (shape=box, id=n12 …): written once.  Only plain ``str``
+            # values share the cache: a ``nohtml`` value is quoted differently from the same text as ``str``.
+            plain = type(value) is str and len(value) <= 40
+            pair = _PAIRS.get((key, value)) if plain else None
+            if pair is None:
+                pair = f"{_quote_short(key)}={_quote_short(value)}"
+                if plain:
+                    if len(_PAIRS) > 100_000:
+                        _PAIRS.clear()
+                    _PAIRS[(key, value)] = pair
+            parts.append(pair)
         return " ".join(parts)
 
     def attr(self, kw: str | None = None, **attributes: str) -> None:
