@@ -157,7 +157,9 @@ def test_real_code_with_module_groups_behaves_as_without_the_lens(name):
     for backward_pass in lens.passes:  # every group's nodes are nodes of the drawing, each in one group
         ids = [n for g in backward_pass.groups for n in g.nodes]
         assert len(ids) == len(set(ids)) and set(ids) <= {n.id for n in backward_pass.graph.nodes}
-        assert backward_pass.groups_note == ""
+        assert backward_pass.groups_note == ("" if backward_pass.groups else
+                                             "no nn.Module call made a node of this pass while the lens recorded "
+                                             "(a node made before the cell or block began is not grouped)")
 
 
 def test_checkpointed_module_is_grouped_once_and_values_match():
@@ -305,3 +307,12 @@ def test_an_idle_executor_worker_does_not_make_groups_unknown_but_a_busy_one_doe
             stop.set()
             busy.result()
     assert lens.passes[0].groups == () and "a thread (idle_0) ran" in lens.passes[0].groups_note
+
+
+def test_a_forward_run_before_the_block_is_said_to_be_ungrouped(shell):
+    shell.run_cell("import torch.nn as nn\nlayer = nn.Linear(2, 1)\nloss = layer(torch.ones(1, 2)).sum()")
+    assert shell.run_cell("%%lens --modules --no-show\nloss.backward()").success
+    backward_pass = shell.user_ns["_lens"].passes[0]
+    assert backward_pass.groups == () and "no nn.Module call made a node" in backward_pass.groups_note
+    start = PassView(backward_pass).steps[0].lines
+    assert any(line.startswith("Module groups: no nn.Module call made a node") for line in start)

@@ -454,6 +454,9 @@ def _groups(graph: Any, calls: ModuleCalls | None, names: Any, asked: bool) -> d
     if calls.unknown:
         return {"groups_note": f"which module made each node is not known: {calls.unknown}"}
     groups = groups_for(graph, calls, names.module_name)
+    if not groups:
+        return {"groups_note": "no nn.Module call made a node of this pass while the lens recorded (a node made "
+                               "before the cell or block began is not grouped)"}
     return {"groups": groups, **_name_output_boundaries(graph, groups, names)}
 
 
