@@ -19,6 +19,7 @@ from autograd_lens.views.dot import to_dot
 from autograd_lens.views.passview import PassView, group_data
 from conftest import assert_identical, run_plain_and_traced
 from test_real_code import S as REAL_CODE
+from test_trust import REPROS, _plain_and_lens_lines, _repro_scripts
 
 
 def global_hooks() -> list[int]:
@@ -316,3 +317,49 @@ def test_a_forward_run_before_the_block_is_said_to_be_ungrouped(shell):
     assert backward_pass.groups == () and "no nn.Module call made a node" in backward_pass.groups_note
     start = PassView(backward_pass).steps[0].lines
     assert any(line.startswith("Module groups: no nn.Module call made a node") for line in start)
+
+
+MODULES_ON = """
+import runpy, sys
+import autograd_lens.capture.tracer as tracer
+original = tracer.Lens.__init__
+def init(self, *args, **kwargs):
+    kwargs.setdefault("modules", True)
+    original(self, *args, **kwargs)
+tracer.Lens.__init__ = init
+path = sys.argv[1]
+sys.argv = sys.argv[1:]
+runpy.run_path(path, run_name="__main__")
+"""
+
+
+@pytest.mark.skipif(not _repro_scripts(), reason="../shared/repros is not beside this checkout")
+def test_every_repro_script_behaves_as_without_the_lens_with_module_groups_on(tmp_path):
+    """The shared repro scripts again, every Lens in them made with modules=True."""
+    import os
+    import subprocess
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    wrapper = tmp_path / "modules_on.py"
+    wrapper.write_text(MODULES_ON)
+    probe = tmp_path / "probe.py"
+    probe.write_text("import autograd_lens as al\nprint(al.Lens().modules)\n")
+    assert subprocess.run([sys.executable, str(wrapper), str(probe)], capture_output=True, text=True).stdout == "True\n"
+
+    def run(name):
+        return name, subprocess.run([sys.executable, str(wrapper), os.path.join(REPROS, name)], capture_output=True,
+                                    text=True, cwd=tmp_path, timeout=600)
+
+    with ThreadPoolExecutor(2) as pool:
+        results = dict(pool.map(run, _repro_scripts()))
+    failures = []
+    for name, done in results.items():
+        if done.returncode != 0:
+            failures.append(f"{name}: exit {done.returncode}: {done.stderr[-300:]}")
+        for plain, lens in _plain_and_lens_lines(done.stdout):
+            if name.startswith("trap_") and plain != lens:
+                failures.append(f"{name}: plain {plain!r} vs lens {lens!r}")
+        if "autograd_lens" in done.stderr and "Warning" in done.stderr:
+            failures.append(f"{name}: lens warning: {done.stderr[-300:]}")
+    assert failures == []
