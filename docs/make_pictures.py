@@ -58,6 +58,16 @@ def mlp_trace() -> al.Lens:
     return lens
 
 
+def grouped_trace() -> al.Lens:
+    """12 x (Linear + Tanh) recorded with module groups: past 60 boxes the layers start collapsed."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[m for _ in range(12) for m in (nn.Linear(4, 4), nn.Tanh())])
+    inputs = torch.randn(2, 4)
+    with al.Lens(names={"model": model, "inputs": inputs}, modules=True) as lens:
+        model(inputs).sum().backward()
+    return lens
+
+
 def stepper_picture(lens: al.Lens, path: str, step: int) -> bool:
     """A screenshot of the static stepper at ``step`` in Chromium (Debian's; skipped without it)."""
     import shutil
@@ -95,6 +105,8 @@ def main() -> None:
         print("wrote", os.path.join("docs", "pictures", f"{name}.png"))
     if stepper_picture(mlp_trace(), os.path.join(HERE, "stepper_mlp.png"), step=9):
         print("wrote", os.path.join("docs", "pictures", "stepper_mlp.png"))
+    if stepper_picture(grouped_trace(), os.path.join(HERE, "stepper_modules.png"), step=4):
+        print("wrote", os.path.join("docs", "pictures", "stepper_modules.png"))
 
 
 if __name__ == "__main__":

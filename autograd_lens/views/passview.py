@@ -107,8 +107,9 @@ COLLAPSE_OVER = 60
 
 
 def group_data(backward_pass: BackwardPass) -> dict:
-    """Module groups for the stepper: for each, its label, parent and every node and arrow inside it (nested
-    groups included), and whether groups start collapsed."""
+    """Module groups for the stepper: for each, its label, parent, every node and arrow inside it (nested
+    groups included), the arrows across its border and the nodes at their other ends, and whether groups start
+    collapsed."""
     groups = backward_pass.groups
     inside: list[set[str]] = [set(group.nodes) for group in groups]
     for index in range(len(groups) - 1, -1, -1):  # a group starts after its parent: children come later
@@ -116,23 +117,33 @@ def group_data(backward_pass: BackwardPass) -> dict:
         if parent is not None:
             inside[parent] |= inside[index]
     edges: list[list[str]] = [[] for _ in groups]
+    border: list[list[str]] = [[] for _ in groups]
+    beside: list[set[str]] = [set() for _ in groups]  # nodes outside a group with an arrow to or from it
     enclosing = {}
     for index, group in enumerate(groups):
         for node_id in group.nodes:
             enclosing[node_id] = index
-    for edge in backward_pass.graph.edges:  # an arrow inside a group: in every group holding both ends
-        index = enclosing.get(edge.src)
-        while index is not None:
-            if edge.dst in inside[index]:
-                edges[index].append(edge.id)
-            index = groups[index].parent
+    for edge in backward_pass.graph.edges:
+        # an arrow inside a group (both ends in it), or across its border (one end in it)
+        seen = set()
+        for end, other in ((edge.src, edge.dst), (edge.dst, edge.src)):
+            index = enclosing.get(end)
+            while index is not None and index not in seen:
+                seen.add(index)
+                if other in inside[index]:
+                    edges[index].append(edge.id)
+                else:
+                    border[index].append(edge.id)
+                    beside[index].add(other)
+                index = groups[index].parent
     order = {node.id: number for number, node in enumerate(backward_pass.graph.nodes)}
     return {
         "collapse": len(backward_pass.graph.nodes) > COLLAPSE_OVER,
         "total": len(backward_pass.graph.nodes),
         "list": [
             {"id": group.id, "label": group.describe(), "parent": group.parent,
-             "nodes": sorted(inside[index], key=order.__getitem__), "edges": edges[index]}
+             "nodes": sorted(inside[index], key=order.__getitem__), "edges": edges[index], "border": border[index],
+             "beside": sorted(beside[index], key=order.__getitem__)}
             for index, group in enumerate(groups)
         ],
     }

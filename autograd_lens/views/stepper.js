@@ -256,6 +256,8 @@ function render({ model, el }) {
     const svgNs = "http://www.w3.org/2000/svg";
     groups.list.forEach((g) => {
       g.nodeSet = new Set(g.nodes);
+      g.edgeSet = new Set(g.edges.concat(g.border || []));
+      g.besideSet = new Set(g.beside || []);
       const cluster = canvas.querySelector("#" + g.id);
       if (!cluster) { return; }
       const small = cluster.querySelector(":scope > text");
@@ -272,7 +274,7 @@ function render({ model, el }) {
       const [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
       const lines = g.label.split(" · ");
       const longest = Math.max(...lines.map((line) => line.length));
-      const fontSize = Math.max(4, Math.min(40, (y1 - y0) * 0.8 / lines.length, (x1 - x0) * 0.9 / (0.6 * longest)));
+      const fontSize = Math.max(4, Math.min(24, (y1 - y0) * 0.45 / lines.length, (x1 - x0) * 0.9 / (0.6 * longest)));
       const name = document.createElementNS(svgNs, "text");
       name.setAttribute("class", "al-group-name");
       name.setAttribute("text-anchor", "middle");
@@ -280,7 +282,7 @@ function render({ model, el }) {
       lines.forEach((line, i) => {
         const span = document.createElementNS(svgNs, "tspan");
         span.setAttribute("x", ((x0 + x1) / 2).toFixed(1));
-        span.setAttribute("y", ((y0 + y1) / 2 + fontSize * (i - (lines.length - 1) / 2 + 0.35)).toFixed(1));
+        span.setAttribute("y", (y0 + fontSize * (i + 1.1)).toFixed(1)); // at the top: arrows' labels cross the middle
         span.textContent = line;
         name.appendChild(span);
       });
@@ -288,12 +290,13 @@ function render({ model, el }) {
     });
   }
 
-  function isOpen(g, current, total) {
+  function isOpen(g, current, total, near) {
     if (g.id in opened) { return opened[g.id]; }
     if (groupMode !== "auto") { return groupMode === "open"; }
     // auto: small drawings stay open; a big one shows the groups around the current step, and any group
     // holding most of the drawing (the model itself)
-    return !passes[pass].groups.collapse || (!!current && g.nodeSet.has(current)) || g.nodes.length * 2 > total;
+    return !passes[pass].groups.collapse || (!!current && (g.nodeSet.has(current) || g.besideSet.has(current))) ||
+      g.nodes.length * 2 > total || near.some((e) => g.edgeSet.has(e));
   }
 
   function applyGroups() {
@@ -301,7 +304,10 @@ function render({ model, el }) {
     if (!groups) { return; }
     const current = passes[pass].steps[step].node;
     const list = groups.list;
-    const shut = list.map((g) => !isOpen(g, current, groups.total));
+    // around the current step: the group of its node, the groups beside it (a parameter's layer), and the
+    // groups its arrows reach (where the gradient goes)
+    const near = passes[pass].steps[step].edges;
+    const shut = list.map((g) => !isOpen(g, current, groups.total, near));
     const hiders = list.map(() => null); // the outermost collapsed group around each group (itself included)
     hiddenIn = {};
     const rules = [];
