@@ -63,3 +63,30 @@ def test_trace_and_steps_grow_linearly():
     for what, a, b in zip(("trace + model", "steps + cards"), small, large):
         # linear: ×4 (plus a constant); quadratic would be ×16
         assert b <= 4.6 * a, f"{what}: {a:,} lines for 200 nodes, {b:,} for 800 (×{b / a:.1f})"
+
+
+def grouped(length: int) -> tuple[int, int]:
+    """A layer called ``length`` times (one module group per call), recorded with modules=True."""
+    layer = torch.nn.Linear(2, 2)
+    x = torch.tensor([[0.5, -0.5]], requires_grad=True)
+    holder = {}
+
+    def trace():
+        with al.Lens(names={"x": x, "layer": layer}, max_nodes=100_000, modules=True) as lens:
+            h = x
+            for _ in range(length):
+                h = layer(h)
+            h.sum().backward()
+        holder["lens"] = lens
+
+    traced = lines_run(trace)
+    view = PassView(holder["lens"].passes[0])
+    assert len(holder["lens"].passes[0].groups) == length
+    stepped = lines_run(lambda: (view.steps, view.cards, view.data()))
+    return traced, stepped
+
+
+def test_module_groups_grow_linearly():
+    small, large = grouped(60), grouped(240)
+    for what, a, b in zip(("trace + groups", "steps + group data"), small, large):
+        assert b <= 4.6 * a, f"{what}: {a:,} lines for 60 calls, {b:,} for 240 (×{b / a:.1f})"

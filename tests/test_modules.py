@@ -363,3 +363,17 @@ def test_every_repro_script_behaves_as_without_the_lens_with_module_groups_on(tm
         if "autograd_lens" in done.stderr and "Warning" in done.stderr:
             failures.append(f"{name}: lens warning: {done.stderr[-300:]}")
     assert failures == []
+
+
+def test_a_module_called_in_a_loop_is_numbered_per_call_and_counted_once_per_pass():
+    """An RNN-style cell called 300 times: each call its own group (call k of 300), read back in the order made."""
+    cell = nn.Linear(2, 2)
+    x = torch.ones(1, 2, requires_grad=True)
+    with al.Lens(names={"cell": cell, "x": x}, modules=True, max_nodes=5000) as lens:
+        h = x
+        for _ in range(300):
+            h = cell(h).tanh()
+        h.sum().backward()
+    groups = lens.passes[0].groups
+    assert [g.call for g in groups] == list(range(1, 301)) and {g.calls for g in groups} == {300}
+    assert lens.module_calls.numbers == list(range(1, 301))

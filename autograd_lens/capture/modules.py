@@ -44,6 +44,7 @@ class ModuleCalls:
         self.parents: list[int] = []  # index of the enclosing call, -1 at top level
         self._open: list[int] = []
         self._same: dict[int, list[int]] = {}  # id(module) -> its calls (checked against the weak reference)
+        self.numbers: list[int] = []  # each call's number among the calls of its module (1 for the first)
         self.unknown = ""  # why calls cannot tell which module made a node, once known
         self._threads = 0
         self._handles: list[Any] = []
@@ -80,12 +81,18 @@ class ModuleCalls:
                 ref = weakref.ref(module)
             except TypeError:
                 ref = None
+            index, kind, start = len(self.starts), type(module).__name__, _next_number()
+            same = self._same.setdefault(id(module), [])
+            if same and not (self.refs[same[-1]] is not None and self.refs[same[-1]]() is module):
+                same.clear()  # that id belonged to a module that is gone: this is another module
+            # every list grows by one together (nothing below can raise)
             self.parents.append(self._open[-1] if self._open else -1)
-            self._same.setdefault(id(module), []).append(len(self.starts))
-            self._open.append(len(self.starts))
+            same.append(index)
+            self.numbers.append(len(same))
+            self._open.append(index)
             self.refs.append(ref)
-            self.kinds.append(type(module).__name__)
-            self.starts.append(_next_number())
+            self.kinds.append(kind)
+            self.starts.append(start)
             self.ends.append(float("inf"))
         except Exception:
             pass
@@ -127,9 +134,8 @@ class ModuleCalls:
         """(this call's number, how many calls) of the module of call ``index``, counted over the block."""
         module = self.module(index)
         if module is None:
-            return 1, 1
-        same = [i for i in self._same.get(id(module), ()) if self.refs[i] is not None and self.refs[i]() is module]
-        return same.index(index) + 1, len(same)
+            return self.numbers[index], self.numbers[index]
+        return self.numbers[index], len(self._same.get(id(module), ()))
 
 
 def groups_for(graph: Any, calls: ModuleCalls, module_name: Any) -> tuple[ModuleGroup, ...]:
