@@ -377,3 +377,29 @@ def test_a_module_called_in_a_loop_is_numbered_per_call_and_counted_once_per_pas
     groups = lens.passes[0].groups
     assert [g.call for g in groups] == list(range(1, 301)) and {g.calls for g in groups} == {300}
     assert lens.module_calls.numbers == list(range(1, 301))
+
+
+def test_compiled_function_traces_the_same_graphs_with_groups_on():
+    """Inside torch.compile's tracing the hooks do nothing (no graph break, no extra graph); nodes made by the
+    compiled code are then not grouped, and the first step says so."""
+    import warnings
+
+    from torch._dynamo.utils import counters
+
+    def run(modules):
+        torch._dynamo.reset()
+        counters.clear()
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 1))
+        compiled = torch.compile(lambda x: model(x).sum(), backend="eager")
+        x = torch.randn(2, 3, requires_grad=True)
+        with warnings.catch_warnings(record=True) as caught, al.Lens(names={"model": model, "x": x}, modules=modules) as lens:
+            warnings.simplefilter("always")
+            compiled(x).backward()
+        return (dict(counters["stats"]), dict(counters["graph_break"]), x.grad.clone(),
+                [str(w.message) for w in caught], lens.passes[0])
+
+    plain, grouped = run(False), run(True)
+    assert plain[:2] == grouped[:2] and plain[0]["unique_graphs"] == 1 and plain[1] == {}
+    assert torch.equal(plain[2], grouped[2]) and plain[3] == grouped[3]
+    assert grouped[4].groups == () and grouped[4].groups_note.startswith("no nn.Module call made a node")
