@@ -403,3 +403,19 @@ def test_compiled_function_traces_the_same_graphs_with_groups_on():
     assert plain[:2] == grouped[:2] and plain[0]["unique_graphs"] == 1 and plain[1] == {}
     assert torch.equal(plain[2], grouped[2]) and plain[3] == grouped[3]
     assert grouped[4].groups == () and grouped[4].groups_note.startswith("no nn.Module call made a node")
+
+
+def test_the_live_widget_carries_the_same_groups_as_the_static_page():
+    import json
+
+    from autograd_lens.views.passview import views_for
+    from autograd_lens.views.static_html import stepper_fragment
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 2), nn.Tanh())
+    with al.Lens(names={"model": model}, modules=True) as lens:
+        model(torch.ones(1, 2)).sum().backward()
+    widget = json.loads(lens.stepper().data)["passes"][0]["groups"]
+    assert widget == group_data(lens.passes[0])
+    assert [g["label"] for g in widget["list"]] == ["model · Sequential", "model.0 · Linear", "model.1 · Tanh"]
+    assert '"model.0 · Linear"' in stepper_fragment(views_for(lens.passes))  # the static page's data
