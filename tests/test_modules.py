@@ -11,15 +11,15 @@ import threading
 
 import pytest
 import torch
-import torch.nn as nn
+from conftest import assert_identical, run_plain_and_traced
+from test_real_code import S as REAL_CODE
+from test_trust import REPROS, _plain_and_lens_lines, _repro_scripts
+from torch import nn
 from torch.nn.modules import module as torch_module
 
 import autograd_lens as al
 from autograd_lens.views.dot import to_dot
 from autograd_lens.views.passview import PassView, group_data
-from conftest import assert_identical, run_plain_and_traced
-from test_real_code import S as REAL_CODE
-from test_trust import REPROS, _plain_and_lens_lines, _repro_scripts
 
 
 def global_hooks() -> list[int]:
@@ -71,7 +71,7 @@ def test_each_node_is_in_the_call_that_made_it():
             group = backward_pass.groups[group.parent] if group.parent is not None else None
         assert names[id(module)] in enclosing
     by_label = {g.path: g for g in backward_pass.groups}
-    labels = lambda g: sorted(backward_pass.graph.node(n).label for n in g.nodes)  # noqa: E731
+    labels = lambda g: sorted(backward_pass.graph.node(n).label for n in g.nodes)
     assert labels(by_label["model.3"]) == ["2", "mul", "tanh"]  # made in Block.forward (with mul's constant)
     assert labels(by_label["model.0"]) == ["addmm", "t"]  # parameters are not made by forward: outside
     assert labels(by_label["model"]) == []  # Sequential makes no node of its own
@@ -188,11 +188,11 @@ def test_compiled_module_warns_only_because_of_the_global_hooks():
         model(x).sum().backward()
         return [x.grad.clone()]
 
-    plain, traced, lens = run_plain_and_traced(program, modules=True)
+    plain, traced, _ = run_plain_and_traced(program, modules=True)
     assert plain["returned"][0].equal(traced["returned"][0])
     extra = [w for w in traced["warnings"] if w not in plain["warnings"]]
     assert len(extra) == 1 and "global hooks" in extra[0]
-    plain, traced, lens = run_plain_and_traced(program)  # without modules: nothing added
+    plain, traced, _ = run_plain_and_traced(program)  # without modules: nothing added
     assert_identical(plain, traced)
 
 
@@ -345,10 +345,12 @@ def test_every_repro_script_behaves_as_without_the_lens_with_module_groups_on(tm
     wrapper.write_text(MODULES_ON)
     probe = tmp_path / "probe.py"
     probe.write_text("import autograd_lens as al\nprint(al.Lens().modules)\n")
-    assert subprocess.run([sys.executable, str(wrapper), str(probe)], capture_output=True, text=True).stdout == "True\n"
+    assert subprocess.run([sys.executable, str(wrapper), str(probe)], capture_output=True, text=True,
+                          check=True).stdout == "True\n"
 
     def run(name):
-        return name, subprocess.run([sys.executable, str(wrapper), os.path.join(REPROS, name)], capture_output=True,
+        return name, subprocess.run([sys.executable, str(wrapper), os.path.join(REPROS, name)], check=False,
+                                    capture_output=True,
                                     text=True, cwd=tmp_path, timeout=600)
 
     with ThreadPoolExecutor(2) as pool:

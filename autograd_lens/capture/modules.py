@@ -64,19 +64,19 @@ class ModuleCalls:
 
     def _started(self, module: Any, args: Any) -> None:
         if _is_compiling():  # inside torch.compile's tracing: nothing to record, nothing traced
-            return None
+            return
         try:
             if threading.get_ident() != self.thread or self.unknown:
-                return None
+                return
             if threading.active_count() != self._threads:
                 self._threads = threading.active_count()
                 name = other_thread(self.thread)
                 if name:
                     self.unknown = f"a thread ({name}) ran during the block, and autograd numbers each thread's nodes separately"
-                    return None
+                    return
             if len(self.starts) >= MAX_CALLS:
                 self.unknown = f"more than {MAX_CALLS:,} module calls were made in the block"
-                return None
+                return
             try:
                 ref = weakref.ref(module)
             except TypeError:
@@ -94,16 +94,16 @@ class ModuleCalls:
             self.kinds.append(kind)
             self.starts.append(start)
             self.ends.append(float("inf"))
-        except Exception:
+        except Exception:  # noqa: BLE001, S110 - a hook of the lens never raises into the user's forward
             pass
-        return None
+        return
 
     def _ended(self, module: Any, args: Any, result: Any) -> None:
         if _is_compiling():
-            return None
+            return
         try:
             if threading.get_ident() != self.thread:
-                return None
+                return
             # the innermost open call of this module (a call whose pre-hook was skipped has none)
             for depth in range(len(self._open) - 1, -1, -1):
                 index = self._open[depth]
@@ -112,9 +112,9 @@ class ModuleCalls:
                     self.ends[index] = _next_number()
                     del self._open[depth:]  # calls left open inside it (an exception) end with it
                     break
-        except Exception:
+        except Exception:  # noqa: BLE001, S110 - a hook of the lens never raises into the user's forward
             pass
-        return None
+        return
 
     # ------------------------------------------------------------------ reading
     def call_of(self, number: int | None) -> int | None:
