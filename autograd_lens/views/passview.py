@@ -302,6 +302,7 @@ BASE_CSS = """\
 {scope} .cluster {{cursor: pointer}}
 {scope} .cluster > text.al-group-name {{display: none; fill: #4c1d95; font-weight: bold}}
 {scope} .cluster.al-collapsed > text.al-group-name {{display: inline}}
+{scope} .cluster.al-collapsed > text.al-group-name.al-tiny {{display: none}}
 {scope} .cluster.al-collapsed > text.al-small {{display: none}}
 {scope} .cluster.al-collapsed > path, {scope} .cluster.al-collapsed > polygon {{fill: #ede9fe; stroke-dasharray: none}}
 {scope} .al-card {{border: 1px solid var(--jp-border-color2, #d1d5db); border-radius: 6px; padding: 8px 12px;

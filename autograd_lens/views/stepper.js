@@ -191,6 +191,10 @@ function render({ model, el }) {
     canvas.style.transform = "translate(" + view.x + "px, " + view.y + "px) scale(" + view.scale + ")";
     // text that would be drawn below MIN_TEXT_PX is hidden: an overview shows the shape, not unreadable labels
     root.classList.toggle("al-overview", view.scale * FONT_PX < MIN_TEXT_PX);
+    // a folded group's name has its own size: hidden too while it would be drawn below MIN_TEXT_PX
+    canvas.querySelectorAll("text.al-group-name").forEach((name) => {
+      name.classList.toggle("al-tiny", parseFloat(name.getAttribute("font-size")) * 4 / 3 * view.scale < MIN_TEXT_PX);
+    });
     root.setAttribute("data-scale", view.scale.toFixed(3));
   }
 
