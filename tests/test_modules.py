@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import assert_identical, run_plain_and_traced
 from test_real_code import S as REAL_CODE
-from test_trust import REPROS, _plain_and_lens_lines, _repro_scripts
+from test_trust import _repro_scripts, repro_failures
 from torch import nn
 from torch.nn.modules import module as torch_module
 
@@ -336,10 +336,8 @@ runpy.run_path(path, run_name="__main__")
 @pytest.mark.skipif(not _repro_scripts(), reason="../shared/repros is not beside this checkout")
 def test_every_repro_script_behaves_as_without_the_lens_with_module_groups_on(tmp_path):
     """The shared repro scripts again, every Lens in them made with modules=True."""
-    import os
     import subprocess
     import sys
-    from concurrent.futures import ThreadPoolExecutor
 
     wrapper = tmp_path / "modules_on.py"
     wrapper.write_text(MODULES_ON)
@@ -347,24 +345,7 @@ def test_every_repro_script_behaves_as_without_the_lens_with_module_groups_on(tm
     probe.write_text("import autograd_lens as al\nprint(al.Lens().modules)\n")
     assert subprocess.run([sys.executable, str(wrapper), str(probe)], capture_output=True, text=True,
                           check=True).stdout == "True\n"
-
-    def run(name):
-        return name, subprocess.run([sys.executable, str(wrapper), os.path.join(REPROS, name)], check=False,
-                                    capture_output=True,
-                                    text=True, cwd=tmp_path, timeout=600)
-
-    with ThreadPoolExecutor(2) as pool:
-        results = dict(pool.map(run, _repro_scripts()))
-    failures = []
-    for name, done in results.items():
-        if done.returncode != 0:
-            failures.append(f"{name}: exit {done.returncode}: {done.stderr[-300:]}")
-        for plain, lens in _plain_and_lens_lines(done.stdout):
-            if name.startswith("trap_") and plain != lens:
-                failures.append(f"{name}: plain {plain!r} vs lens {lens!r}")
-        if "autograd_lens" in done.stderr and "Warning" in done.stderr:
-            failures.append(f"{name}: lens warning: {done.stderr[-300:]}")
-    assert failures == []
+    assert repro_failures(tmp_path, before=(str(wrapper),)) == []
 
 
 def test_a_module_called_in_a_loop_is_numbered_per_call_and_counted_once_per_pass():

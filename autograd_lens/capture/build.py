@@ -84,18 +84,20 @@ def _name_hook_boundaries(walk: Walk, observer: PassObserver) -> None:
         if isinstance(record, HookRecord) and record.module is not None and record.node_fn is not None \
                 and record.target and record.node_fn.name() == "BackwardHookFunctionBackward":
             found.setdefault(id(record.node_fn), f"{record.target} hook boundary")
-    if not found:
+    walk.labels.update(found)  # drawn or not: the steps name it
+    relabel(walk, {walk.function_ids[fn_id]: label for fn_id, label in found.items() if fn_id in walk.function_ids})
+
+
+def relabel(walk: Walk, labels: dict[str, str]) -> None:
+    """Rename backward functions (node id -> label) in the drawing and in what the steps will call them."""
+    if not labels:
         return
-    relabel = {}
-    for fn_id, label in found.items():
-        walk.labels[fn_id] = label
-        node_id = walk.function_ids.get(fn_id)
-        if node_id is not None:
-            relabel[node_id] = label
-    if relabel:
-        nodes = tuple(dataclasses.replace(node, label=relabel[node.id]) if node.id in relabel else node
-                      for node in walk.graph.nodes)
-        walk.graph = dataclasses.replace(walk.graph, nodes=nodes)
+    for fn_id, node_id in walk.function_ids.items():
+        if node_id in labels:
+            walk.labels[fn_id] = labels[node_id]
+    nodes = tuple(dataclasses.replace(node, label=labels[node.id]) if node.id in labels else node
+                  for node in walk.graph.nodes)
+    walk.graph = dataclasses.replace(walk.graph, nodes=nodes)
 
 
 def _retained(walk: Walk, observer: PassObserver) -> dict[int, list[tuple[int, str, Any]]]:

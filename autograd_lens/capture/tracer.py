@@ -22,9 +22,9 @@ from typing import Any
 
 import torch
 
-from ..model import BackwardPass, GraphOptions, HookCall, NodeRun, Note, values_equal
+from ..model import BackwardPass, GraphOptions, HookCall, Note, values_equal
 from ..notes import note
-from .build import build_pass
+from .build import build_pass, relabel
 from .lines import CellLines
 from .modules import ModuleCalls, groups_for
 from .names import caller_namespace, names_from, user_frame
@@ -358,11 +358,9 @@ class Lens:
         if graph_walk is None:
             options = self.options.replace(show_saved=False)
             graph_walk = walk(observer.shape, names, options, leaf_state=observer.leaf_state)
+        grouped = _groups(graph_walk.graph, self.module_calls, names, self.modules)
+        relabel(graph_walk, grouped.pop("relabel", {}))  # before the steps are made: they use the same names
         built = build_pass(observer, graph_walk, index, self._history, self._invocations, result)
-        grouped = _groups(built.graph, self.module_calls, names, self.modules)
-        relabel = grouped.pop("relabel", None)
-        if relabel:
-            built = _relabelled(built, relabel)
         self._passes.append(dataclasses.replace(built, **_sources(built.graph, self.cell_lines), **grouped))
 
     def _forget_dead_leaves(self) -> None:
@@ -458,15 +456,6 @@ def _groups(graph: Any, calls: ModuleCalls | None, names: Any, asked: bool) -> d
         return {"groups_note": "no nn.Module call made a node of this pass while the lens recorded (a node made "
                                "before the cell or block began is not grouped)"}
     return {"groups": groups, **_name_output_boundaries(graph, groups, names)}
-
-
-def _relabelled(built: BackwardPass, relabel: dict[str, str]) -> BackwardPass:
-    """The pass with nodes ``relabel`` (node id -> label) renamed in the drawing and in its steps."""
-    graph = built.graph
-    nodes = tuple(dataclasses.replace(n, label=relabel[n.id]) if n.id in relabel else n for n in graph.nodes)
-    events = tuple(dataclasses.replace(e, label=relabel[e.node]) if isinstance(e, NodeRun) and e.node in relabel else e
-                   for e in built.events)
-    return dataclasses.replace(built, graph=dataclasses.replace(graph, nodes=nodes), events=events)
 
 
 def _name_output_boundaries(graph: Any, groups: tuple, names: Any) -> dict:

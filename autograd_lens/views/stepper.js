@@ -494,10 +494,6 @@ function render({ model, el }) {
   const onPass = () => { if (model.get("pass_index") !== pass) { choosePass(model.get("pass_index"), true); } };
   model.on("change:step", onStep);
   model.on("change:pass_index", onPass);
-  root.alGroup = (id) => { // test hook: the same as a click on group `id`
-    const cluster = canvas.querySelector("#" + id);
-    if (cluster) { opened[id] = cluster.classList.contains("al-collapsed"); applyGroups(); }
-  };
   root.alFrameCss = (p, k) => frameCss(scope, passes[p].steps, k, false);
   root.alAnswer = (text) => {
     const box = cardBox.querySelector("input.al-answer");
