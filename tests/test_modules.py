@@ -196,19 +196,41 @@ def test_compiled_module_warns_only_because_of_the_global_hooks():
     assert_identical(plain, traced)
 
 
+def grouped_pass(model):
+    """One pass through ``model`` recorded with modules=True."""
+    with al.Lens(names={"model": model}, modules=True) as lens:
+        model(torch.randn(1, 2)).sum().backward()
+    return lens.passes[0]
+
+
 def test_another_thread_makes_groups_unknown():
-    model = nn.Linear(2, 1)
     stop = threading.Event()
     worker = threading.Thread(target=stop.wait, name="worker")
     worker.start()
     try:
-        with al.Lens(names={"model": model}, modules=True) as lens:
-            model(torch.randn(1, 2)).sum().backward()
+        backward_pass = grouped_pass(nn.Linear(2, 1))
     finally:
         stop.set()
         worker.join()
-    assert lens.passes[0].groups == ()
-    assert "a thread (worker) ran" in lens.passes[0].groups_note
+    assert backward_pass.groups == ()
+    assert "a thread (worker) ran" in backward_pass.groups_note
+
+
+def test_a_call_whose_end_was_never_seen_ends_with_the_call_around_it():
+    """Otherwise it would claim every later node."""
+    from autograd_lens.capture.modules import ModuleCalls
+
+    outer, inner = nn.Linear(2, 2), nn.Linear(2, 2)
+    calls = ModuleCalls()
+    calls._started(outer, ())
+    calls._started(inner, ())  # its end never comes (as if its post-hook had been skipped)
+    x = torch.ones(1, 2, requires_grad=True)
+    made_inside = x * 2
+    calls._ended(outer, (), None)
+    made_after = x * 3
+    assert calls.ends[1] == calls.ends[0] != float("inf")
+    assert calls.call_of(made_inside.grad_fn._sequence_nr()) == 1
+    assert calls.call_of(made_after.grad_fn._sequence_nr()) is None
 
 
 def test_a_big_drawing_without_groups_suggests_them():
@@ -295,19 +317,17 @@ def test_an_idle_executor_worker_does_not_make_groups_unknown_but_a_busy_one_doe
     model = nn.Linear(2, 1)
     with ThreadPoolExecutor(1, thread_name_prefix="idle") as pool:
         pool.submit(lambda: None).result()  # the worker now waits in its queue
-        with al.Lens(names={"model": model}, modules=True) as lens:
-            model(torch.randn(1, 2)).sum().backward()
-        assert lens.passes[0].groups_note == "" and len(lens.passes[0].groups) == 1
+        idle = grouped_pass(model)
+        assert idle.groups_note == "" and len(idle.groups) == 1
         started, stop = threading.Event(), threading.Event()
         busy = pool.submit(lambda: (started.set(), stop.wait()))
         started.wait()
         try:
-            with al.Lens(names={"model": model}, modules=True) as lens:
-                model(torch.randn(1, 2)).sum().backward()
+            backward_pass = grouped_pass(model)
         finally:
             stop.set()
             busy.result()
-    assert lens.passes[0].groups == () and "a thread (idle_0) ran" in lens.passes[0].groups_note
+    assert backward_pass.groups == () and "a thread (idle_0) ran" in backward_pass.groups_note
 
 
 def test_a_forward_run_before_the_block_is_said_to_be_ungrouped(shell):

@@ -96,7 +96,6 @@ class ModuleCalls:
             self.ends.append(float("inf"))
         except Exception:  # noqa: BLE001, S110 - a hook of the lens never raises into the user's forward
             pass
-        return
 
     def _ended(self, module: Any, args: Any, result: Any) -> None:
         if _is_compiling():
@@ -109,12 +108,13 @@ class ModuleCalls:
                 index = self._open[depth]
                 ref = self.refs[index]
                 if ref is not None and ref() is module:
-                    self.ends[index] = _next_number()
-                    del self._open[depth:]  # calls left open inside it (an exception) end with it
+                    end = _next_number()
+                    for inner in self._open[depth:]:  # calls left open inside it (no end seen) end with it
+                        self.ends[inner] = min(self.ends[inner], end)
+                    del self._open[depth:]
                     break
         except Exception:  # noqa: BLE001, S110 - a hook of the lens never raises into the user's forward
             pass
-        return
 
     # ------------------------------------------------------------------ reading
     def call_of(self, number: int | None) -> int | None:
