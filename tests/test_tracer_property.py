@@ -8,11 +8,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import autograd_lens as al
+from autograd_lens.model import NodeRun
 from conftest import live_recorders
 
 UNARY = ["exp", "tanh", "sin", "square", "scale", "neg"]
 BINARY = ["add", "mul", "sub"]
-TENSOR_HOOKS = ["none", "double", "plus_one", "clamp", "inplace_half"]
+TENSOR_HOOKS = ["none", "double", "plus_one", "clamp", "inplace_half", "data_triple"]
 NODE_HOOKS = ["pre_double", "post_plus"]
 
 
@@ -39,7 +40,8 @@ def programs(draw):
     if draw(st.booleans()):
         hooks.append(("post_accumulate", "read", draw(st.integers(0, leaves - 1))))
     mode = draw(st.sampled_from(["backward", "twice", "grad"]))
-    return values, ops, hooks, mode
+    loss = draw(st.sampled_from(["all", "last"]))  # the sum of every result, or of the last one only
+    return values, ops, hooks, mode, loss
 
 
 def tensor_hook(kind, seen):
@@ -53,13 +55,17 @@ def tensor_hook(kind, seen):
             return g.clamp(-0.5, 0.5)
         if kind == "inplace_half" and g is not None and 0 not in g.stride():
             g.mul_(0.5)  # expanded gradients (from sum) cannot be written in place
+        if kind == "data_triple" and g is not None and 0 not in g.stride():
+            g.data.mul_(3)  # through .data: autograd's version counter does not see this edit
         return None
 
     return hook
 
 
-def run(program, with_hooks=True):
-    values, ops, hooks, mode = program
+def run(program, with_hooks=True, oracle=None):
+    """Run the program; ``oracle``, a list, gets (node name, what it received, what it sent) from a
+    post-hook registered after the program's own hooks on every node, in the order the nodes ran."""
+    values, ops, hooks, mode, loss = program
     seen = []
     tensors = [torch.tensor(v, requires_grad=True) for v in values]
     leaves = list(tensors)
@@ -87,6 +93,12 @@ def run(program, with_hooks=True):
                 else:
                     tensor.grad_fn.register_hook(lambda gi, go: tuple(None if g is None else g + 1 for g in gi))
     out = sum(t.sum() for t in tensors[len(leaves):]) if len(tensors) > len(leaves) else tensors[0].sum()
+    if loss == "last":  # each result then mostly reaches the loss through one consumer (no sums of gradients)
+        out = (tensors[-1] * torch.linspace(1, 2, tensors[-1].numel()).reshape(tensors[-1].shape)).sum()
+    if oracle is not None:
+        for node in _nodes(out.grad_fn):
+            node.register_hook(lambda sent, received, node=node: oracle.append(
+                (node.name(), tuple(map(_clone, received)), tuple(map(_clone, sent)))))
     if mode == "grad":
         grads = torch.autograd.grad(out, leaves, allow_unused=True)
         return {"grads": [None if g is None else g.clone() for g in grads], "seen": seen}
@@ -94,6 +106,20 @@ def run(program, with_hooks=True):
     if mode == "twice":
         out.backward()
     return {"grads": [None if leaf.grad is None else leaf.grad.clone() for leaf in leaves], "seen": seen}
+
+
+def _clone(value):
+    return None if value is None else value.detach().clone()
+
+
+def _nodes(root):
+    found, stack = {}, [root]
+    while stack:
+        node = stack.pop()
+        if node is not None and id(node) not in found:
+            found[id(node)] = node
+            stack.extend(next_node for next_node, _ in node.next_functions)
+    return list(found.values())
 
 
 def same(first, second):
@@ -122,5 +148,23 @@ def test_lens_changes_no_gradient_and_leaks_nothing(program):
     for call, truth in zip(recorded, traced["seen"]):
         assert same(call.grad_in, truth)
     assert live_recorders() == []
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs())
+def test_every_node_run_shows_what_the_node_received_and_sent(program):
+    """Torch as the oracle: a post-hook of the test's own on every node sees what the node received (after
+    hooks and pre-hooks) and sent (after post-hooks); the lens's steps must show exactly that, node by node,
+    also when a hook edits a gradient through ``.data`` (which autograd's version counter does not see)."""
+    truth = []
+    with al.Lens(names={}) as lens:
+        run(program, oracle=truth)
+    runs = [(e.name, e.grad_in, e.grad_out) for p in lens.passes for e in p.events if isinstance(e, NodeRun)]
+    expected = [entry for entry in truth if entry[0] != "torch::autograd::AccumulateGrad"]
+    assert [name for name, _, _ in runs] == [name for name, _, _ in expected]
+    for (name, received, sent), (_, true_received, true_sent) in zip(runs, expected):
+        assert len(received) == len(true_received) and len(sent) == len(true_sent), name
+        assert all(same(a, b) for a, b in zip(received, true_received)), (name, received, true_received)
+        assert all(same(a, b) for a, b in zip(sent, true_sent)), (name, sent, true_sent)
+
 
 # "Without hooks" values are checked bit for bit, on richer graphs, in test_unhooked_property.py.

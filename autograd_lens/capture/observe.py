@@ -290,10 +290,13 @@ class PassObserver:
                 parent = frame.f_back
                 if parent is self.engine_frame:
                     code = frame.f_code
+                    if code in _OWN_CODES:
+                        return
+                    # The engine runs Python (a hook, a custom Function's backward): it may edit a gradient
+                    # where the version counter does not see it (``.data``, numpy), so no earlier copy is reused.
+                    self.copies.clear()
                     if code.co_filename.startswith(TORCH_DIR):
                         self.wrapper = Wrapper(frame, wrapper_family(code))
-                    elif code in _OWN_CODES:
-                        return
                     elif code not in self.unpack_codes and not self._is_unpack_hook(code):
                         self._begin(frame, None)
                 elif self.wrapper is not None and parent is self.wrapper.frame:
@@ -470,7 +473,11 @@ class PassObserver:
     def _copy(self, value: Any) -> Any:
         """``snapshot_all``, reusing the copy of a tensor already copied in this pass when it is the same
         object, unchanged since (same version): what one node sends is usually what the next receives.
-        Only a weak reference is kept, so no tensor lives longer and autograd's buffers stay its own."""
+        Only a weak reference is kept, so no tensor lives longer and autograd's buffers stay its own.
+        Copies are reused only while the profile function watches: it forgets them whenever the engine runs
+        Python, which could edit a gradient unseen by the version counter (through ``.data``)."""
+        if not self.profiling:
+            return snapshot_all(value, self.store_limit)
         if isinstance(value, (tuple, list)):
             return tuple(self._copy(item) for item in value)
         if not isinstance(value, torch.Tensor):
