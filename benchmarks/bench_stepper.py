@@ -19,7 +19,9 @@ import autograd_lens as al
 from autograd_lens.views.stepper import Stepper
 
 
-def main() -> float:
+def measure() -> dict:
+    """Milliseconds: the notebook display of a ~250-node pass (first drawing, wasm renderer already
+    compiled), the live stepper built once, and a step set from Python (median and worst)."""
     torch.manual_seed(0)
     model = nn.Sequential(*[layer for _ in range(50) for layer in (nn.Linear(8, 8), nn.Tanh())])
     x = torch.randn(4, 8)
@@ -27,10 +29,15 @@ def main() -> float:
     with al.Lens(names={"model": model, "x": x}) as lens:
         model(x).sum().backward()
     backward_pass = lens.passes[0]
+    from autograd_lens.views.render import render_svg
+
+    render_svg("digraph { a -> b }")  # the renderer compiled (or loaded from its cache) before timing
+    start = time.perf_counter()
+    lens._repr_mimebundle_()
+    displayed = time.perf_counter() - start
     start = time.perf_counter()
     stepper = Stepper(lens.passes)
     laid_out = time.perf_counter() - start
-    nodes = len(backward_pass.graph.nodes)
     steps = len(stepper.view.steps)
     times = []
     for _ in range(3):
@@ -39,10 +46,17 @@ def main() -> float:
             start = time.perf_counter()
             stepper.step = k
             times.append(time.perf_counter() - start)
-    print(f"graph: {nodes} nodes, {steps} steps")
-    print(f"stepper + its one layout: {laid_out * 1e3:.1f} ms (once per pass; includes compiling the wasm renderer)")
-    print(f"one step set from Python: median {statistics.median(times) * 1e3:.2f} ms, worst {max(times) * 1e3:.2f} ms (target <= 20 ms)")
-    return statistics.median(times) * 1e3
+    return {"nodes": len(backward_pass.graph.nodes), "steps": steps, "display": displayed * 1e3,
+            "stepper": laid_out * 1e3, "step": statistics.median(times) * 1e3, "worst": max(times) * 1e3}
+
+
+def main() -> float:
+    found = measure()
+    print(f"graph: {found['nodes']} nodes, {found['steps']} steps")
+    print(f"first display of the pass (drawing laid out once): {found['display']:.1f} ms")
+    print(f"live stepper + its one layout: {found['stepper']:.1f} ms (once per pass)")
+    print(f"one step set from Python: median {found['step']:.2f} ms, worst {found['worst']:.2f} ms (target <= 20 ms)")
+    return found["step"]
 
 
 if __name__ == "__main__":
