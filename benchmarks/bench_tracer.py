@@ -32,11 +32,8 @@ def build(depth: int = 50, width: int = 64, batch: int = 32):
     return model, x
 
 
-def one_pass(model, x, lens=None):
-    """Seconds spent in ``loss.backward()``; traced, that includes building the pass's model, which
-    the lens does at the end of each pass so that it keeps nothing of torch's graph afterwards."""
-    model.zero_grad(set_to_none=True)
-    loss = model(x).sum()
+def timed_backward(loss, lens=None):
+    """Seconds spent in ``loss.backward()``, inside ``lens`` when one is given."""
     if lens is None:
         start = time.perf_counter()
         loss.backward()
@@ -45,6 +42,14 @@ def one_pass(model, x, lens=None):
         start = time.perf_counter()
         loss.backward()
         return time.perf_counter() - start
+
+
+def one_pass(model, x, lens=None):
+    """Seconds spent in ``loss.backward()``; traced, that includes building the pass's model, which
+    the lens does at the end of each pass so that it keeps nothing of torch's graph afterwards."""
+    model.zero_grad(set_to_none=True)
+    loss = model(x).sum()
+    return timed_backward(loss, lens)
 
 
 def floor_pass(model, x):
@@ -141,14 +146,7 @@ def hooked_pass(model, x, hook, lens=None):
         if isinstance(layer, nn.Tanh):
             h.register_hook(hook)
     loss = h.sum()
-    if lens is None:
-        start = time.perf_counter()
-        loss.backward()
-        return time.perf_counter() - start
-    with lens:
-        start = time.perf_counter()
-        loss.backward()
-        return time.perf_counter() - start
+    return timed_backward(loss, lens)
 
 
 def measure_hooked(rounds: int = 60, batch: int = 32) -> dict:
@@ -186,14 +184,7 @@ def measure_teaching(rounds: int = 200) -> dict:
     def one(lens=None):
         model.zero_grad(set_to_none=True)
         loss = ((model(x) - y) ** 2).mean()
-        if lens is None:
-            start = time.perf_counter()
-            loss.backward()
-            return time.perf_counter() - start
-        with lens:
-            start = time.perf_counter()
-            loss.backward()
-            return time.perf_counter() - start
+        return timed_backward(loss, lens)
 
     for _ in range(10):
         one()

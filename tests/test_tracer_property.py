@@ -4,12 +4,12 @@ what it records each hook received is what the hook received."""
 from __future__ import annotations
 
 import torch
+from conftest import live_recorders
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import autograd_lens as al
 from autograd_lens.model import NodeRun
-from conftest import live_recorders
 
 UNARY = ["exp", "tanh", "sin", "square", "scale", "neg"]
 BINARY = ["add", "mul", "sub"]
