@@ -322,6 +322,7 @@ class HookCall:
     context: Values = None  # e.g. grad_output for module full hooks
     error: str | None = None  # the exception the hook raised, if any
     edited_in_place: bool = False  # it changed the tensor it received (whatever it returned)
+    unseen: str | None = None  # a hook written in C, which no Python frame shows: how its values are known, or not
 
     @property
     def kind_label(self) -> str:

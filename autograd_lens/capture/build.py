@@ -274,6 +274,7 @@ def _hook_event(walk: Walk, step: int, call: HookRecord, index: int, invocations
         error=call.error,
         forward_call=call.wrapper_seq,
         edited_in_place=call.edited_in_place,
+        unseen=call.unseen,
     )
 
 

@@ -74,9 +74,19 @@ def engine_call_args(frame: FrameType, function: Any) -> list[Any]:
     if target is not None:
         if inspect.ismethod(target) or not (inspect.isfunction(target) or inspect.isbuiltin(target)):
             skip += 1  # a bound method or an object with __call__: its self
-    elif names and names[0] == "self" and args and not isinstance(args[0], (torch.Tensor, tuple, type(None))):
-        skip = 1
+    else:  # not known (a hook on an unnamed tensor, or on a node): skip what autograd never passes
+        while skip < len(args) and not _from_autograd(args[skip]):
+            skip += 1  # a method's self, what a functools.partial bound
+        if skip == len(args):
+            skip = 0
     return args[skip:]
+
+
+def _from_autograd(value: Any) -> bool:
+    """Could autograd have passed ``value`` to a hook: a gradient (tensor or None) or a tuple of them."""
+    if value is None or isinstance(value, torch.Tensor):
+        return True
+    return isinstance(value, tuple) and all(item is None or isinstance(item, torch.Tensor) for item in value)
 
 
 def multi_grad_received(wrapper: "Wrapper", args: list[Any]) -> Any:
@@ -153,7 +163,10 @@ def function_name(function: Any, code: CodeType | None = None) -> str:
         name = code.co_qualname
         if name.endswith(".__call__"):
             name = name[: -len(".__call__")]
-    return (name or "?").split("<locals>.")[-1]
+    name = (name or "?").split("<locals>.")[-1]
+    if name.startswith("_VariableFunctionsClass."):  # torch.neg and the other torch.* functions
+        name = "torch." + name[len("_VariableFunctionsClass."):]
+    return name
 
 
 def code_of(function: Any) -> CodeType | None:

@@ -33,13 +33,14 @@ from typing import Any
 
 import torch
 
-from ..model import Value, values_equal
+from ..model import TensorSummary, Value, values_equal
 from .hooks import (
     ENGINE_CODE,
     TORCH_DIR,
     Wrapper,
     code_of,
     engine_call_args,
+    function_name,
     module_hook_kind,
     multi_grad_received,
     multi_grad_user_fn,
@@ -49,7 +50,7 @@ from .hooks import (
 )
 from .names import Names, names_from
 from .snapshot import held_bytes, snapshot
-from .unhooked import Unhooked
+from .unhooked import Unhooked, Unknown
 from .walk import Structure, saved_names
 
 _current_node = torch._C._current_autograd_node
@@ -99,6 +100,8 @@ class HookRecord:
     wrapper_seq: int | None = None
     current_fn: Any = None  # the node the engine was running the hook for (torch._C._current_autograd_node)
     edited_in_place: bool = False
+    unseen: str | None = None  # a hook the profile function cannot see run (C code): how its values are known
+    position: int | None = None  # its place among the hooks on its tensor, when known
 
 
 @dataclass
@@ -110,6 +113,8 @@ class KnownHook:
     target: str
     grad_fn: Any  # the node whose execution it precedes (AccumulateGrad for leaves)
     output_nr: int
+    position: int = 0  # its place among the hooks of its kind on that tensor (registration order)
+    count: int = 1  # how many hooks of its kind that tensor has
 
 
 def snapshot_all(values: Any, limit: int) -> Any:
@@ -148,6 +153,7 @@ class PassObserver:
         self.ran: dict[int, int] = {}  # id(fn) -> index of its record
         self.names: Names | None = None
         self.known_hooks: dict[Any, list[KnownHook]] = {}
+        self.unseen_hooks: list[KnownHook] = []  # hooks written in C (list.append, torch.neg): no frame to see
         self.leaf_ids: set[int] = set()
         self.claimed: set[int] = set()  # id(KnownHook) already matched to a call in this pass
         self.old_grads: dict[int, Value] = {}  # id(AccumulateGrad) -> .grad before this pass wrote it
@@ -183,9 +189,16 @@ class PassObserver:
         try:
             from .inventory import inventory
 
+            self.ensure_names()  # also finds the hooks on named tensors (and the ones written in C)
             self.inventory = inventory(self)  # before the pass: what is attached now, in registration order
         except Exception as problem:  # an inventory is a help, never a reason to fail
             self.note(f"the hooks attached before the pass could not be listed: {type(problem).__name__}: {problem}")
+        if self.unseen_hooks:
+            # A hook written in C runs without a Python frame: what it returned is known only from what reached
+            # the next step, so every node's "without hooks" value is checked against what it really received.
+            self.unhooked.activate(edited_in_place=True)
+            self.note("a hook written in C (" + ", ".join(sorted({function_name(h.function) for h in self.unseen_hooks}))
+                      + ") runs without a Python frame: its calls are shown from the gradients around it")
         defaults = torch._C._autograd._top_saved_tensors_default_hooks(False)
         if defaults is not None:  # pack/unpack hooks active during backward (double backward) are not gradient hooks
             self.unpack_codes.update(code for code in map(code_of, defaults) if code is not None)
@@ -267,17 +280,23 @@ class PassObserver:
                 grad_fn, output_nr = torch.autograd.graph.get_gradient_edge(tensor).node, 0
             else:
                 continue
+            plain = [hook for hook in (hooks or {}).values() if multi_grad_user_fn(hook) is None]
             for hook in (hooks or {}).values():
                 user = multi_grad_user_fn(hook)
-                kind = "multi_grad" if user is not None else "tensor"
-                self._remember(KnownHook(user if user is not None else hook, kind, label, grad_fn, output_nr))
-            for hook in (after or {}).values():
-                self._remember(KnownHook(hook, "post_accumulate_grad", label, grad_fn, output_nr))
+                if user is not None:
+                    self._remember(KnownHook(user, "multi_grad", label, grad_fn, output_nr))
+                else:
+                    self._remember(KnownHook(hook, "tensor", label, grad_fn, output_nr, plain.index(hook), len(plain)))
+            after = list((after or {}).values())
+            for position, hook in enumerate(after):
+                self._remember(KnownHook(hook, "post_accumulate_grad", label, grad_fn, output_nr, position, len(after)))
 
     def _remember(self, known: KnownHook) -> None:
         code = code_of(known.function)
         if code is not None:
             self.known_hooks.setdefault(code, []).append(known)
+        elif known.kind != "multi_grad":  # torch's Python wrapper calls a multi-grad hook's function
+            self.unseen_hooks.append(known)
 
     # ------------------------------------------------------------------ the profile function
     def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
@@ -308,6 +327,10 @@ class PassObserver:
                     self._end(current, arg)
                 elif self.wrapper is not None and frame is self.wrapper.frame:
                     self.wrapper = None
+            elif event == "c_call" and self.wrapper is not None and frame is self.wrapper.frame:
+                if self.current is None and self.in_engine and self.wrapper.family != "ignore" \
+                        and any(function is arg for function in _wrapped_user_functions(self.wrapper)):
+                    self._begin_unseen(self.wrapper, arg)  # torch's wrapper calls a hook written in C
             elif frame is self.engine_frame and getattr(arg, "__name__", None) == "run_backward":
                 self.in_engine = event == "c_call"  # c_call starts the engine; c_return / c_exception end it
         except Exception as problem:  # never let the profile function raise into the user's code
@@ -383,6 +406,20 @@ class PassObserver:
                 context=snapshot_all(context, limit) if context is not None else None,
                 current_fn=node,
             )
+
+    def _begin_unseen(self, wrapper: Wrapper, function: Any) -> None:
+        """A module or multi-grad hook written in C, called by torch's Python wrapper: the call is seen (a
+        ``c_call`` event) but not its arguments or result, and it may have changed a gradient."""
+        if self.broken:
+            return
+        module = wrapper_module(wrapper)
+        kind = "multi_grad" if wrapper.family == "multi_grad" else module_hook_kind(wrapper, function, module)
+        self.pending.append(HookRecord(
+            code=None, function=function, kind=kind, received=None, grad_in=None, frame=None, module=module,
+            current_fn=_current_node(),
+            unseen="it is written in C: no Python frame shows its call, so what it received and returned is not known",
+        ))
+        self.unhooked.activate(edited_in_place=True)  # "without hooks" is checked against every node
 
     def _candidates(self, frame: FrameType, function: Any) -> list[KnownHook]:
         """Hooks found on named tensors that could be the one running in ``frame``.
@@ -517,8 +554,7 @@ class PassObserver:
         for call in pending:
             self.place(call, fn, grad_outputs)
         records = self.records
-        records.extend(call for call in pending if call.kind in BEFORE_NODE)
-        position = len(records)
+        before = [call for call in pending if call.kind in BEFORE_NODE]
         is_leaf = id(fn) in self.shape.leaves
         if is_leaf:
             key = id(fn)
@@ -526,13 +562,71 @@ class PassObserver:
                 self.written[key] = self._keep(fn.variable.grad)
             # a leaf without a .grad before the pass: .grad is exactly what arrived
             received = self.incoming.pop(key) if key in self.incoming else self.written[key]
-            records.append(GradRecord(fn, received, self.written[key]))
+            record: Any = GradRecord(fn, received, self.written[key])
+            arrived: tuple = (received,)
         else:
-            records.append(NodeRecord(fn, self._keep(tuple(grad_outputs)), self._keep(tuple(grad_inputs))))
-        records.extend(call for call in pending if call.kind not in BEFORE_NODE)
+            record = NodeRecord(fn, self._keep(tuple(grad_outputs)), self._keep(tuple(grad_inputs)))
+            arrived = record.received
+        if self.unseen_hooks:
+            before = self._with_unseen(fn, before, arrived)
+            pending = before + [call for call in pending if call.kind not in BEFORE_NODE]
+        after = [call for call in pending if call.kind not in BEFORE_NODE]
+        if self.unseen_hooks and is_leaf:
+            after = [HookRecord(code=None, function=known.function, kind=known.kind, received=None, grad_in=None,
+                                frame=None, target=known.target, node_fn=fn, output_nr=0, position=known.position,
+                                unseen="it is written in C: no Python frame shows its call, so what it did to .grad is "
+                                       "not known")
+                     for known in self.unseen_hooks if known.kind == "post_accumulate_grad" and known.grad_fn is fn] + after
+            pending = before + after
+        records.extend(before)
+        position = len(records)
+        records.append(record)
+        records.extend(after)
         self.ran[id(fn)] = position
         if self.unhooked.active:
             self.unhooked.on_node(fn, grad_inputs, grad_outputs, pending, is_leaf)
+
+    def _with_unseen(self, fn: Any, before: list[HookRecord], arrived: tuple) -> list[HookRecord]:
+        """The tensor hooks written in C on ``fn``'s outputs, in their place among the calls seen there.
+
+        Such a hook ran (its tensor's gradient reached ``fn``) but no frame showed it. When it is the only hook
+        of its tensor and no node pre-hook ran, what it received is what the users of the tensor sent, added up
+        (the engine's sum), and what it passed on is what ``fn`` received; otherwise its values are unknown."""
+        unseen = [h for h in self.unseen_hooks if h.kind == "tensor" and h.grad_fn is fn]
+        if not unseen:
+            return before
+        node_pre = next((call for call in before if call.kind == "node_pre"), None)
+        if node_pre is not None and isinstance(node_pre.grad_in, tuple):
+            arrived = node_pre.grad_in  # node pre-hooks receive the gradients after every tensor hook
+        tensor_calls = [call for call in before if call.kind != "node_pre"]
+        calls = []
+        for known in unseen:
+            call = HookRecord(code=None, function=known.function, kind="tensor", received=None, grad_in=None, frame=None,
+                              target=known.target, node_fn=fn, output_nr=known.output_nr, position=known.position)
+            if known.count == 1 and known.output_nr < len(arrived) and (node_pre is None or node_pre.error is None):
+                call.grad_in = self.unhooked.input_of(fn, known.output_nr, hooked=True)
+                call.grad_out = arrived[known.output_nr]
+                if isinstance(call.grad_in, (Unknown, TensorSummary)) or isinstance(call.grad_out, TensorSummary):
+                    call.unseen = "it is written in C and the values around it were too large to keep"
+                    call.grad_in = call.grad_out = None
+                else:
+                    call.unseen = ("it is written in C: no Python frame shows its call, so what it received is what the "
+                                   "users of the tensor sent (added up), and what it passed on is what reached the next "
+                                   "step")
+                    call.modified = not values_equal(call.grad_in, call.grad_out)
+                    call.returned_none = not call.modified
+            else:
+                call.unseen = ("it is written in C and shares its tensor with other hooks: no Python frame shows its call, "
+                               "so what it received and returned is not known")
+            calls.append(call)
+        # hooks on one tensor run in registration order; all tensor hooks run before the node's pre-hooks
+        calls = tensor_calls + calls
+        targets = {call.target for call in calls if call.unseen}
+        slots = [index for index, call in enumerate(calls) if call.target in targets]
+        ranked = sorted((calls[index] for index in slots), key=lambda call: -1 if call.position is None else call.position)
+        for index, call in zip(slots, ranked):
+            calls[index] = call
+        return calls + [call for call in before if call.kind == "node_pre"]
 
     def place(self, call: HookRecord, fn: Any, grad_outputs: tuple) -> None:
         """Decide what a hook call is attached to (tensor name, node, output index).
@@ -561,6 +655,7 @@ class PassObserver:
             if chosen is not None:
                 self.claimed.add(id(chosen))  # a tensor hook fires once per pass
                 call.target, call.node_fn, call.output_nr = chosen.target, chosen.grad_fn, chosen.output_nr
+                call.position = chosen.position
                 return
             if fn is None:  # fired after the last node ran and matches no known tensor
                 call.target = "an unnamed tensor"
@@ -625,6 +720,18 @@ class PassObserver:
                 self.place(call, None, ())
             self.records.append(call)
         self.pending = []
+
+
+def _wrapped_user_functions(wrapper: Wrapper) -> tuple:
+    """The user functions torch's wrapper may be calling now (its loop variables or closure)."""
+    local = wrapper.frame.f_locals
+    if wrapper.family == "module_full":
+        return (local.get("hook"),)
+    if wrapper.family == "module_pre":
+        return local.get("user_pre_hook"), local.get("user_hook")
+    if wrapper.family == "multi_grad":
+        return (local.get("fn"),)
+    return ()
 
 
 def _output_of(call: HookRecord, grad_outputs: tuple, limit: int) -> int:

@@ -161,15 +161,16 @@ class Unhooked:
             large = next((value for value in unhooked if isinstance(value, TensorSummary)), None)
             self.out[id(fn)] = Unknown(_too_large(large)) if large is not None else run_node(fn, unhooked)
 
-    def input_of(self, fn: Any, output_nr: int) -> Any:
-        """What output ``output_nr`` of ``fn`` would have received with no hook anywhere."""
+    def input_of(self, fn: Any, output_nr: int, hooked: bool = False) -> Any:
+        """What output ``output_nr`` of ``fn`` would have received with no hook anywhere; ``hooked``: what
+        reached it in this pass before its own tensor hooks ran (what its users really sent, added up)."""
         observer = self.observer
         arrivals = []
         for user, slot in observer.shape.consumers.get((id(fn), output_nr), ()):
             position = observer.ran.get(id(user))
             if position is None:
                 continue
-            if id(user) in self.out:
+            if id(user) in self.out and not hooked:
                 outputs = self.out[id(user)]
                 if isinstance(outputs, Unknown):
                     return outputs
@@ -180,9 +181,10 @@ class Unhooked:
             arrivals.append((position, value))
         arrivals.sort(key=lambda item: item[0])
         total: Any = None
+        seeds = observer.start_seeds if hooked else observer.seeds
         for index, (root_fn, root_nr) in enumerate(observer.shape.root_edges):
             if root_fn is fn and root_nr == output_nr:
-                total = add(total, observer.seeds[index] if index < len(observer.seeds) else None)
+                total = add(total, seeds[index] if index < len(seeds) else None)
         with torch.no_grad(), _hidden_from_modes():
             for _, value in arrivals:
                 total = add(total, value)

@@ -282,6 +282,8 @@ def _hook_step(index: int, call: HookCall, graph: Graph, backward_pass: Backward
     title = f"{which} ({call.kind_label} hook, {where})"
     if call.error:
         return Step(index, "hook", call.node, title, lines=(f"It raised {call.error}.",), modified=False)
+    if call.unseen and call.grad_in is None and call.grad_out is None:
+        return Step(index, "hook", call.node, title, lines=(f"It ran, but {call.unseen}.",), modified=False)
     returned = "None (gradient unchanged)" if call.returned_none and not call.modified else format_value(call.grad_out)
     if call.kind == "post_accumulate_grad":
         lines = [f"It received the leaf itself; its .grad was {format_value(call.grad_in)}.",
@@ -293,7 +295,10 @@ def _hook_step(index: int, call: HookCall, graph: Graph, backward_pass: Backward
     else:
         verdict = "gradient modified" if call.modified else "gradient unchanged"
         lines = [f"received {format_value(call.grad_in)} → returned {returned} — {verdict}"]
-        if call.modified and call.returned_none:
+        if call.unseen:
+            lines = [f"received {format_value(call.grad_in)} → passed on {format_value(call.grad_out)} — {verdict}",
+                     f"Known from the gradients around it: {call.unseen}."]
+        elif call.modified and call.returned_none:
             lines.append("It returned None but changed the gradient in place: that counts.")
         if call.context is not None and call.kind in ("node", "module_full", "global_module_full", "module_legacy", "global_module_legacy"):
             lines.append(f"(grad_output was {format_value(call.context)})")

@@ -1,0 +1,162 @@
+"""Hooks no Python frame shows: functions written in C (``grads.append``, ``torch.neg``, ``print``), and
+``functools.partial`` hooks on tensors or nodes the lens cannot name.
+
+A profile function sees Python calls only. A hook written in C still runs, may change the gradient, and
+must neither vanish from the steps nor make "without hooks" wrong. Torch is the oracle throughout: the
+same code run plain (with and without the hooks), and Python hooks of the test's own that record what
+they were given.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+import autograd_lens as al
+from autograd_lens.model import GradWritten, HookCall, NodeRun
+from autograd_lens.views.steps import steps_for
+
+
+def program(hooked: bool, grads: list):
+    """``x → y = 3x → z = 2y → sum``, with ``grads.append`` on y and ``torch.neg`` on z when ``hooked``."""
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 3
+    z = y * 2
+    if hooked:
+        y.register_hook(grads.append)
+        z.register_hook(torch.neg)
+    z.sum().backward()
+    return x, y, z
+
+
+def test_hooks_written_in_c_are_steps_with_the_values_around_them():
+    plain_grads: list = []
+    plain_x, _, _ = program(True, plain_grads)
+    unhooked_x, _, _ = program(False, [])
+    grads: list = []
+    with al.Lens() as lens:
+        x, _, _ = program(True, grads)
+    assert torch.equal(x.grad, plain_x.grad) and torch.equal(x.grad, torch.tensor([-6.0, -6.0]))
+    assert len(grads) == len(plain_grads) == 1 and torch.equal(grads[0], plain_grads[0])
+    calls = lens.hook_calls
+    assert [(call.hook, call.target) for call in calls] == [("torch.neg", "z"), ("list.append", "y")]
+    neg, append = calls
+    assert torch.equal(neg.grad_in, torch.ones(2)) and torch.equal(neg.grad_out, -torch.ones(2))
+    assert neg.modified and not neg.returned_none and "written in C" in neg.unseen
+    assert torch.equal(append.grad_in, grads[0]) and torch.equal(append.grad_out, grads[0]) and not append.modified
+    # without hooks: what the same code gives with no hook registered (was -6: the C hook went unnoticed)
+    backward_pass = lens.passes[0]
+    assert torch.equal(backward_pass.grads_without_hooks["x"], unhooked_x.grad)
+    assert any("written in C" in note for note in backward_pass.notes)
+    # each hook call comes right before the node it precedes
+    kinds = [(type(event).__name__, getattr(event, "name", None) or getattr(event, "hook", None))
+             for event in backward_pass.events]
+    assert kinds == [("NodeRun", "SumBackward0"), ("HookCall", "torch.neg"), ("NodeRun", "MulBackward0"),
+                     ("HookCall", "list.append"), ("NodeRun", "MulBackward0"), ("GradWritten", "x")]
+    texts = {step.title: " ".join(step.lines) for step in steps_for(backward_pass)}
+    neg_text = next(text for title, text in texts.items() if "torch.neg" in title)
+    assert "received 1.0" in neg_text.replace("[1.0, 1.0]", "1.0") and "gradient modified" in neg_text
+    assert "written in C" in neg_text
+
+
+def test_a_c_hook_beside_python_hooks_on_one_tensor_keeps_its_place_and_says_its_values_are_unknown():
+    order: list = []
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    with al.Lens() as lens:
+        y = x * 3
+        y.register_hook(lambda g: order.append("first") or g * 2)
+        y.register_hook(torch.neg)
+        y.register_hook(lambda g: order.append("third") or g + 1)
+        y.grad_fn.register_prehook(lambda grads: None)
+        y.sum().backward()
+    assert order == ["first", "third"]
+    calls = lens.hook_calls
+    assert [(call.hook, call.kind) for call in calls] == [("<lambda>", "tensor"), ("torch.neg", "tensor"),
+                                                          ("<lambda>", "tensor"), ("<lambda>", "node_pre")]
+    assert calls[1].grad_in is None and calls[1].grad_out is None and "not known" in calls[1].unseen
+    assert torch.equal(calls[0].grad_out, torch.full((2,), 2.0)) and torch.equal(calls[2].grad_in, torch.full((2,), -2.0))
+    assert torch.equal(x.grad, torch.full((2,), -3.0))
+    step = next(step for step in steps_for(lens.passes[0]) if "torch.neg" in step.title)
+    assert "not known" in " ".join(step.lines)
+
+
+def test_a_c_hook_is_shown_before_the_nodes_pre_hooks_with_what_they_received():
+    seen: list = []
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    with al.Lens() as lens:
+        y = x * 3
+        z = y * 2
+        z.register_hook(torch.neg)
+        z.grad_fn.register_prehook(lambda grads: seen.append(grads[0].clone()))
+        z.sum().backward()
+    events = [event for event in lens.passes[0].events if isinstance(event, HookCall)]
+    assert [(event.hook, event.kind) for event in events] == [("torch.neg", "tensor"), ("<lambda>", "node_pre")]
+    assert torch.equal(events[0].grad_out, seen[0]) and torch.equal(seen[0], -torch.ones(2))
+
+
+def test_a_c_post_accumulate_hook_is_a_step_after_the_write_with_unknown_values():
+    leaves: list = []
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    with al.Lens() as lens:
+        x.register_post_accumulate_grad_hook(leaves.append)
+        (x * 3).sum().backward()
+    assert leaves == [x]
+    events = lens.passes[0].events
+    kinds = [type(event).__name__ for event in events]
+    assert kinds[-2:] == ["GradWritten", "HookCall"]
+    assert events[-1].kind == "post_accumulate_grad" and events[-1].hook == "list.append"
+    assert "not known" in events[-1].unseen
+    assert torch.equal(x.grad, torch.full((2,), 3.0))
+
+
+def test_partial_hooks_on_unnamed_tensors_and_nodes_get_their_kind_and_values():
+    """``functools.partial`` puts its bound arguments first; the lens cannot see the partial object."""
+    truth: dict = {}
+
+    def record(tag, *grads):
+        truth[tag] = tuple(None if g is None else (tuple(v.clone() if v is not None else None for v in g)
+                                                  if isinstance(g, tuple) else g.clone()) for g in grads)
+
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    with al.Lens(names={"x": x}) as lens:  # y and z have no name here
+        y = x * 3
+        z = y.sin()
+        y.register_hook(functools.partial(record, "tensor"))
+        z.grad_fn.register_prehook(functools.partial(record, "node_pre"))
+        z.grad_fn.register_hook(functools.partial(record, "node"))
+        z.sum().backward()
+    calls = {call.kind: call for call in lens.hook_calls}
+    assert sorted(calls) == ["node", "node_pre", "tensor"]
+    assert torch.equal(calls["tensor"].grad_in, truth["tensor"][0])
+    assert len(calls["node_pre"].grad_in) == 1 and torch.equal(calls["node_pre"].grad_in[0], truth["node_pre"][0][0])
+    # a node post-hook receives (grad_inputs, grad_outputs): the lens shows what the node sent
+    assert torch.equal(calls["node"].grad_in[0], truth["node"][0][0])
+    assert torch.equal(calls["node"].context[0], truth["node"][1][0])
+    runs = [event for event in lens.passes[0].events if isinstance(event, NodeRun)]
+    assert len(runs) == 3 and isinstance(lens.passes[0].events[-1], GradWritten)
+
+
+def test_module_and_multi_grad_hooks_written_in_c_are_steps_and_without_hooks_stays_right():
+    """Torch's Python wrappers call these: the call is seen, its values are not; "without hooks" is then checked
+    at every node against a run with no hook."""
+    seen: list = []
+    layer = torch.nn.Linear(2, 1)
+    layer.load_state_dict({"weight": torch.tensor([[1.0, -2.0]]), "bias": torch.tensor([0.5])})
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    plain = torch.autograd.grad(layer(x).sum(), x)[0]
+    with al.Lens(names={"layer": layer, "x": x}) as lens:
+        store: dict = {}
+        layer.register_full_backward_pre_hook(store.setdefault)  # returns grad_output itself: a builtin that changes nothing
+        handle = torch.autograd.graph.register_multi_grad_hook((x,), seen.append)
+        layer(x).sum().backward()
+    handle.remove()
+    kinds = [(call.hook, call.kind) for call in lens.hook_calls]
+    assert kinds == [("dict.setdefault", "module_full_pre"), ("list.append", "multi_grad")]
+    assert list(store) == [layer] and len(seen) == 1
+    assert all("not known" in call.unseen for call in lens.hook_calls)
+    assert torch.equal(x.grad, plain)
+    assert torch.equal(lens.passes[0].grads_without_hooks["x"], plain)
+    texts = [" ".join(step.lines) for step in steps_for(lens.passes[0]) if step.kind == "hook"]
+    assert len(texts) == 2 and all("It ran, but it is written in C" in text for text in texts)
+
