@@ -3,6 +3,8 @@ what it records each hook received is what the hook received."""
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from conftest import live_recorders
 from hypothesis import HealthCheck, given, settings
@@ -14,6 +16,7 @@ from autograd_lens.model import NodeRun
 UNARY = ["exp", "tanh", "sin", "square", "scale", "neg"]
 BINARY = ["add", "mul", "sub"]
 TENSOR_HOOKS = ["none", "double", "plus_one", "clamp", "inplace_half", "data_triple"]
+CALLABLES = ["function", "partial", "method", "object"]  # how the hook is handed to register_hook
 NODE_HOOKS = ["pre_double", "post_plus"]
 
 
@@ -36,7 +39,7 @@ def programs(draw):
         if target >= leaves and draw(st.booleans()):
             hooks.append(("node", draw(st.sampled_from(NODE_HOOKS)), target))
         else:
-            hooks.append(("tensor", draw(st.sampled_from(TENSOR_HOOKS)), target))
+            hooks.append(("tensor", draw(st.sampled_from(TENSOR_HOOKS)), target, draw(st.sampled_from(CALLABLES))))
     if draw(st.booleans()):
         hooks.append(("post_accumulate", "read", draw(st.integers(0, leaves - 1))))
     mode = draw(st.sampled_from(["backward", "twice", "grad"]))
@@ -44,7 +47,32 @@ def programs(draw):
     return values, ops, hooks, mode, loss
 
 
-def tensor_hook(kind, seen):
+class _Hooks:
+    """Hooks as bound methods and as callable objects (their ``self`` is not what autograd passes)."""
+
+    def __init__(self, kind, seen):
+        self.function = tensor_hook(kind, seen)
+
+    def method(self, g):
+        return self.function(g)
+
+    def __call__(self, g):
+        return self.function(g)
+
+
+def _as(how, hook):
+    if how == "partial":  # a bound first argument comes before the gradient
+        return functools.partial(lambda tag, g: hook(g), "bound")
+    return hook
+
+
+def tensor_hook(kind, seen, how="function"):
+    if how in ("method", "object"):
+        holder = _Hooks(kind, seen)
+        return holder.method if how == "method" else holder
+    if how == "partial":
+        return _as(how, tensor_hook(kind, seen))
+
     def hook(g):
         seen.append(None if g is None else g.detach().clone())
         if kind == "double":
@@ -81,10 +109,10 @@ def run(program, with_hooks=True, oracle=None):
             result = {"add": lambda: a + b, "mul": lambda: a * b, "sub": lambda: a - b}[op[1]]()
         tensors.append(result)
     if with_hooks:
-        for kind, name, target in hooks:
+        for kind, name, target, *how in hooks:
             tensor = tensors[target]
             if kind == "tensor":
-                tensor.register_hook(tensor_hook(name, seen))
+                tensor.register_hook(tensor_hook(name, seen, *how))
             elif kind == "post_accumulate":
                 tensor.register_post_accumulate_grad_hook(lambda p: seen.append(p.grad.clone()))
             elif tensor.grad_fn is not None:
