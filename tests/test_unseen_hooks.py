@@ -10,6 +10,8 @@ they were given.
 from __future__ import annotations
 
 import functools
+import gc
+import weakref
 
 import torch
 
@@ -151,8 +153,8 @@ def test_module_and_multi_grad_hooks_written_in_c_are_steps_and_without_hooks_st
         handle = torch.autograd.graph.register_multi_grad_hook((x,), seen.append)
         layer(x).sum().backward()
     handle.remove()
-    kinds = [(call.hook, call.kind) for call in lens.hook_calls]
-    assert kinds == [("dict.setdefault", "module_full_pre"), ("list.append", "multi_grad")]
+    kinds = [(call.hook, call.kind, call.target) for call in lens.hook_calls]
+    assert kinds == [("dict.setdefault", "module_full_pre", "layer"), ("list.append", "multi_grad", "x")]
     assert list(store) == [layer] and len(seen) == 1
     assert all("not known" in call.unseen for call in lens.hook_calls)
     assert torch.equal(x.grad, plain)
@@ -160,3 +162,39 @@ def test_module_and_multi_grad_hooks_written_in_c_are_steps_and_without_hooks_st
     texts = [" ".join(step.lines) for step in steps_for(lens.passes[0]) if step.kind == "hook"]
     assert len(texts) == 2 and all("It ran, but it is written in C" in text for text in texts)
 
+
+
+class _Marked(torch.autograd.Function):
+    """Identity whose graph node holds a marker object: the marker lives exactly as long as the graph."""
+
+    @staticmethod
+    def forward(ctx, a, marker):
+        ctx.marker = marker
+        return a.view_as(a)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, None
+
+
+class _Marker:
+    pass
+
+
+def test_a_c_hook_keeps_no_graph_alive_after_its_pass():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    grads: list = []
+    graphs = []
+    with al.Lens() as lens:
+        for _ in range(3):
+            marker = _Marker()
+            graphs.append(weakref.ref(marker))
+            out = _Marked.apply(model(torch.randn(16, 4)), marker)
+            out.register_hook(grads.append)  # named (out): a step, seen through the gradients around it
+            del marker
+            out.pow(2).mean().backward()
+            del out
+            gc.collect()
+            assert all(graph() is None for graph in graphs)
+    assert [call.hook for call in lens.hook_calls] == ["list.append"] * 3 and len(grads) == 3
+    assert all(torch.equal(call.grad_in, grad) for call, grad in zip(lens.hook_calls, grads))

@@ -154,6 +154,7 @@ class PassObserver:
         self.names: Names | None = None
         self.known_hooks: dict[Any, list[KnownHook]] = {}
         self.unseen_hooks: list[KnownHook] = []  # hooks written in C (list.append, torch.neg): no frame to see
+        self.unseen_multi: list[KnownHook] = []  # multi-grad hooks written in C, by the tensors they watch
         self.leaf_ids: set[int] = set()
         self.claimed: set[int] = set()  # id(KnownHook) already matched to a call in this pass
         self.old_grads: dict[int, Value] = {}  # id(AccumulateGrad) -> .grad before this pass wrote it
@@ -230,6 +231,7 @@ class PassObserver:
         self.names = None
         self.namespace = {}
         self.known_hooks = {}
+        self.unseen_hooks, self.unseen_multi = [], []
         self.walk = self.leaf_state = None
         self.roots = self.inputs = self.seeds = self.start_seeds = self.seed_objects = ()
         self.old_grads, self.incoming, self.written = {}, {}, {}
@@ -295,7 +297,9 @@ class PassObserver:
         code = code_of(known.function)
         if code is not None:
             self.known_hooks.setdefault(code, []).append(known)
-        elif known.kind != "multi_grad":  # torch's Python wrapper calls a multi-grad hook's function
+        elif known.kind == "multi_grad":  # torch's Python wrapper calls it: seen as a c_call, matched by identity
+            self.unseen_multi.append(known)
+        else:
             self.unseen_hooks.append(known)
 
     # ------------------------------------------------------------------ the profile function
@@ -416,7 +420,7 @@ class PassObserver:
         kind = "multi_grad" if wrapper.family == "multi_grad" else module_hook_kind(wrapper, function, module)
         self.pending.append(HookRecord(
             code=None, function=function, kind=kind, received=None, grad_in=None, frame=None, module=module,
-            current_fn=_current_node(),
+            current_fn=_current_node(), candidates=[known for known in self.unseen_multi if known.function is function],
             unseen="it is written in C: no Python frame shows its call, so what it received and returned is not known",
         ))
         self.unhooked.activate(edited_in_place=True)  # "without hooks" is checked against every node
