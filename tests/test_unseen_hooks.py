@@ -14,6 +14,10 @@ import gc
 import weakref
 
 import torch
+from test_trust import (  # a graph node holding a marker: alive exactly as long as the graph
+    Marked,
+    Marker,
+)
 
 import autograd_lens as al
 from autograd_lens.model import GradWritten, HookCall, NodeRun
@@ -164,32 +168,15 @@ def test_module_and_multi_grad_hooks_written_in_c_are_steps_and_without_hooks_st
 
 
 
-class _Marked(torch.autograd.Function):
-    """Identity whose graph node holds a marker object: the marker lives exactly as long as the graph."""
-
-    @staticmethod
-    def forward(ctx, a, marker):
-        ctx.marker = marker
-        return a.view_as(a)
-
-    @staticmethod
-    def backward(ctx, g):
-        return g, None
-
-
-class _Marker:
-    pass
-
-
 def test_a_c_hook_keeps_no_graph_alive_after_its_pass():
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
     grads: list = []
     graphs = []
     with al.Lens() as lens:
         for _ in range(3):
-            marker = _Marker()
+            marker = Marker()
             graphs.append(weakref.ref(marker))
-            out = _Marked.apply(model(torch.randn(16, 4)), marker)
+            out = Marked.apply(model(torch.randn(16, 4)), marker)
             out.register_hook(grads.append)  # named (out): a step, seen through the gradients around it
             del marker
             out.pow(2).mean().backward()

@@ -190,11 +190,10 @@ class PassObserver:
         try:
             from .inventory import inventory
 
-            self.ensure_names()  # also finds the hooks on named tensors (and the ones written in C)
             self.inventory = inventory(self)  # before the pass: what is attached now, in registration order
         except Exception as problem:  # an inventory is a help, never a reason to fail
             self.note(f"the hooks attached before the pass could not be listed: {type(problem).__name__}: {problem}")
-        if self.unseen_hooks:
+        if self.unseen_hooks:  # found with the names, which the inventory looked up
             # A hook written in C runs without a Python frame: what it returned is known only from what reached
             # the next step, so every node's "without hooks" value is checked against what it really received.
             self.unhooked.activate(edited_in_place=True)
