@@ -420,7 +420,7 @@ class PassObserver:
         self.pending.append(HookRecord(
             code=None, function=function, kind=kind, received=None, grad_in=None, frame=None, module=module,
             current_fn=_current_node(), candidates=[known for known in self.unseen_multi if known.function is function],
-            unseen="it is written in C: no Python frame shows its call, so what it received and returned is not known",
+            unseen=f"{UNSEEN}, so what it received and returned is not known",
         ))
         self.unhooked.activate(edited_in_place=True)  # "without hooks" is checked against every node
 
@@ -558,6 +558,7 @@ class PassObserver:
             self.place(call, fn, grad_outputs)
         records = self.records
         before = [call for call in pending if call.kind in BEFORE_NODE]
+        after = [call for call in pending if call.kind not in BEFORE_NODE]
         is_leaf = id(fn) in self.shape.leaves
         if is_leaf:
             key = id(fn)
@@ -572,14 +573,9 @@ class PassObserver:
             arrived = record.received
         if self.unseen_hooks:
             before = self._with_unseen(fn, before, arrived)
-            pending = before + [call for call in pending if call.kind not in BEFORE_NODE]
-        after = [call for call in pending if call.kind not in BEFORE_NODE]
-        if self.unseen_hooks and is_leaf:
-            after = [HookRecord(code=None, function=known.function, kind=known.kind, received=None, grad_in=None,
-                                frame=None, target=known.target, node_fn=fn, output_nr=0, position=known.position,
-                                unseen="it is written in C: no Python frame shows its call, so what it did to .grad is "
-                                       "not known")
-                     for known in self.unseen_hooks if known.kind == "post_accumulate_grad" and known.grad_fn is fn] + after
+            if is_leaf:  # after-accumulate hooks in C: after the write, what they did to .grad not known
+                after = [_unseen_call(known, fn, "what it did to .grad") for known in self.unseen_hooks
+                         if known.kind == "post_accumulate_grad" and known.grad_fn is fn] + after
             pending = before + after
         records.extend(before)
         position = len(records)
@@ -604,8 +600,7 @@ class PassObserver:
         tensor_calls = [call for call in before if call.kind != "node_pre"]
         calls = []
         for known in unseen:
-            call = HookRecord(code=None, function=known.function, kind="tensor", received=None, grad_in=None, frame=None,
-                              target=known.target, node_fn=fn, output_nr=known.output_nr, position=known.position)
+            call = _unseen_call(known, fn, "what it received and returned")
             if known.count == 1 and known.output_nr < len(arrived) and (node_pre is None or node_pre.error is None):
                 call.grad_in = self.unhooked.input_of(fn, known.output_nr, hooked=True)
                 call.grad_out = arrived[known.output_nr]
@@ -613,14 +608,12 @@ class PassObserver:
                     call.unseen = "it is written in C and the values around it were too large to keep"
                     call.grad_in = call.grad_out = None
                 else:
-                    call.unseen = ("it is written in C: no Python frame shows its call, so what it received is what the "
-                                   "users of the tensor sent (added up), and what it passed on is what reached the next "
-                                   "step")
+                    call.unseen = (f"{UNSEEN}, so what it received is what the users of the tensor sent (added up), "
+                                   "and what it passed on is what reached the next step")
                     call.modified = not values_equal(call.grad_in, call.grad_out)
                     call.returned_none = not call.modified
-            else:
-                call.unseen = ("it is written in C and shares its tensor with other hooks: no Python frame shows its call, "
-                               "so what it received and returned is not known")
+            elif known.count > 1:
+                call.unseen = f"{UNSEEN} and its tensor has other hooks, so what it received and returned is not known"
             calls.append(call)
         # hooks on one tensor run in registration order; all tensor hooks run before the node's pre-hooks
         calls = tensor_calls + calls
@@ -723,6 +716,16 @@ class PassObserver:
                 self.place(call, None, ())
             self.records.append(call)
         self.pending = []
+
+
+UNSEEN = "it is written in C: no Python frame shows its call"
+
+
+def _unseen_call(known: KnownHook, fn: Any, what: str) -> HookRecord:
+    """The call of a hook written in C on a named tensor, placed at ``fn``; ``what`` of it is not known."""
+    return HookRecord(code=None, function=known.function, kind=known.kind, received=None, grad_in=None, frame=None,
+                      target=known.target, node_fn=fn, output_nr=known.output_nr, position=known.position,
+                      unseen=f"{UNSEEN}, so {what} is not known")
 
 
 def _wrapped_user_functions(wrapper: Wrapper) -> tuple:
