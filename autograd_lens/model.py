@@ -304,7 +304,8 @@ class HookCall:
     ``grad_out`` is what flowed on after it: the value it returned, or the value
     it received (possibly edited in place) when it returned ``None``.
     ``invocation`` counts the calls of this registered hook since the ``Lens``
-    started, over all passes.
+    started, over all passes; ``registration`` tells registered hooks apart (two
+    closures from one factory, or one function on two tensors, are two hooks).
     """
 
     hook: str
@@ -323,6 +324,8 @@ class HookCall:
     error: str | None = None  # the exception the hook raised, if any
     edited_in_place: bool = False  # it changed the tensor it received (whatever it returned)
     unseen: str | None = None  # a hook written in C, which no Python frame shows: how its values are known, or not
+    registration: int = 0  # which registered hook this is (1, 2, … in order of first call in the Lens): calls
+    # with the same number are calls of one hook; ``invocation`` counts them
 
     @property
     def kind_label(self) -> str:

@@ -595,8 +595,8 @@ def _plain_and_lens_lines(output: str) -> list[tuple[str, str]]:
 
 def repro_failures(tmp_path, before=()) -> list[str]:
     """Run every repro script (``python *before script``, two at a time) and say where one differs from plain:
-    scripts with assertions must exit 0; trap scripts must print the same after "plain:" and "lens :"; no
-    warning of the lens."""
+    scripts with assertions must exit 0; trap scripts must print the same after "plain:" and "lens :"; truth
+    scripts must not print MISMATCH; no warning of the lens."""
     def run(name):
         return name, subprocess.run([sys.executable, *before, os.path.join(REPROS, name)], capture_output=True,
                                     text=True, cwd=tmp_path, timeout=600, check=False)
@@ -610,6 +610,9 @@ def repro_failures(tmp_path, before=()) -> list[str]:
         for plain, lens in _plain_and_lens_lines(done.stdout):
             if name.startswith("trap_") and plain != lens:
                 failures.append(f"{name}: plain {plain!r} vs lens {lens!r}")
+        if any("MISMATCH" in line and line.strip() != "MISMATCH for ok" for line in done.stdout.splitlines()):
+            # truth_* scripts: what the lens shows differs from what torch did ("MISMATCH for ok": truth_03's all-clear)
+            failures.append(f"{name}: {done.stdout[-600:]}")
         if "autograd_lens" in done.stderr and "Warning" in done.stderr:
             failures.append(f"{name}: lens warning: {done.stderr[-300:]}")
     return failures

@@ -66,7 +66,7 @@ def test_hooks_written_in_c_are_steps_with_the_values_around_them():
     assert "written in C" in neg_text
 
 
-def test_a_c_hook_beside_python_hooks_on_one_tensor_keeps_its_place_and_says_its_values_are_unknown():
+def test_a_c_hook_between_python_hooks_on_one_tensor_keeps_its_place_and_gets_its_neighbours_values():
     order: list = []
     x = torch.tensor([1.0, 2.0], requires_grad=True)
     with al.Lens() as lens:
@@ -80,11 +80,27 @@ def test_a_c_hook_beside_python_hooks_on_one_tensor_keeps_its_place_and_says_its
     calls = lens.hook_calls
     assert [(call.hook, call.kind) for call in calls] == [("<lambda>", "tensor"), ("torch.neg", "tensor"),
                                                           ("<lambda>", "tensor"), ("<lambda>", "node_pre")]
-    assert calls[1].grad_in is None and calls[1].grad_out is None and "not known" in calls[1].unseen
+    # torch.neg received what the first hook returned and passed on what the third received
     assert torch.equal(calls[0].grad_out, torch.full((2,), 2.0)) and torch.equal(calls[2].grad_in, torch.full((2,), -2.0))
+    assert torch.equal(calls[1].grad_in, calls[0].grad_out) and torch.equal(calls[1].grad_out, calls[2].grad_in)
+    assert calls[1].modified and "value before it" in calls[1].unseen
     assert torch.equal(x.grad, torch.full((2,), -3.0))
     step = next(step for step in steps_for(lens.passes[0]) if "torch.neg" in step.title)
-    assert "not known" in " ".join(step.lines)
+    assert "[2.0, 2.0]" in " ".join(step.lines) and "[-2.0, -2.0]" in " ".join(step.lines)
+
+
+def test_two_c_hooks_side_by_side_say_the_value_between_them_is_unknown():
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    with al.Lens() as lens:
+        y = x * 3
+        y.register_hook(torch.neg)
+        y.register_hook(torch.neg)
+        y.sum().backward()
+    first, second = lens.hook_calls
+    assert (first.hook, second.hook) == ("torch.neg", "torch.neg") and first.registration != second.registration
+    assert first.grad_in is None and second.grad_in is None and "not known" in first.unseen
+    assert torch.equal(x.grad, torch.full((2,), 3.0))
+    assert torch.equal(lens.passes[0].grads_without_hooks["x"], torch.full((2,), 3.0))
 
 
 def test_a_c_hook_is_shown_before_the_nodes_pre_hooks_with_what_they_received():

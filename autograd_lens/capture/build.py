@@ -21,7 +21,7 @@ from .unhooked import SAME, LeafHistory, Unknown, add, carry, is_known
 from .walk import Walk
 
 
-def build_pass(observer: PassObserver, walk: Walk, index: int, history: dict, invocations: dict,
+def build_pass(observer: PassObserver, walk: Walk, index: int, history: dict, invocations: "HookCounter",
                result: Any = None) -> BackwardPass:
     """The model of a finished pass.  ``history`` (per leaf, across passes) and ``invocations``
     (per hook, across passes) belong to the Lens and are updated here."""
@@ -154,6 +154,7 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
     out["refilled"] = []  # leaves whose .grad still held the previous pass's gradient when this one added to it
     untrusted = _untrusted(observer)
     unhooked = observer.unhooked
+    stopped = _stopped_by_hooks(observer)
 
     def settle(key: Any, value: Any, real: Value) -> None:
         if value is SAME:
@@ -170,6 +171,8 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
             out["returned"][index] = snapshot(returned, limit)
             if untrusted is not None:
                 value: Any = untrusted
+            elif stopped is not None:
+                value = stopped
             elif not unhooked.active:
                 value = SAME
             else:
@@ -184,8 +187,10 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
         if entry is not None and entry.ref() is not variable:
             entry = None  # another tensor that happened to get the same id
         position = observer.ran.get(key)
-        if position is None:  # not reached in this pass: .grad as before
-            settle(key, carry(entry, real), real)
+        if position is None:  # not reached in this pass: .grad as before, unless hooks stopped the pass
+            settle(key, carry(entry, real) if stopped is None else stopped, real)
+            if stopped is not None:
+                history[id(variable)] = LeafHistory(ref=weakref.ref(variable), grad=real, without=stopped)
             continue
         record = observer.records[position]
         out["added"][key] = record.received
@@ -209,6 +214,19 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
         settle(key, without, real)
         history[id(variable)] = LeafHistory(ref=weakref.ref(variable), grad=real, without=without)
     return out
+
+
+def _stopped_by_hooks(observer: PassObserver) -> Unknown | None:
+    """The pass stopped with an error after hooks ran: had none run, it might have gone on (a hook raised, or
+    returned what torch refused), so what it would have given the leaves it did not reach is not known."""
+    if observer.error is None:
+        return None
+    calls = [record for record in observer.records if isinstance(record, HookRecord)]
+    if not calls and not observer.hooks_hidden:
+        return None  # no hook ran: the same error stops the pass without hooks
+    error = observer.error
+    return Unknown(f"the pass stopped at {type(error).__name__}: {error} after hooks ran; had no hook run it might "
+                   "have gone on and reached this tensor")
 
 
 def _unhooked_input(observer: PassObserver, tensor: Any) -> Any:
@@ -243,27 +261,27 @@ def _node_event(walk: Walk, step: int, record: NodeRecord) -> NodeRun:
     )
 
 
-def _hook_event(walk: Walk, step: int, call: HookRecord, index: int, invocations: dict, ordinals: dict) -> HookCall:
+def _hook_event(walk: Walk, step: int, call: HookRecord, index: int, invocations: "HookCounter",
+                ordinals: dict) -> HookCall:
     if call.target is None and call.node_fn is not None:
         if call.kind in ("tensor", "post_accumulate_grad"):
             call.target = walk.output_label(call.node_fn, call.output_nr or 0)
         else:
             call.target = walk.labels.get(id(call.node_fn), call.node_fn.name())
-    # Keyed by code, not by the function object: the Lens must not keep hooks (and what they close over) alive.
-    key = (call.kind, call.target, call.code, function_name(call.function, call.code))
-    position = (key, id(call.node_fn))
+    position = (call.kind, _function_key(call), id(call.node_fn))
     # The same function registered twice on one tensor is two hooks: within a pass, the
     # n-th call of it at one node is its n-th registration.
     ordinal = ordinals.get(position, 0)
     ordinals[position] = ordinal + 1
-    lens_key = key + (ordinal,)
-    invocations[lens_key] = invocations.get(lens_key, 0) + 1
+    invocation, registration = invocations.count(call, ordinal)
     return HookCall(
-        hook=function_name(call.function, call.code),
+        hook=function_name(call.function, call.code) if call.function is not None or call.code is not None
+        else "<C hook>",
         kind=call.kind,
         target=call.target or "?",
         pass_index=index,
-        invocation=invocations[lens_key],
+        invocation=invocation,
+        registration=registration,
         grad_in=call.grad_in,
         grad_out=call.grad_out,
         modified=call.modified,
@@ -276,6 +294,82 @@ def _hook_event(walk: Walk, step: int, call: HookRecord, index: int, invocations
         edited_in_place=call.edited_in_place,
         unseen=call.unseen,
     )
+
+
+def _function_key(call: HookRecord) -> tuple:
+    """Which function ran: its code when a frame showed it (the object may not be known: a hook on a tensor
+    with no name), else the object (a hook written in C)."""
+    if call.code is not None:
+        return ("code", call.code)
+    return ("object", id(call.function))
+
+
+class HookCounter:
+    """Counts the calls of each *registered* hook over the passes of one Lens.
+
+    A registration is a function attached to one thing: a tensor (a leaf by its tensor, any other by the node
+    that made it and the output), a node, a module, or one ``register_multi_grad_hook`` call; a global module
+    hook is one registration.  Two closures made by one factory are two hooks, as is one function registered
+    on two tensors; hooks with one code on one tensor are told apart by their order there.  Only ids are kept,
+    each guarded by a weak reference where the object allows one (the function, when known, and the tensor or
+    module), so nothing lives longer, and a new hook or tensor at a freed address is counted afresh."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple, list] = {}  # key -> [calls, registration number, function guard, holder guard]
+
+    def count(self, call: HookRecord, ordinal: int) -> tuple[int, int]:
+        """This call's number among the calls of its registration, and that registration's number."""
+        key, holder = self._key(call, ordinal)
+        function = call.function
+        entry = self.counts.get(key)
+        if entry is not None and (not _same(entry[3], holder) or function is not None and not _same(entry[2], function)):
+            entry = None  # the thing it was attached to, or the function, is another one now
+        if entry is None:
+            entry = self.counts[key] = [0, len(self.counts) + 1, None, _guard(holder)]
+        if function is not None and entry[2] is None:
+            entry[2] = _guard(function)
+        entry[0] += 1
+        return entry[0], entry[1]
+
+    @staticmethod
+    def _key(call: HookRecord, ordinal: int) -> tuple[tuple, Any]:
+        fn = call.node_fn
+        holder = None
+        if call.kind.startswith("global_"):
+            where: tuple = ()
+        elif call.kind == "multi_grad":
+            where = ("multi", call.state if call.state is not None else call.target)
+        elif call.module is not None:
+            where, holder = ("module", id(call.module)), call.module
+        elif fn is not None and hasattr(fn, "variable"):  # a leaf: its hooks live on the tensor, whatever node
+            where, holder = ("leaf", id(fn.variable)), fn.variable
+        elif fn is not None:  # a node lives as long as its graph: its number tells a new one at the same address
+            where = ("node", id(fn), _sequence_nr(fn), call.output_nr if call.kind == "tensor" else None)
+        else:
+            where = ("target", call.target)
+        return (call.kind, _function_key(call), where, ordinal), holder
+
+
+def _sequence_nr(fn: Any) -> int | None:
+    try:
+        return fn._sequence_nr()
+    except Exception:
+        return None
+
+
+def _guard(obj: Any) -> Any:
+    """A weak reference to ``obj`` (None for None); ``obj`` itself is never kept: an object that allows no weak
+    reference is guarded by nothing."""
+    if obj is None:
+        return None
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return None
+
+
+def _same(guard: Any, obj: Any) -> bool:
+    return guard is None or obj is None or guard() is obj
 
 
 def _node_id_for(walk: Walk, call: HookRecord) -> str | None:

@@ -120,6 +120,16 @@ def user_function(frame: FrameType, wrapper: Wrapper | None) -> Any:
     return None
 
 
+def wrapper_state(wrapper: Wrapper) -> int | None:
+    """The per-registration state of torch's multi-grad wrapper (its closure's dict): one registration of
+    ``register_multi_grad_hook`` watches several tensors and is called once per pass."""
+    if wrapper.family != "multi_grad":
+        return None
+    local = wrapper.frame.f_locals
+    state = local.get("count", local.get("ran_hook"))
+    return None if state is None else id(state)
+
+
 def wrapper_module(wrapper: Wrapper) -> Any:
     holder = wrapper.frame.f_locals.get("self")
     if wrapper.family in ("module_full", "module_pre"):

@@ -47,8 +47,10 @@ from .hooks import (
     user_function,
     wrapper_family,
     wrapper_module,
+    wrapper_state,
 )
 from .names import Names, names_from
+from .order import UNSEEN, arrange_after, arrange_before, describe_c_hooks, unseen_call
 from .snapshot import held_bytes, snapshot
 from .unhooked import Unhooked, Unknown
 from .walk import Structure, saved_names
@@ -102,6 +104,8 @@ class HookRecord:
     edited_in_place: bool = False
     unseen: str | None = None  # a hook the profile function cannot see run (C code): how its values are known
     position: int | None = None  # its place among the hooks on its tensor, when known
+    state: int | None = None  # id of the per-registration state of torch's wrapper (multi-grad hooks)
+    slot: int | None = None  # a multi-grad hook (mode="all"): which watched tensor's hook called it
 
 
 @dataclass
@@ -115,6 +119,11 @@ class KnownHook:
     output_nr: int
     position: int = 0  # its place among the hooks of its kind on that tensor (registration order)
     count: int = 1  # how many hooks of its kind that tensor has
+    rank: int | None = None  # when that tensor's hook dict was attached to the node (its first handle's id)
+
+    @property
+    def code(self) -> Any:
+        return code_of(self.function)
 
 
 def snapshot_all(values: Any, limit: int) -> Any:
@@ -155,6 +164,14 @@ class PassObserver:
         self.known_hooks: dict[Any, list[KnownHook]] = {}
         self.unseen_hooks: list[KnownHook] = []  # hooks written in C (list.append, torch.neg): no frame to see
         self.unseen_multi: list[KnownHook] = []  # multi-grad hooks written in C, by the tensors they watch
+        self.chains: dict[tuple[int, int], list[KnownHook]] = {}  # (id(node), output) -> its tensor's hooks, in order
+        self.after_chains: dict[int, list[KnownHook]] = {}  # id(AccumulateGrad) -> post-accumulate hooks, in order
+        self.node_hooks: dict[int, tuple[tuple, tuple]] = {}  # id(node) -> (pre-hooks, post-hooks) of the user
+        self.nested_frames: list[FrameType] = []  # engine frames of backward runs inside this pass, innermost last
+        self.nested_wrapper: Wrapper | None = None
+        self.nested_running = False  # the innermost nested engine is running (C++), not its Python wrapper
+        self.nested_nodes: dict[int, str] = {}  # id(node) -> name: nodes that ran a backward inside this pass
+        self.nested_hooks: list[str] = []  # hooks that ran in those nested backwards
         self.leaf_ids: set[int] = set()
         self.claimed: set[int] = set()  # id(KnownHook) already matched to a call in this pass
         self.old_grads: dict[int, Value] = {}  # id(AccumulateGrad) -> .grad before this pass wrote it
@@ -178,6 +195,7 @@ class PassObserver:
     def start(self) -> None:
         observe = self._on_node
         self.handles = [fn.register_hook(observe) for fn in self.shape.nodes]
+        self._read_node_hooks(observe)
         for fn in self.shape.leaves.values():
             variable = fn.variable
             self.leaf_ids.add(id(variable))
@@ -193,6 +211,11 @@ class PassObserver:
             self.inventory = inventory(self)  # before the pass: what is attached now, in registration order
         except Exception as problem:  # an inventory is a help, never a reason to fail
             self.note(f"the hooks attached before the pass could not be listed: {type(problem).__name__}: {problem}")
+        c_node_hooks = [hook for pre, post in self.node_hooks.values() for hook in pre + post if code_of(hook) is None]
+        if c_node_hooks:
+            self.unhooked.activate(edited_in_place=True)
+            self.note("a hook written in C on a backward function (" + describe_c_hooks(c_node_hooks) + ") runs "
+                      "without a Python frame: its calls are shown in their place, with the gradients around them")
         if self.unseen_hooks:  # found with the names, which the inventory looked up
             # A hook written in C runs without a Python frame: what it returned is known only from what reached
             # the next step, so every node's "without hooks" value is checked against what it really received.
@@ -211,6 +234,21 @@ class PassObserver:
             self.hooks_hidden = True
             self.note("hook calls not attributed: another profiler (cProfile, %prun or torch.profiler) is active, "
                       "so only the backward functions were recorded")
+
+    def _read_node_hooks(self, observe: Any) -> None:
+        """Each node's own pre- and post-hooks, in registration order, from the hook dicts torch keeps on the
+        node: the handle of the lens's post-hook points to the post-hook dict, and a pre-hook registered and
+        removed at once to the pre-hook dict (``grad_fn.register_prehook`` / ``register_hook`` of the user)."""
+        probe = _no_hook
+        for fn, handle in zip(self.shape.nodes, self.handles):
+            posts = handle.hooks_dict_ref()
+            post = tuple(hook for hook in posts.values() if hook is not observe) if posts else ()
+            probe_handle = fn.register_prehook(probe)
+            pres = probe_handle.hooks_dict_ref()
+            probe_handle.remove()
+            pre = tuple(hook for hook in pres.values() if hook is not probe) if pres else ()
+            if pre or post:
+                self.node_hooks[id(fn)] = (pre, post)
 
     def stop(self) -> None:
         if self.profiling and sys.getprofile() == self._profile:
@@ -231,6 +269,8 @@ class PassObserver:
         self.namespace = {}
         self.known_hooks = {}
         self.unseen_hooks, self.unseen_multi = [], []
+        self.chains, self.after_chains, self.node_hooks = {}, {}, {}
+        self.nested_frames, self.nested_wrapper = [], None
         self.walk = self.leaf_state = None
         self.roots = self.inputs = self.seeds = self.start_seeds = self.seed_objects = ()
         self.old_grads, self.incoming, self.written = {}, {}, {}
@@ -281,16 +321,20 @@ class PassObserver:
                 grad_fn, output_nr = torch.autograd.graph.get_gradient_edge(tensor).node, 0
             else:
                 continue
-            plain = [hook for hook in (hooks or {}).values() if multi_grad_user_fn(hook) is None]
-            for hook in (hooks or {}).values():
+            entries = list((hooks or {}).items())
+            rank = min(entries)[0] if entries else None
+            chain = self.chains.setdefault((id(grad_fn), output_nr), [])
+            for position, (_, hook) in enumerate(entries):
                 user = multi_grad_user_fn(hook)
-                if user is not None:
-                    self._remember(KnownHook(user, "multi_grad", label, grad_fn, output_nr))
-                else:
-                    self._remember(KnownHook(hook, "tensor", label, grad_fn, output_nr, plain.index(hook), len(plain)))
+                known = KnownHook(hook if user is None else user, "tensor" if user is None else "multi_grad", label,
+                                  grad_fn, output_nr, position, len(entries), rank)
+                self._remember(known)
+                chain.append(known)
             after = list((after or {}).values())
             for position, hook in enumerate(after):
-                self._remember(KnownHook(hook, "post_accumulate_grad", label, grad_fn, output_nr, position, len(after)))
+                known = KnownHook(hook, "post_accumulate_grad", label, grad_fn, output_nr, position, len(after))
+                self._remember(known)
+                self.after_chains.setdefault(id(grad_fn), []).append(known)
 
     def _remember(self, known: KnownHook) -> None:
         code = code_of(known.function)
@@ -305,6 +349,12 @@ class PassObserver:
     def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
         try:
             if event == "call":
+                if self.nested_frames:
+                    self._nested_profile(frame)
+                    return
+                if frame.f_code is ENGINE_CODE and self.in_engine:  # a backward() run inside the pass
+                    self._nested_start(frame)
+                    return
                 if self.current is not None or not self.in_engine:
                     if self.engine_frame is None and frame.f_code is ENGINE_CODE:
                         self.engine_frame = frame
@@ -324,6 +374,15 @@ class PassObserver:
                 elif self.wrapper is not None and parent is self.wrapper.frame:
                     if self.wrapper.family != "ignore" and user_function(frame, self.wrapper) is not None:
                         self._begin(frame, self.wrapper)
+            elif self.nested_frames and event != "return":
+                if frame is self.nested_frames[-1] and getattr(arg, "__name__", None) == "run_backward":
+                    self.nested_running = event == "c_call"  # like in_engine, for the nested engine
+            elif event == "return" and self.nested_frames:
+                if frame is self.nested_frames[-1]:
+                    self.nested_frames.pop()
+                    self.nested_running = bool(self.nested_frames)
+                elif self.nested_wrapper is not None and frame is self.nested_wrapper.frame:
+                    self.nested_wrapper = None
             elif event == "return":
                 current = self.current
                 if current is not None and frame is current.frame:
@@ -338,6 +397,46 @@ class PassObserver:
                 self.in_engine = event == "c_call"  # c_call starts the engine; c_return / c_exception end it
         except Exception as problem:  # never let the profile function raise into the user's code
             self._failed("a hook call", problem)
+
+    def _nested_start(self, frame: FrameType) -> None:
+        """A backward run inside this pass (reentrant checkpointing, a ``backward()`` in a hook): its hooks are
+        not steps of this pass; they are listed in a note, and values without hooks past the node that ran it
+        are unknown."""
+        self.nested_frames.append(frame)
+        node = _current_node()
+        if node is not None:
+            self.nested_nodes.setdefault(id(node), node.name())
+
+    def _nested_profile(self, frame: FrameType) -> None:
+        """A call inside a nested backward: note the user hooks its engine calls (directly or through torch's
+        wrappers), by name and target."""
+        parent = frame.f_back
+        code = frame.f_code
+        if code is ENGINE_CODE:
+            self.nested_frames.append(frame)
+            return
+        if parent is None:
+            return
+        if not self.nested_running:
+            return  # the nested engine's Python wrapper (logging), before or after its C++ run
+        if parent.f_code is ENGINE_CODE and parent is self.nested_frames[-1]:
+            if code.co_filename.startswith(TORCH_DIR):
+                self.nested_wrapper = Wrapper(frame, wrapper_family(code))
+            elif code not in _OWN_CODES and code not in self.unpack_codes and not self._is_unpack_hook(code):
+                self._nested_hook(function_name(None, code))
+        elif self.nested_wrapper is not None and parent is self.nested_wrapper.frame \
+                and self.nested_wrapper.family != "ignore":
+            function = user_function(frame, self.nested_wrapper)
+            if function is not None:
+                module = wrapper_module(self.nested_wrapper)
+                kind = module_hook_kind(self.nested_wrapper, function, module).replace("_", " ")
+                target = self.ensure_names().module_name(module) if module is not None else None
+                where = f"{target or type(module).__name__}: " if module is not None else ""
+                self._nested_hook(f"{where}{kind} hook {function_name(function)}")
+
+    def _nested_hook(self, text: str) -> None:
+        if text not in self.nested_hooks:
+            self.nested_hooks.append(text)
 
     def _is_unpack_hook(self, code: Any) -> bool:
         """A saved-tensor unpack hook called while the current node unpacks what it saved."""
@@ -408,6 +507,8 @@ class PassObserver:
                 module=module,
                 context=snapshot_all(context, limit) if context is not None else None,
                 current_fn=node,
+                state=wrapper_state(wrapper) if wrapper is not None else None,
+                slot=wrapper.frame.f_locals.get("idx") if wrapper is not None and wrapper.family == "multi_grad" else None,
             )
 
     def _begin_unseen(self, wrapper: Wrapper, function: Any) -> None:
@@ -420,7 +521,7 @@ class PassObserver:
         self.pending.append(HookRecord(
             code=None, function=function, kind=kind, received=None, grad_in=None, frame=None, module=module,
             current_fn=_current_node(), candidates=[known for known in self.unseen_multi if known.function is function],
-            unseen=f"{UNSEEN}, so what it received and returned is not known",
+            unseen=f"{UNSEEN}, so what it received and returned is not known", state=wrapper_state(wrapper),
         ))
         self.unhooked.activate(edited_in_place=True)  # "without hooks" is checked against every node
 
@@ -451,19 +552,17 @@ class PassObserver:
             call.returned_none = returned is None
             if call.kind == "post_accumulate_grad":
                 call.grad_out = snapshot(call.received.grad, limit)
-            elif call.kind == "multi_grad":
-                call.grad_out = None
+            elif call.kind == "multi_grad":  # its return value is ignored; edits in place of what it got count
+                call.grad_out = snapshot_all(call.received, limit)
             elif returned is None:
                 call.grad_out = snapshot_all(call.received, limit)  # edits in place count
             else:
                 call.grad_out = snapshot_all(returned, limit)
-            edited = False
-            if call.kind != "multi_grad":
-                call.modified = not values_equal(call.grad_in, call.grad_out)
-                if call.kind == "post_accumulate_grad" or returned is None:
-                    edited = call.modified
-                else:  # returned a new value: did it also edit what it received?
-                    edited = not values_equal(call.grad_in, snapshot_all(call.received, limit))
+            call.modified = not values_equal(call.grad_in, call.grad_out)
+            if call.kind in ("post_accumulate_grad", "multi_grad") or returned is None:
+                edited = call.modified
+            else:  # returned a new value: did it also edit what it received?
+                edited = not values_equal(call.grad_in, snapshot_all(call.received, limit))
         call.edited_in_place = edited
         if call.modified or edited:
             self.unhooked.activate(edited)
@@ -571,12 +670,14 @@ class PassObserver:
         else:
             record = NodeRecord(fn, self._keep(tuple(grad_outputs)), self._keep(tuple(grad_inputs)))
             arrived = record.received
-        if self.unseen_hooks:
-            before = self._with_unseen(fn, before, arrived)
-            if is_leaf:  # after-accumulate hooks in C: after the write, what they did to .grad not known
-                after = [_unseen_call(known, fn, "what it did to .grad") for known in self.unseen_hooks
-                         if known.kind == "post_accumulate_grad" and known.grad_fn is fn] + after
-            pending = before + after
+        before = arrange_before(self, fn, before, arrived)
+        if not self.hooks_hidden:
+            before += self._unexplained(fn, before, arrived)
+        after = arrange_after(self, fn, after, None if is_leaf else record.sent, is_leaf)
+        if id(fn) in self.nested_nodes and self.nested_hooks:
+            self.unhooked.unknown_from(fn, "hooks ran inside a backward that " + fn.name() + " ran (reentrant "
+                                       "checkpointing, or a backward() inside a hook): they are not recorded")
+        pending = before + after
         records.extend(before)
         position = len(records)
         records.append(record)
@@ -585,44 +686,39 @@ class PassObserver:
         if self.unhooked.active:
             self.unhooked.on_node(fn, grad_inputs, grad_outputs, pending, is_leaf)
 
-    def _with_unseen(self, fn: Any, before: list[HookRecord], arrived: tuple) -> list[HookRecord]:
-        """The tensor hooks written in C on ``fn``'s outputs, in their place among the calls seen there.
-
-        Such a hook ran (its tensor's gradient reached ``fn``) but no frame showed it. When it is the only hook
-        of its tensor and no node pre-hook ran, what it received is what the users of the tensor sent, added up
-        (the engine's sum), and what it passed on is what ``fn`` received; otherwise its values are unknown."""
-        unseen = [h for h in self.unseen_hooks if h.kind == "tensor" and h.grad_fn is fn]
-        if not unseen:
-            return before
-        node_pre = next((call for call in before if call.kind == "node_pre"), None)
-        if node_pre is not None and isinstance(node_pre.grad_in, tuple):
-            arrived = node_pre.grad_in  # node pre-hooks receive the gradients after every tensor hook
-        tensor_calls = [call for call in before if call.kind != "node_pre"]
-        calls = []
-        for known in unseen:
-            call = _unseen_call(known, fn, "what it received and returned")
-            if known.count == 1 and known.output_nr < len(arrived) and (node_pre is None or node_pre.error is None):
-                call.grad_in = self.unhooked.input_of(fn, known.output_nr, hooked=True)
-                call.grad_out = arrived[known.output_nr]
-                if isinstance(call.grad_in, (Unknown, TensorSummary)) or isinstance(call.grad_out, TensorSummary):
-                    call.unseen = "it is written in C and the values around it were too large to keep"
-                    call.grad_in = call.grad_out = None
-                else:
-                    call.unseen = (f"{UNSEEN}, so what it received is what the users of the tensor sent (added up), "
-                                   "and what it passed on is what reached the next step")
-                    call.modified = not values_equal(call.grad_in, call.grad_out)
-                    call.returned_none = not call.modified
-            elif known.count > 1:
-                call.unseen = f"{UNSEEN} and its tensor has other hooks, so what it received and returned is not known"
-            calls.append(call)
-        # hooks on one tensor run in registration order; all tensor hooks run before the node's pre-hooks
-        calls = tensor_calls + calls
-        targets = {call.target for call in calls if call.unseen}
-        slots = [index for index, call in enumerate(calls) if call.target in targets]
-        ranked = sorted((calls[index] for index in slots), key=lambda call: -1 if call.position is None else call.position)
-        for index, call in zip(slots, ranked):
-            calls[index] = call
-        return calls + [call for call in before if call.kind == "node_pre"]
+    def _unexplained(self, fn: Any, before: list[HookRecord], arrived: tuple) -> list[HookRecord]:
+        """A gradient that changed on its way into ``fn`` with no hook seen there: a hook no Python frame showed
+        (written in C, on a tensor whose hooks the lens cannot list) changed it.  It becomes a call of an unknown
+        hook, with what the users sent and what ``fn`` received; "without hooks" is then checked at every node.
+        Not when a hook seen in this pass edited a gradient in place, which can reach a sibling branch: then the
+        values without hooks are computed node by node, and no call is invented."""
+        found: list[HookRecord] = []
+        hooked = {_output_of_call(call) for call in before}
+        pre = next((call for call in before if call.kind == "node_pre"), None)
+        if pre is not None:  # what reached the node's pre-hooks is what the tensor hooks passed on
+            if pre.unseen or not isinstance(pre.grad_in, tuple) or len(pre.grad_in) != len(arrived):
+                return found
+            arrived = pre.grad_in
+        for output, received in enumerate(arrived):
+            if output in hooked or received is None and not self.shape.consumers.get((id(fn), output)):
+                continue
+            sent = self.unhooked.input_of(fn, output, hooked=True)
+            if sent is received or isinstance(sent, (Unknown, TensorSummary)) or isinstance(received, TensorSummary):
+                continue
+            if values_equal(sent, received):
+                continue
+            if self.unhooked.edited_in_place:
+                continue
+            call = unseen_call(None, "tensor", None, fn, output, "which hook it is")
+            call.grad_in, call.grad_out, call.modified, call.returned_none = sent, received, True, False
+            call.unseen = ("no Python frame showed this hook: it is written in C, on a tensor whose hooks cannot "
+                           "be listed (no name here, or changed in place after the hook was registered); what it "
+                           "received is what the tensor's users sent, added up, and what it passed on is what "
+                           f"reached {fn.name()}")
+            found.append(call)
+        if found:
+            self.unhooked.activate(edited_in_place=True)
+        return found
 
     def place(self, call: HookRecord, fn: Any, grad_outputs: tuple) -> None:
         """Decide what a hook call is attached to (tensor name, node, output index).
@@ -639,6 +735,9 @@ class PassObserver:
                 targets = sorted({h.target for h in candidates}, key=[h.target for h in candidates].index)
                 call.target = ", ".join(targets) if targets else "several tensors"
                 call.node_fn = fn
+                mine = next((h for h in candidates if h.grad_fn is fn), None)
+                if mine is not None:  # its place among the hooks of the tensor whose hook called it
+                    call.position, call.output_nr = mine.position, mine.output_nr
                 return
             here = [h for h in candidates if h.grad_fn is fn]
             if call.current_fn is not None:  # the engine named the node: only a hook attached there can be it
@@ -700,17 +799,31 @@ class PassObserver:
             call.frame = None
             call.received = None
             self.pending.append(call)
-            return
-        # Usually the profiler already saw the raising hook "return" (with None): it is the
-        # last call recorded, and its code is in the traceback.
-        last = self.pending[-1] if self.pending else None
-        if last is not None and last.error is None and last.returned_none and last.code in frames:
-            last.error = message
-            last.grad_out = None
-            last.modified = False
+        else:
+            # Usually the profiler already saw the raising hook "return" (with None): it is the
+            # last call recorded, and its code is in the traceback.
+            call = self.pending[-1] if self.pending else None
+            if call is not None and call.error is None and call.returned_none and call.code in frames:
+                call.error = message
+                call.grad_out = None
+                call.modified = False
+            else:
+                return
+        node = call.current_fn
+        if call.kind in ("post_accumulate_grad", "node") and node is not None and id(node) in self.shape.leaves \
+                and id(node) not in self.ran and id(node) in self.written:
+            # it raised after AccumulateGrad wrote .grad: the write happened, and is a step before it
+            written = self.written[id(node)]
+            with _hidden_from_modes():
+                self._record_node(node, (), (self.incoming.get(id(node), written),))
 
     def seal(self) -> None:
         """Calls seen after the last node ran (an autograd.grad input's hooks, a raising hook) are placed."""
+        if self.nested_hooks:
+            ran = ", ".join(sorted(set(self.nested_nodes.values()))) or "a backward function"
+            self.note(f"hooks ran inside a nested backward run by {ran} (reentrant checkpointing, or a backward() "
+                      f"inside a hook), not recorded as steps of this pass: {'; '.join(self.nested_hooks)}; values "
+                      "without hooks that depend on them are unknown")
         for call in self.pending:
             if call.target is None and call.node_fn is None:
                 self.place(call, None, ())
@@ -718,14 +831,13 @@ class PassObserver:
         self.pending = []
 
 
-UNSEEN = "it is written in C: no Python frame shows its call"
+def _output_of_call(call: HookRecord) -> int | None:
+    return call.output_nr if call.kind in ("tensor", "multi_grad") else None
 
 
-def _unseen_call(known: KnownHook, fn: Any, what: str) -> HookRecord:
-    """The call of a hook written in C on a named tensor, placed at ``fn``; ``what`` of it is not known."""
-    return HookRecord(code=None, function=known.function, kind=known.kind, received=None, grad_in=None, frame=None,
-                      target=known.target, node_fn=fn, output_nr=known.output_nr, position=known.position,
-                      unseen=f"{UNSEEN}, so {what} is not known")
+def _no_hook(grad_outputs: Any) -> None:
+    """Registered for an instant on each node to reach its pre-hook dict; never called."""
+    return None
 
 
 def _wrapped_user_functions(wrapper: Wrapper) -> tuple:

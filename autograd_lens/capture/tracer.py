@@ -24,7 +24,7 @@ import torch
 
 from ..model import BackwardPass, GraphOptions, HookCall, Note, values_equal
 from ..notes import note
-from .build import build_pass, relabel
+from .build import HookCounter, build_pass, relabel
 from .lines import CellLines
 from .modules import ModuleCalls, groups_for
 from .names import caller_namespace, names_from, user_frame
@@ -123,7 +123,7 @@ class Lens:
         self._passes: list[BackwardPass] = []
         self._history: dict[int, Any] = {}  # per leaf, across passes (see unhooked.LeafHistory)
         self._edited_seeds: dict[int, tuple] = {}  # id(gradient= tensor) -> (weakref, value now, value without hooks)
-        self._invocations: dict[Any, Any] = {}
+        self._invocations = HookCounter()  # calls of each registered hook, over the passes
         self._original: Any = None
         self._thread: int | None = None
         self._recording = False

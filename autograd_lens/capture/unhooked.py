@@ -129,15 +129,26 @@ class Unhooked:
         self.edited_in_place = False
         self.out: dict[int, tuple | Unknown] = {}  # id(fn) -> what a diverged node would have sent
         self.leaf: dict[int, Any] = {}  # id(AccumulateGrad) -> what it would have added (diverged leaves)
+        self.forced: dict[int, Unknown] = {}  # id(fn) -> why what it would have sent is not known
 
     def activate(self, edited_in_place: bool) -> None:
         """A hook changed a gradient (``edited_in_place``: by editing the tensor it received)."""
         self.active = True
         self.edited_in_place = self.edited_in_place or edited_in_place
 
+    def unknown_from(self, fn: Any, reason: str) -> None:
+        """What ``fn`` sent cannot be known without hooks (hooks ran where the lens could not follow)."""
+        self.activate(edited_in_place=False)
+        self.forced[id(fn)] = Unknown(reason)
+
     def on_node(self, fn: Any, grad_inputs: tuple, grad_outputs: tuple, calls: list, is_leaf: bool) -> None:
         """``fn`` has just run (its post-hook): decide whether it diverged, and what it would have sent."""
-        diverged = any(call.node_fn is fn and call.modified for call in calls)
+        if id(fn) in self.forced:
+            self.out[id(fn)] = self.forced[id(fn)]
+            return
+        # a call whose effect is not known (a hook written in C) may have changed anything it touched
+        diverged = any(call.node_fn is fn and (call.modified or call.unseen and call.grad_out is None)
+                       for call in calls)
         if not diverged and not self.edited_in_place:
             # only a diverged user can change what reached fn
             consumers = self.observer.shape.consumers

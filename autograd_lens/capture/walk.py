@@ -322,7 +322,9 @@ def walk(
             count = uses.get(id(fn), 0)
             copies = count if count > options.split_leaf_uses else 1
             if leaf_state is not None:
-                value, grad = leaf_state.get(id(fn)) or (_small(variable, options, False), _small(variable.grad, options, False))
+                value, grad = leaf_state[id(fn)]
+                if value is None:
+                    value = _small(variable, options, stats)
             else:
                 value, grad = _small(variable, options, stats), _small(variable.grad, options, stats)
             fields = dict(
@@ -431,17 +433,14 @@ def _within_budget(reachable: list[Any], shape: Structure, max_nodes: int) -> li
 
 
 def leaf_state(shape: Structure, options: GraphOptions) -> dict[int, tuple[Value, Value]]:
-    """The values and ``.grad`` of small leaves as labels will show them, read before a pass
-    changes them.  Large leaves are labelled by shape and dtype only, which a pass leaves alone."""
+    """The ``.grad`` of every leaf (and the value of small ones) as labels will show them, read before a
+    pass changes them.  A large ``.grad`` is kept as shape and dtype only (no reduction runs); one that was
+    None stays None, so nothing read after the pass is shown as what the leaf held before it.  A large
+    leaf's value (None here) is read when the model is built: a pass does not change it."""
     limit = options.max_elements
-    state = {}
-    for fn in shape.nodes:
-        if id(fn) in shape.leaf_labels:
-            variable = fn.variable
-            grad = variable.grad
-            if variable.numel() <= limit or grad is not None and grad.numel() <= limit:
-                state[id(fn)] = (_small(variable, options, False), _small(grad, options, False))
-    return state
+    return {key: (_small(fn.variable, options, False) if fn.variable.numel() <= limit else None,
+                  _small(fn.variable.grad, options, False))
+            for key, fn in shape.leaves.items()}
 
 
 def _small(tensor: torch.Tensor | None, options: GraphOptions, stats: bool = True) -> Value:

@@ -176,17 +176,21 @@ def timeline(source: Any):
     """
     passes, _ = _passes_and_calls(source)
     keys: list[str] = []
+    rows: dict[Any, int] = {}  # registered hook -> its row (two hooks with one name get two rows)
     points: dict[str, list[tuple[float, float]]] = {"changed": [], "unchanged": [], "raised": []}
     boundaries = []
     offset = 0
     for backward_pass in passes:
         boundaries.append((offset, backward_pass.index))
         for call in backward_pass.hook_calls:
-            key = _hook_key(call)
-            if key not in keys:
-                keys.append(key)
+            registration = call.registration or _hook_key(call)
+            if registration not in rows:
+                rows[registration] = len(keys)
+                key = _hook_key(call)
+                same = sum(1 for known in keys if known == key or known.startswith(key + " ["))
+                keys.append(key if not same else f"{key} [{same + 1}]")
             kind = "raised" if call.error else ("changed" if call.modified else "unchanged")
-            points[kind].append((offset + call.step, keys.index(key)))
+            points[kind].append((offset + call.step, rows[registration]))
         offset += len(backward_pass.events)
     figure = _figure(len(keys))
     axis = figure.subplots()

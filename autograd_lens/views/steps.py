@@ -129,14 +129,19 @@ def leaf_copies(graph: Graph, node_id: str | None) -> list[str]:
             if n.kind in ("leaf", "output") and n.op.endswith("AccumulateGrad")] or [node_id]
 
 
-def hook_totals(passes: list[BackwardPass]) -> dict[tuple[str, str, str], int]:
-    """How many times each hook (by name, target and kind) fired over the given passes."""
-    totals: dict[tuple[str, str, str], int] = {}
+def hook_totals(passes: list[BackwardPass]) -> dict[tuple, int]:
+    """How many times each registered hook (``HookCall.registration``) fired over the given passes."""
+    totals: dict[tuple, int] = {}
     for backward_pass in passes:
         for call in backward_pass.hook_calls:
-            key = (call.hook, call.target, call.kind)
+            key = _registration(call)
             totals[key] = max(totals.get(key, 0), call.invocation)
     return totals
+
+
+def _registration(call: HookCall) -> tuple:
+    """Which registered hook made ``call`` (records made before ``registration`` existed: name, target, kind)."""
+    return ("registration", call.registration) if call.registration else (call.hook, call.target, call.kind)
 
 
 def hook_positions(backward_pass: BackwardPass) -> dict[int, tuple[int, int]]:
@@ -273,7 +278,7 @@ def _output_tensors(graph: Graph, event: NodeRun) -> list[str]:
 
 def _hook_step(index: int, call: HookCall, graph: Graph, backward_pass: BackwardPass, totals: dict,
                position: tuple[int, int] = (1, 1)) -> Step:
-    total = max(totals.get((call.hook, call.target, call.kind), 0), call.invocation)
+    total = max(totals.get(_registration(call), 0), call.invocation)
     where = f"call {call.invocation} of {total} in this recording"
     if call.forward_call:
         where += f", for forward call {call.forward_call}"

@@ -1,0 +1,242 @@
+"""Where each hook call sits at a node, and what the calls no Python frame showed received and passed on.
+
+Read beside ``shared/HOOK_FACTS.md`` ("Order of events inside one backward pass").  At one node the engine
+runs, in this order: the tensor hooks of each output (the outputs in the order their hook dicts were attached,
+each dict in registration order, every call's result feeding the next), then the node's pre-hooks, the
+backward function, and the node's post-hooks; at a leaf, after ``.grad`` is written, its post-accumulate
+hooks, then ``AccumulateGrad``'s post-hooks.
+
+The profile function sees the calls of Python hooks in their true order.  A hook written in C (``list.append``,
+``torch.neg``, ``print``) runs without a frame; where it is registered is known (a named tensor's hook dict, a
+node's pre- and post-hook dicts, read before the pass), so its call is put in its place here.  What it
+received and passed on is the value between its neighbours in the chain: known when the neighbour on that
+side is known (a Python hook's recorded value, what the tensor's users sent, what the node received or sent),
+unknown otherwise, and then said to be unknown.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..model import TensorSummary, values_equal
+from .hooks import function_name
+from .unhooked import Unknown
+
+if TYPE_CHECKING:
+    from .observe import HookRecord, KnownHook, PassObserver
+
+UNSEEN = "it is written in C: no Python frame shows its call"
+_MISSING: Any = object()  # a value between two hooks that is not known
+
+
+def unseen_call(function: Any, kind: str, target: str | None, fn: Any, output_nr: int | None, what: str,
+                position: int | None = None) -> "HookRecord":
+    """The call of a hook written in C, placed at ``fn``; ``what`` of it is not known (yet)."""
+    from .observe import HookRecord
+
+    return HookRecord(code=None, function=function, kind=kind, received=None, grad_in=None, frame=None,
+                      target=target, node_fn=fn, output_nr=output_nr, position=position,
+                      unseen=f"{UNSEEN}, so {what} is not known")
+
+
+def arrange_before(observer: "PassObserver", fn: Any, before: list["HookRecord"], arrived: tuple) -> list["HookRecord"]:
+    """The calls that ran before ``fn``'s backward (tensor hooks of its outputs, then its pre-hooks), with the
+    hooks written in C put in their places and given the values around them where those are known."""
+    tensor_calls = [call for call in before if call.kind != "node_pre"]
+    pre_calls = [call for call in before if call.kind == "node_pre"]
+    chains = observer.chains
+    outputs = len(arrived)
+    groups: list[tuple[int, list]] = []  # (output, calls) in firing order
+    for call in tensor_calls:
+        output = _output_of(call, fn)
+        if not groups or groups[-1][0] != output:
+            groups.append((output, []))
+        groups[-1][1].append(call)
+    merged: dict[int, list] = {}
+    for output, calls in groups:
+        merged.setdefault(output, []).extend(calls)
+    for output in range(outputs):
+        known = chains.get((id(fn), output))
+        if known and any(entry.code is None and entry.kind == "tensor" for entry in known):
+            merged[output] = _with_c_entries(merged.get(output, []), known, fn, output)
+    order = _output_order([output for output, _ in groups], merged, chains, fn)
+    start = {output: observer.unhooked.input_of(fn, output, hooked=True) for output in merged}
+    pre_functions = observer.node_hooks.get(id(fn), ((), ()))[0]
+    pre = _merge_node_hooks(pre_calls, pre_functions, "node_pre", fn)
+    # what reached the pre-hooks: the first pre-hook's record, or (no pre-hook) what the node received
+    if not pre:
+        after_tensor_hooks: Any = arrived
+    elif not pre[0].unseen and isinstance(pre[0].grad_in, tuple):
+        after_tensor_hooks = pre[0].grad_in
+    else:
+        after_tensor_hooks = None
+    for output in order:
+        end = after_tensor_hooks[output] if after_tensor_hooks is not None and output < len(after_tensor_hooks) \
+            else _MISSING
+        _fill(merged[output], start[output], end, slot=output)
+    if pre:
+        begin: Any = _MISSING
+        if all(output not in merged for output in range(outputs)):
+            begin = tuple(observer.unhooked.input_of(fn, output, hooked=True) for output in range(outputs))
+        _fill(pre, begin, arrived, slot=None)
+    return [call for output in order for call in merged[output]] + pre
+
+
+def arrange_after(observer: "PassObserver", fn: Any, after: list["HookRecord"], sent: Any,
+                  is_leaf: bool) -> list["HookRecord"]:
+    """The calls after ``fn``'s backward: a leaf's post-accumulate hooks, then the node's post-hooks, each kind
+    in registration order with the hooks written in C in their places."""
+    if is_leaf:
+        known = observer.after_chains.get(id(fn), ())
+        seen = [call for call in after if call.kind == "post_accumulate_grad"]
+        if any(entry.code is None for entry in known):
+            arranged = _with_c_entries(seen, known, fn, 0, what="what it did to .grad")
+            after = _replace_kind(after, "post_accumulate_grad", arranged, front=True)
+    post_functions = observer.node_hooks.get(id(fn), ((), ()))[1]
+    if any(_is_c(function) for function in post_functions):
+        seen = [call for call in after if call.kind == "node"]
+        arranged = _merge_node_hooks(seen, post_functions, "node", fn)
+        if not is_leaf:
+            _fill(arranged, _MISSING, sent, slot=None)
+        after = _replace_kind(after, "node", arranged, front=False)
+    return after
+
+
+def _is_c(function: Any) -> bool:
+    from .hooks import code_of
+
+    return code_of(function) is None
+
+
+def _output_of(call: "HookRecord", fn: Any) -> int:
+    if call.output_nr is not None:
+        return call.output_nr
+    for known in call.candidates:  # a multi-grad hook: the watched tensor made by this node
+        if known.grad_fn is fn:
+            return known.output_nr
+    return 0
+
+
+def _with_c_entries(seen: list["HookRecord"], known: list["KnownHook"], fn: Any, output: int,
+                    what: str = "what it received and returned") -> list["HookRecord"]:
+    """``seen`` (Python calls on one tensor, in firing order) with a call for each hook written in C of that
+    tensor's dict, in registration order."""
+    c_entries = [entry for entry in known if entry.code is None and entry.kind in ("tensor", "post_accumulate_grad")]
+    pending = [unseen_call(entry.function, entry.kind, entry.target, fn, output, what, entry.position)
+               for entry in c_entries]
+    result: list = []
+    for call in seen:
+        position = call.position
+        if position is not None:
+            while pending and pending[0].position is not None and pending[0].position < position:
+                result.append(pending.pop(0))
+        result.append(call)
+    return result + pending
+
+
+def _output_order(fired: list[int], merged: dict[int, list], chains: dict, fn: Any) -> list[int]:
+    """Outputs in the order their hooks ran: as seen, with outputs whose only hooks are in C put by when their
+    hook dict was attached to the node (its first registration)."""
+    order: list[int] = []
+    for output in fired:
+        if output not in order:
+            order.append(output)
+
+    def rank(output: int) -> float:
+        entries = chains.get((id(fn), output)) or ()
+        return min((entry.rank for entry in entries if entry.rank is not None), default=float("inf"))
+
+    for output in sorted((o for o in merged if o not in order), key=rank):
+        place = next((index for index, other in enumerate(order) if rank(other) > rank(output)), len(order))
+        order.insert(place, output)
+    return order
+
+
+def _merge_node_hooks(seen: list["HookRecord"], functions: tuple, kind: str, fn: Any) -> list["HookRecord"]:
+    """Seen node (pre-)hook calls with a call for each hook written in C, in the node's registration order."""
+    if not any(_is_c(function) for function in functions):
+        return list(seen)
+    remaining = list(seen)
+    result = []
+    for function in functions:
+        if _is_c(function):
+            result.append(unseen_call(function, kind, None, fn, None, "what it received and returned"))
+        elif remaining:
+            result.append(remaining.pop(0))
+    return result + remaining
+
+
+def _replace_kind(calls: list, kind: str, arranged: list, front: bool) -> list:
+    """``calls`` with its calls of ``kind`` replaced by ``arranged`` (where the first of them was)."""
+    result: list = []
+    placed = False
+    for call in calls:
+        if call.kind == kind:
+            if not placed:
+                result.extend(arranged)
+                placed = True
+            continue
+        result.append(call)
+    if not placed:
+        result = (arranged + result) if front else (result + arranged)
+    return result
+
+
+def _fill(calls: list["HookRecord"], start: Any, end: Any, slot: int | None) -> None:
+    """Give each call written in C the value before it and after it in the chain ``start -> calls -> end``,
+    where the neighbours tell them; values of Python calls are what they recorded."""
+    if not any(call.unseen for call in calls):
+        return
+    values = [_MISSING] * (len(calls) + 1)  # values[i]: before call i; values[-1]: after the last
+    values[0] = _usable(start)
+    values[-1] = _usable(end)
+    for index, call in enumerate(calls):
+        if call.unseen:
+            continue
+        received, passed = _seen_values(call, slot)
+        if received is not _MISSING:
+            values[index] = received
+        values[index + 1] = passed if call.error is None else _MISSING
+    for index, call in enumerate(calls):
+        if not call.unseen or call.grad_in is not None or call.kind == "multi_grad":
+            continue  # a multi-grad hook gets a list of gradients: one tensor's values do not say what it got
+        received, passed = values[index], values[index + 1]
+        if received is _MISSING or passed is _MISSING:
+            neighbour = "a hook before it" if received is _MISSING else "a hook after it"
+            call.unseen = (f"{UNSEEN}, and {neighbour} on the same gradient is also unseen or its value was not "
+                           "kept, so what it received and returned is not known")
+            continue
+        call.grad_in, call.grad_out = received, passed
+        call.modified = not values_equal(received, passed)
+        call.returned_none = not call.modified
+        call.unseen = (f"{UNSEEN}, so what it received is the value before it (what the tensor's users sent, "
+                       "added up, or what the hook before it passed on) and what it passed on is the value after "
+                       "it (what the next hook or the node received)")
+
+
+def _seen_values(call: "HookRecord", slot: int | None) -> tuple[Any, Any]:
+    """What a call seen by the profile function received and passed on, for the chain of output ``slot``."""
+    received, passed = call.grad_in, call.grad_out
+    if call.kind == "multi_grad":
+        if not isinstance(received, tuple):  # mode="any": the one gradient
+            return received, passed if passed is not None else _MISSING
+        index = call.slot
+        if index is None or slot is None:
+            return _MISSING, _MISSING
+        pick = (lambda values: values[index] if isinstance(values, tuple) and index < len(values) else _MISSING)
+        return pick(received), pick(passed)
+    if call.kind == "post_accumulate_grad":
+        return _MISSING, _MISSING
+    return received, passed
+
+
+def _usable(value: Any) -> Any:
+    if value is _MISSING or isinstance(value, (Unknown, TensorSummary)):
+        return _MISSING
+    if isinstance(value, tuple) and any(isinstance(item, (Unknown, TensorSummary)) for item in value):
+        return _MISSING
+    return value
+
+
+def describe_c_hooks(functions: list) -> str:
+    return ", ".join(sorted({function_name(function) for function in functions}))
