@@ -179,17 +179,33 @@ def function_name(function: Any, code: CodeType | None = None) -> str:
     return name
 
 
+def runs_python(function: Any) -> bool:
+    """Whether calling ``function`` runs a Python frame the profile function sees (a ``def``, a lambda, a bound
+    method, an object with a Python ``__call__``), as opposed to C code (``list.append``, ``torch.neg``, ``print``,
+    a ``functools.partial`` of one): those run unseen."""
+    while isinstance(function, functools.partial):
+        function = function.func
+    if inspect.isfunction(function) or inspect.ismethod(function):
+        return True
+    if inspect.isbuiltin(function) or inspect.ismethoddescriptor(function) or isinstance(function, type):
+        return False
+    call = getattr(type(function), "__call__", None)
+    return inspect.isfunction(call)
+
+
 def code_of(function: Any) -> CodeType | None:
-    """The code object the profiler will see when ``function`` is called."""
-    for attribute in ("func", "__wrapped__"):
-        inner = getattr(function, attribute, None)
-        if callable(inner):
-            function = inner
-    code = getattr(function, "__code__", None)
-    if code is None:
-        call = getattr(type(function), "__call__", None)
-        code = getattr(call, "__code__", None)
-    return code
+    """The code object the profiler will see when ``function`` is called (None: C code, no frame).  A
+    ``functools.wraps`` wrapper runs its own code, so ``__wrapped__`` is not followed."""
+    while isinstance(function, functools.partial):
+        function = function.func
+    if inspect.ismethod(function):
+        function = function.__func__
+    if inspect.isfunction(function):
+        return function.__code__
+    if inspect.isbuiltin(function) or inspect.ismethoddescriptor(function) or isinstance(function, type):
+        return None
+    call = getattr(type(function), "__call__", None)
+    return call.__code__ if inspect.isfunction(call) else None
 
 
 def multi_grad_user_fn(hook: Any) -> Any:

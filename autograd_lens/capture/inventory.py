@@ -2,8 +2,9 @@
 
 Tensor hooks (on named tensors, leaves and ``autograd.grad`` inputs), ``retain_grad``, post-accumulate and
 multi-grad hooks, module backward hooks (full, pre, legacy) of named modules, and global module hooks.
-Hooks on backward functions (``grad_fn.register_hook`` / ``register_prehook``) cannot be listed from
-Python before they run; the inventory says so instead of leaving them out silently.
+Hooks on backward functions (``grad_fn.register_hook`` / ``register_prehook``) come from the node's own hook
+dicts, read by the observer.  Hooks on tensors with no name here cannot be listed from Python before they run;
+the inventory says so instead of leaving them out silently.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import torch
 
 from ..model import InventoryEntry
 from .hooks import function_name, multi_grad_user_fn
+from .walk import op_label
 
-NODE_HOOKS_NOTE = ("hooks on tensors that have no name here, and on backward functions (grad_fn.register_hook / "
-                   "register_prehook), cannot be listed before they run: they show up as steps")
+NODE_HOOKS_NOTE = "hooks on tensors that have no name here cannot be listed before they run: they show up as steps"
 
 
 def inventory(observer: Any) -> tuple[InventoryEntry, ...]:
@@ -56,6 +57,18 @@ def inventory(observer: Any) -> tuple[InventoryEntry, ...]:
         after = list((getattr(tensor, "_post_accumulate_grad_hooks", None) or {}).values())
         for position, hook in enumerate(after, 1):
             entries.append(InventoryEntry("post_accumulate_grad", label, function_name(hook), position, len(after)))
+    for fn in shape.nodes:  # hooks on backward functions (grad_fn.register_prehook / register_hook)
+        pre, post = observer.node_hooks.get(id(fn), ((), ()))
+        if not pre and not post:
+            continue
+        if id(fn) in shape.leaf_labels:
+            target = f"{shape.leaf_labels[id(fn)]} (AccumulateGrad)"
+        else:
+            output = names.outputs.get((id(fn), 0))
+            target = op_label(fn.name()) + (f" → {output}" if output else "")
+        for kind, hooks in (("node_pre", pre), ("node", post)):
+            for position, hook in enumerate(hooks, 1):
+                entries.append(InventoryEntry(kind, target, function_name(hook), position, len(hooks)))
     leaves = {id(fn.variable) for fn in shape.leaves.values()}
     for module in names.module_objects:
         label = names.modules[id(module)]

@@ -40,6 +40,7 @@ from .hooks import (
     Wrapper,
     code_of,
     engine_call_args,
+    runs_python,
     function_name,
     module_hook_kind,
     multi_grad_received,
@@ -50,7 +51,8 @@ from .hooks import (
     wrapper_state,
 )
 from .names import Names, names_from
-from .order import UNSEEN, arrange_after, arrange_before, describe_c_hooks, unseen_call
+from .order import (UNSEEN, arrange_after, arrange_before, arrange_input_chain, describe_c_hooks, unseen_call,
+                    until_error)
 from .snapshot import held_bytes, snapshot
 from .unhooked import Unhooked, Unknown
 from .walk import Structure, saved_names
@@ -120,10 +122,6 @@ class KnownHook:
     position: int = 0  # its place among the hooks of its kind on that tensor (registration order)
     count: int = 1  # how many hooks of its kind that tensor has
     rank: int | None = None  # when that tensor's hook dict was attached to the node (its first handle's id)
-
-    @property
-    def code(self) -> Any:
-        return code_of(self.function)
 
 
 def snapshot_all(values: Any, limit: int) -> Any:
@@ -211,16 +209,18 @@ class PassObserver:
             self.inventory = inventory(self)  # before the pass: what is attached now, in registration order
         except Exception as problem:  # an inventory is a help, never a reason to fail
             self.note(f"the hooks attached before the pass could not be listed: {type(problem).__name__}: {problem}")
-        c_node_hooks = [hook for pre, post in self.node_hooks.values() for hook in pre + post if code_of(hook) is None]
+        c_node_hooks = [hook for pre, post in self.node_hooks.values() for hook in pre + post if not runs_python(hook)]
         if c_node_hooks:
             self.unhooked.activate(edited_in_place=True)
             self.note("a hook written in C on a backward function (" + describe_c_hooks(c_node_hooks) + ") runs "
                       "without a Python frame: its calls are shown in their place, with the gradients around them")
-        if self.unseen_hooks:  # found with the names, which the inventory looked up
+        in_graph = {id(fn) for fn in self.shape.nodes}
+        unseen = [known for known in self.unseen_hooks if id(known.grad_fn) in in_graph]
+        if unseen:  # found with the names, which the inventory looked up
             # A hook written in C runs without a Python frame: what it returned is known only from what reached
             # the next step, so every node's "without hooks" value is checked against what it really received.
             self.unhooked.activate(edited_in_place=True)
-            self.note("a hook written in C (" + ", ".join(sorted({function_name(h.function) for h in self.unseen_hooks}))
+            self.note("a hook written in C (" + describe_c_hooks([known.function for known in unseen])
                       + ") runs without a Python frame: its calls are shown from the gradients around it")
         defaults = torch._C._autograd._top_saved_tensors_default_hooks(False)
         if defaults is not None:  # pack/unpack hooks active during backward (double backward) are not gradient hooks
@@ -242,11 +242,11 @@ class PassObserver:
         probe = _no_hook
         for fn, handle in zip(self.shape.nodes, self.handles):
             posts = handle.hooks_dict_ref()
-            post = tuple(hook for hook in posts.values() if hook is not observe) if posts else ()
+            post = tuple(hook for hook in posts.values() if hook is not observe and _users(hook)) if posts else ()
             probe_handle = fn.register_prehook(probe)
             pres = probe_handle.hooks_dict_ref()
             probe_handle.remove()
-            pre = tuple(hook for hook in pres.values() if hook is not probe) if pres else ()
+            pre = tuple(hook for hook in pres.values() if hook is not probe and _users(hook)) if pres else ()
             if pre or post:
                 self.node_hooks[id(fn)] = (pre, post)
 
@@ -338,7 +338,7 @@ class PassObserver:
 
     def _remember(self, known: KnownHook) -> None:
         code = code_of(known.function)
-        if code is not None:
+        if code is not None and runs_python(known.function):
             self.known_hooks.setdefault(code, []).append(known)
         elif known.kind == "multi_grad":  # torch's Python wrapper calls it: seen as a c_call, matched by identity
             self.unseen_multi.append(known)
@@ -808,16 +808,51 @@ class PassObserver:
                 call.grad_out = None
                 call.modified = False
             else:
+                call = None
+        with _hidden_from_modes():
+            if call is None:  # no Python hook raised: the node the engine was running (a hook in C, or torch)
+                self._stopped_at(self._next_ready(), None)
                 return
-        node = call.current_fn
-        if call.kind in ("post_accumulate_grad", "node") and node is not None and id(node) in self.shape.leaves \
-                and id(node) not in self.ran and id(node) in self.written:
-            # it raised after AccumulateGrad wrote .grad: the write happened, and is a step before it
-            written = self.written[id(node)]
-            with _hidden_from_modes():
+            node = call.current_fn
+            if call.kind in ("post_accumulate_grad", "node") and node is not None and id(node) in self.shape.leaves \
+                    and id(node) not in self.ran and id(node) in self.written:
+                # it raised after AccumulateGrad wrote .grad: the write happened, and is a step before it
+                written = self.written[id(node)]
                 self._record_node(node, (), (self.incoming.get(id(node), written),))
+            elif call.kind in BEFORE_NODE and node is not None and id(node) not in self.ran:
+                self._stopped_at(node, call)
 
-    def seal(self) -> None:
+    def _stopped_at(self, fn: Any, raised: HookRecord | None) -> None:
+        """The pass stopped at ``fn`` before its backward ran: the hooks that ran there (those in C included, up
+        to the one that raised) are steps; the node is not."""
+        if fn is None or self.broken:
+            return
+        pending = [call for call in self.pending if call.current_fn is fn or call.current_fn is None]
+        self.pending = [call for call in self.pending if call not in pending]
+        for call in pending:
+            self.place(call, fn, ())
+        before = arrange_before(self, fn, [call for call in pending if call.kind in BEFORE_NODE], None)
+        if raised is not None:
+            before = until_error(before)
+        else:
+            for call in before:
+                if call.unseen and call.grad_in is None:
+                    call.unseen += ("; the pass stopped with an error at this node, raised by this hook, a hook "
+                                    "after it or the backward function")
+        self.records.extend(before + [call for call in pending if call.kind not in BEFORE_NODE])
+
+    def _next_ready(self) -> Any:
+        """The node the engine would run next: of those not run whose users all ran, the newest (AccumulateGrad
+        first), as the engine orders its ready queue."""
+        waiting: dict[int, int] = {}
+        for (node_id, _), consumers in self.shape.consumers.items():
+            waiting[node_id] = waiting.get(node_id, 0) + sum(1 for user, _ in consumers if id(user) not in self.ran)
+        ready = [fn for fn in self.shape.nodes if id(fn) not in self.ran and waiting.get(id(fn), 0) == 0]
+        if not ready:
+            return None
+        return max(ready, key=lambda fn: (id(fn) in self.shape.leaves, fn._sequence_nr()))
+
+    def seal(self, result: Any = None) -> None:
         """Calls seen after the last node ran (an autograd.grad input's hooks, a raising hook) are placed."""
         if self.nested_hooks:
             ran = ", ".join(sorted(set(self.nested_nodes.values()))) or "a backward function"
@@ -829,10 +864,43 @@ class PassObserver:
                 self.place(call, None, ())
             self.records.append(call)
         self.pending = []
+        if self.kind == "grad" and result is not None and not self.broken:
+            with _hidden_from_modes():
+                self._c_hooks_on_inputs(result)
+
+    def _c_hooks_on_inputs(self, result: Any) -> None:
+        """Hooks written in C on an input of ``autograd.grad``: they run when its gradient is captured (its node
+        does not run); each becomes a step after the last of its tensor's users, with the values around it
+        (what the users sent, added up; what autograd.grad returned)."""
+        for index, tensor in enumerate(self.inputs):
+            if not isinstance(tensor, torch.Tensor) or not tensor.requires_grad:
+                continue
+            edge = torch.autograd.graph.get_gradient_edge(tensor)
+            node, output = edge.node, edge.output_nr
+            chain = self.chains.get((id(node), output))
+            if not chain or id(node) in self.ran or all(runs_python(known.function) for known in chain):
+                continue
+            seen = [record for record in self.records if isinstance(record, HookRecord) and record.kind == "tensor"
+                    and record.node_fn is node and record.output_nr == output]
+            merged = arrange_input_chain(self, node, output, seen, chain,
+                                         result[index] if index < len(result) else None)
+            users = [self.ran[id(user)] for user, _ in self.shape.consumers.get((id(node), output), ())
+                     if id(user) in self.ran]
+            at = self.records.index(seen[0]) if seen else (max(users) + 1 if users else len(self.records))
+            self.records = [record for record in self.records if not any(record is call for call in seen)]
+            self.records[at:at] = merged
+            shift = len(merged) - len(seen)
+            self.ran = {key: position + shift if position >= at else position for key, position in self.ran.items()}
 
 
 def _output_of_call(call: HookRecord) -> int | None:
     return call.output_nr if call.kind in ("tensor", "multi_grad") else None
+
+
+def _users(hook: Any) -> bool:
+    """A hook of the user's, not one of torch's wrappers (module and legacy hooks, whose calls are seen inside)."""
+    code = code_of(hook)
+    return code is None or not code.co_filename.startswith(TORCH_DIR)
 
 
 def _no_hook(grad_outputs: Any) -> None:
@@ -849,6 +917,8 @@ def _wrapped_user_functions(wrapper: Wrapper) -> tuple:
         return local.get("user_pre_hook"), local.get("user_hook")
     if wrapper.family == "multi_grad":
         return (local.get("fn"),)
+    if wrapper.family == "legacy":
+        return (getattr(local.get("self"), "hook", None),)
     return ()
 
 

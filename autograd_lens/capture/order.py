@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..model import TensorSummary, values_equal
-from .hooks import function_name
+from .hooks import function_name, runs_python
 from .unhooked import Unknown
 
 if TYPE_CHECKING:
@@ -39,13 +39,17 @@ def unseen_call(function: Any, kind: str, target: str | None, fn: Any, output_nr
                       unseen=f"{UNSEEN}, so {what} is not known")
 
 
-def arrange_before(observer: "PassObserver", fn: Any, before: list["HookRecord"], arrived: tuple) -> list["HookRecord"]:
+def arrange_before(observer: "PassObserver", fn: Any, before: list["HookRecord"],
+                   arrived: tuple | None) -> list["HookRecord"]:
     """The calls that ran before ``fn``'s backward (tensor hooks of its outputs, then its pre-hooks), with the
-    hooks written in C put in their places and given the values around them where those are known."""
+    hooks written in C put in their places and given the values around them where those are known.
+    ``arrived``: what the node received after them all (None: not known, the node never ran)."""
     tensor_calls = [call for call in before if call.kind != "node_pre"]
     pre_calls = [call for call in before if call.kind == "node_pre"]
     chains = observer.chains
-    outputs = len(arrived)
+    outputs = len(arrived) if arrived is not None else len(getattr(fn, "_input_metadata", ()) or ()) or 1
+    if arrived is None:
+        arrived = (_MISSING,) * outputs
     groups: list[tuple[int, list]] = []  # (output, calls) in firing order
     for call in tensor_calls:
         output = _output_of(call, fn)
@@ -57,7 +61,7 @@ def arrange_before(observer: "PassObserver", fn: Any, before: list["HookRecord"]
         merged.setdefault(output, []).extend(calls)
     for output in range(outputs):
         known = chains.get((id(fn), output))
-        if known and any(entry.code is None and entry.kind == "tensor" for entry in known):
+        if known and any(_is_c(entry.function) and entry.kind == "tensor" for entry in known):
             merged[output] = _with_c_entries(merged.get(output, []), known, fn, output)
     order = _output_order([output for output, _ in groups], merged, chains, fn)
     start = {output: observer.unhooked.input_of(fn, output, hooked=True) for output in merged}
@@ -89,7 +93,7 @@ def arrange_after(observer: "PassObserver", fn: Any, after: list["HookRecord"], 
     if is_leaf:
         known = observer.after_chains.get(id(fn), ())
         seen = [call for call in after if call.kind == "post_accumulate_grad"]
-        if any(entry.code is None for entry in known):
+        if any(_is_c(entry.function) for entry in known):
             arranged = _with_c_entries(seen, known, fn, 0, what="what it did to .grad")
             after = _replace_kind(after, "post_accumulate_grad", arranged, front=True)
     post_functions = observer.node_hooks.get(id(fn), ((), ()))[1]
@@ -102,10 +106,20 @@ def arrange_after(observer: "PassObserver", fn: Any, after: list["HookRecord"], 
     return after
 
 
-def _is_c(function: Any) -> bool:
-    from .hooks import code_of
+def arrange_input_chain(observer: "PassObserver", fn: Any, output: int, seen: list["HookRecord"],
+                        chain: list["KnownHook"], returned: Any) -> list["HookRecord"]:
+    """The hooks of an ``autograd.grad`` input (output ``output`` of ``fn``, which does not run): ``seen`` with
+    those in C put in place, between what the users sent and what autograd.grad returned."""
+    merged = _with_c_entries(seen, chain, fn, output)
+    from .snapshot import snapshot
 
-    return code_of(function) is None
+    end = snapshot(returned, observer.store_limit) if returned is not None else None
+    _fill(merged, observer.unhooked.input_of(fn, output, hooked=True), end, slot=output)
+    return merged
+
+
+def _is_c(function: Any) -> bool:
+    return not runs_python(function)
 
 
 def _output_of(call: "HookRecord", fn: Any) -> int:
@@ -121,7 +135,7 @@ def _with_c_entries(seen: list["HookRecord"], known: list["KnownHook"], fn: Any,
                     what: str = "what it received and returned") -> list["HookRecord"]:
     """``seen`` (Python calls on one tensor, in firing order) with a call for each hook written in C of that
     tensor's dict, in registration order."""
-    c_entries = [entry for entry in known if entry.code is None and entry.kind in ("tensor", "post_accumulate_grad")]
+    c_entries = [entry for entry in known if _is_c(entry.function) and entry.kind in ("tensor", "post_accumulate_grad")]
     pending = [unseen_call(entry.function, entry.kind, entry.target, fn, output, what, entry.position)
                for entry in c_entries]
     result: list = []
@@ -233,9 +247,17 @@ def _seen_values(call: "HookRecord", slot: int | None) -> tuple[Any, Any]:
 def _usable(value: Any) -> Any:
     if value is _MISSING or isinstance(value, (Unknown, TensorSummary)):
         return _MISSING
-    if isinstance(value, tuple) and any(isinstance(item, (Unknown, TensorSummary)) for item in value):
+    if isinstance(value, tuple) and any(item is _MISSING or isinstance(item, (Unknown, TensorSummary)) for item in value):
         return _MISSING
     return value
+
+
+def until_error(calls: list["HookRecord"]) -> list["HookRecord"]:
+    """The calls up to the one that raised: the engine ran none after it."""
+    for index, call in enumerate(calls):
+        if call.error is not None:
+            return calls[: index + 1]
+    return calls
 
 
 def describe_c_hooks(functions: list) -> str:

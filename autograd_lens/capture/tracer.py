@@ -351,7 +351,7 @@ class Lens:
             self._forget_dead_leaves()
 
     def _build(self, observer: PassObserver, index: int, result: Any) -> None:
-        observer.seal()
+        observer.seal(result)
         self._remember_seeds(observer, observer.seed_objects)
         names = observer.ensure_names()
         graph_walk = observer.walk

@@ -1,0 +1,311 @@
+"""What the lens shows is what torch did: one test per class of false statement found by comparing the lens with
+plain PyTorch (issue "Every statement true"; examples in ``shared/repros/truth_*.py``).  Torch is the oracle:
+logging hooks record what really ran, and a run without the hooks gives "without hooks"."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import pytest
+import torch
+from torch.utils.checkpoint import checkpoint
+
+import autograd_lens as al
+from autograd_lens.views.steps import hook_totals, steps_for
+
+
+def titles(lens: al.Lens) -> list[str]:
+    totals = hook_totals(lens.passes)
+    return [step.title for p in lens.passes for step in steps_for(p, totals) if step.kind == "hook"]
+
+
+# ----------------------------------------------------------------------------- counts: one registered hook, one count
+
+
+def test_closures_from_one_factory_on_tensors_made_by_one_op_are_counted_apart():
+    ran: list[str] = []
+
+    def make_hook(name):
+        def hook(grad):
+            ran.append(name)
+        return hook
+
+    torch.manual_seed(0)
+    layers = torch.nn.ModuleList([torch.nn.Linear(3, 3) for _ in range(3)])
+
+    def forward(h):
+        for index, layer in enumerate(layers):
+            h = torch.tanh(layer(h))
+            h.register_hook(make_hook(f"layer {index}"))
+        return h.sum()
+
+    with al.Lens() as lens:
+        forward(torch.randn(2, 3)).backward()
+    assert ran == ["layer 2", "layer 1", "layer 0"]
+    calls = lens.hook_calls
+    assert [call.invocation for call in calls] == [1, 1, 1]
+    assert len({call.registration for call in calls}) == 3
+    assert all("call 1 of 1" in title for title in titles(lens))
+
+
+def test_one_function_on_two_tensors_and_twice_on_one_tensor_are_separate_hooks_over_two_passes():
+    counts: list[int] = []
+
+    def log(grad):
+        counts.append(1)
+
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    with al.Lens() as lens:
+        a = x * 2
+        b = x * 3
+        a.register_hook(log)
+        b.register_hook(log)
+        b.register_hook(log)
+        out = (a + b).sum()
+        out.backward(retain_graph=True)
+        out.backward()
+    assert len(counts) == 6  # three registrations, two passes
+    calls = lens.hook_calls
+    per_registration: dict[int, list[int]] = {}
+    for call in calls:
+        per_registration.setdefault(call.registration, []).append(call.invocation)
+    assert sorted(per_registration.values()) == [[1, 2], [1, 2], [1, 2]]
+    assert sum("of 2 in this recording" in title for title in titles(lens)) == 6
+
+
+def test_a_hook_registered_after_the_first_pass_is_counted_from_one():
+    x = torch.tensor(2.0, requires_grad=True)
+    with al.Lens() as lens:
+        x.register_hook(lambda g: None)
+        (x * 3).backward()
+        x.register_hook(lambda g: None)
+        (x * 3).backward()
+    first, second, third = lens.hook_calls
+    assert (first.registration, second.registration) == (first.registration, first.registration)
+    assert (first.invocation, second.invocation, third.invocation) == (1, 2, 1)
+    assert third.registration != first.registration
+    assert titles(lens)[2].endswith("call 1 of 1 in this recording)")
+
+
+# ----------------------------------------------------------------------------- hooks written in C: present, in order
+
+
+def test_c_hooks_on_a_backward_function_are_steps_in_registration_order_among_python_ones():
+    seen: list = []
+    order: list[str] = []
+    with al.Lens() as lens, contextlib.redirect_stdout(io.StringIO()) as printed:
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        y = x * 3
+        y.grad_fn.register_prehook(lambda g: order.append("py pre 1"))
+        y.grad_fn.register_prehook(seen.append)
+        y.grad_fn.register_prehook(lambda g: order.append("py pre 2") or (g[0] * 2,))
+        y.grad_fn.register_hook(print)
+        y.grad_fn.register_hook(lambda gi, go: order.append("py post"))
+        y.sum().backward()
+    assert order == ["py pre 1", "py pre 2", "py post"] and len(seen) == 1 and printed.getvalue()
+    shown = [(call.hook, call.kind) for call in lens.hook_calls]
+    assert shown == [("<lambda>", "node_pre"), ("list.append", "node_pre"), ("<lambda>", "node_pre"),
+                     ("print", "node"), ("<lambda>", "node")]
+    c_pre = lens.hook_calls[1]
+    assert torch.equal(c_pre.grad_in[0], seen[0][0]) and not c_pre.modified  # between two Python pre-hooks
+    assert torch.equal(x.grad, torch.full((2,), 6.0))
+
+
+def test_a_legacy_module_hook_written_in_c_is_a_step():
+    model = torch.nn.Linear(2, 1)
+    with al.Lens() as lens, contextlib.redirect_stdout(io.StringIO()), pytest.warns(FutureWarning):
+        model.register_backward_hook(print)
+        model(torch.ones(1, 2)).sum().backward()
+    assert [(call.hook, call.kind, call.target) for call in lens.hook_calls] == [("print", "module_legacy", "model")]
+
+
+@pytest.mark.parametrize("python_first", [True, False])
+def test_hooks_on_two_outputs_of_one_node_are_shown_in_firing_order(python_first):
+    order: list[str] = []
+
+    def run(lens_on: bool):
+        x = torch.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+        a, b = (x * 1).split(2)
+        if python_first:
+            b.register_hook(lambda g: order.append("python on b"))
+            a.register_hook(torch.neg)
+        else:
+            a.register_hook(torch.neg)
+            b.register_hook(lambda g: order.append("python on b"))
+        (a.sum() + b.sum() * 2).backward()
+        return x.grad
+
+    plain = run(False)
+    with al.Lens() as lens:
+        traced = run(True)
+    assert torch.equal(plain, traced)
+    shown = [call.target for call in lens.hook_calls]
+    assert shown == (["b", "a"] if python_first else ["a", "b"])
+    neg = next(call for call in lens.hook_calls if call.hook == "torch.neg")
+    assert torch.equal(neg.grad_in, torch.ones(2)) and torch.equal(neg.grad_out, -torch.ones(2))
+
+
+def test_a_c_hook_on_an_autograd_grad_input_is_a_step_with_its_values():
+    seen: list = []
+    with al.Lens() as lens:
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        y = x * 3
+        y.register_hook(seen.append)
+        (grad,) = torch.autograd.grad((y * 2).sum(), y)
+    (call,) = lens.hook_calls
+    assert (call.hook, call.target) == ("list.append", "y") and len(seen) == 1
+    assert torch.equal(call.grad_in, seen[0]) and torch.equal(call.grad_out, grad) and not call.modified
+
+
+def test_a_c_hook_before_a_raising_pre_hook_is_still_a_step():
+    with al.Lens() as lens:
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        y = x * 3
+        y.register_hook(torch.neg)
+
+        def boom(grads):
+            raise ValueError("no")
+
+        y.grad_fn.register_prehook(boom)
+        with pytest.raises(ValueError):
+            y.sum().backward()
+    assert [(call.hook, call.error) for call in lens.hook_calls] == [("torch.neg", None), ("boom", "ValueError: no")]
+    assert torch.equal(lens.hook_calls[0].grad_out, -torch.ones(2))
+
+
+def test_a_c_hook_on_a_tensor_changed_in_place_later_is_found_by_what_it_did():
+    def run(hooked: bool):
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        y = x * 3
+        if hooked:
+            y.register_hook(torch.neg)
+        y.add_(1)
+        y.sum().backward()
+        return x
+
+    truth = run(False).grad
+    with al.Lens() as lens:
+        x = run(True)
+    p = lens.passes[0]
+    assert torch.equal(x.grad, -truth)
+    assert torch.equal(p.grads_without_hooks["x"], truth)
+    (call,) = lens.hook_calls
+    assert call.modified and torch.equal(call.grad_in, torch.ones(2)) and torch.equal(call.grad_out, -torch.ones(2))
+
+
+def test_a_c_hook_on_an_unnamed_activation_is_found_by_what_it_did_and_without_hooks_is_right():
+    """Grad-CAM style: the hook is registered inside the model's forward, on a tensor with no name."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(3, 3)
+
+    def forward(x, hooked):
+        h = torch.tanh(layer(x))
+        if hooked:
+            h.register_hook(torch.neg)
+        return (h * h).sum()
+
+    x = torch.randn(2, 3)
+    forward(x, False).backward()
+    truth = layer.weight.grad.clone()
+    layer.zero_grad(set_to_none=True)
+    with al.Lens() as lens:
+        forward(x, True).backward()
+    assert torch.equal(lens.passes[0].grads_without_hooks["layer.weight"], truth)
+    assert torch.equal(layer.weight.grad, -truth)
+    assert [call.hook for call in lens.hook_calls] == ["<C hook>"]
+
+
+# ----------------------------------------------------------------------------- in-place edits are noticed
+
+
+@pytest.mark.parametrize("mode", ["all", "any"])
+def test_a_multi_grad_hook_editing_in_place_makes_without_hooks_differ(mode):
+    def edit(grads):
+        (grads[0] if mode == "all" else grads).mul_(0.5)
+
+    def run(hooked: bool):
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        y = x * 3
+        if hooked:
+            torch.autograd.graph.register_multi_grad_hook((y,), edit, mode=mode)
+        (y * torch.ones(2)).sum().backward()
+        return x.grad
+
+    truth = run(False)
+    with al.Lens() as lens:
+        hooked = run(True)
+    p = lens.passes[0]
+    assert torch.equal(hooked, truth * 0.5)
+    assert torch.equal(p.grads_without_hooks["x"], truth)
+    (call,) = lens.hook_calls
+    assert call.modified and call.edited_in_place
+
+
+# ----------------------------------------------------------------------------- "without hooks": right or unknown
+
+
+def test_a_raising_hook_makes_the_leaves_it_kept_from_their_gradient_unknown():
+    def boom(grad):
+        raise ValueError("hook refuses")
+
+    with al.Lens() as lens:
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        w = torch.tensor([1.0, 2.0], requires_grad=True)
+        a = x * 2
+        a.register_hook(boom)
+        with pytest.raises(ValueError):
+            (a.sum() + (w * 5).sum()).backward()
+    p = lens.passes[0]
+    assert p.grads_without_hooks["x"] is None and "stopped" in p.unknown["x"]
+    assert torch.equal(p.grads_without_hooks["w"], torch.full((2,), 5.0))  # reached before the error
+
+
+def test_hooks_inside_reentrant_checkpointing_are_named_and_make_values_past_it_unknown():
+    torch.manual_seed(0)
+    inner = torch.nn.Linear(4, 4)
+    block = torch.nn.Sequential(inner, torch.nn.Tanh())
+    head = torch.nn.Linear(4, 1)
+    inner.register_full_backward_hook(lambda m, gi, go: (gi[0] * 10,))
+    x = torch.randn(2, 4, requires_grad=True)
+    with al.Lens() as lens:
+        head(checkpoint(block, x, use_reentrant=True)).sum().backward()
+    p = lens.passes[0]
+    (note,) = [text for text in p.notes if "nested backward" in text]
+    assert "inner: module full hook" in note and "CheckpointFunctionBackward" in note
+    assert p.grads_without_hooks["x"] is None and "reentrant" in p.unknown["x"]
+    assert torch.equal(p.grads_without_hooks["head.weight"], head.weight.grad)  # before the checkpoint: known
+
+
+# ----------------------------------------------------------------------------- leaves' state before the pass
+
+
+def test_no_leaf_of_a_large_graph_is_said_to_have_held_a_gradient_it_did_not_hold():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(5, 5) for _ in range(40)])
+    with al.Lens() as lens:
+        model(torch.randn(2, 5)).sum().backward()
+    p = lens.passes[0]
+    assert len(p.graph.nodes) > 100
+    assert all(node.grad is None for node in p.graph.nodes if node.kind == "leaf")
+    assert not any("already held" in (step.note or "") for step in steps_for(p))
+    with al.Lens() as lens:  # a second pass: now they do hold one, and the drawing says so before the pass
+        model(torch.randn(2, 5)).sum().backward()
+    held = [step for step in steps_for(lens.passes[0]) if "already held" in (step.note or "")]
+    assert len(held) == 80
+
+
+def test_hooks_on_backward_functions_are_listed_before_the_pass_with_their_kind_and_order():
+    seen: list = []
+    with al.Lens() as lens:
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        y = x * 3
+        y.grad_fn.register_prehook(seen.append)
+        y.grad_fn.register_hook(lambda gi, go: None)
+        y.grad_fn.register_hook(print)
+        with contextlib.redirect_stdout(io.StringIO()):
+            y.sum().backward()
+    listed = [entry.text() for entry in lens.passes[0].inventory]
+    assert listed == ["mul → y: node pre hook list.append", "mul → y: node hook <lambda> (1 of 2)",
+                      "mul → y: node hook print (2 of 2)"]
+    assert [call.hook for call in lens.hook_calls] == ["list.append", "<lambda>", "print"]
