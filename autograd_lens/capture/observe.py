@@ -168,6 +168,7 @@ class PassObserver:
         self.nested_frames: list[FrameType] = []  # engine frames of backward runs inside this pass, innermost last
         self.nested_wrapper: Wrapper | None = None
         self.nested_running = False  # the innermost nested engine is running (C++), not its Python wrapper
+        self.watched: set[int] = set()  # id(AccumulateGrad) with the lens's pre-hook (reads .grad before the write)
         self.nested_nodes: dict[int, str] = {}  # id(node) -> name: nodes that ran a backward inside this pass
         self.nested_hooks: list[str] = []  # hooks that ran in those nested backwards
         self.leaf_ids: set[int] = set()
@@ -199,6 +200,7 @@ class PassObserver:
             self.leaf_ids.add(id(variable))
             if variable.grad is not None or getattr(variable, "_post_accumulate_grad_hooks", None):
                 self.handles.append(fn.register_prehook(self._before_write))
+                self.watched.add(id(fn))
         if self.shape.depth > DEEP_GRAPH:
             self.note(f"this graph is {self.shape.depth:,} functions deep: torch keeps a Python object for every "
                       "function any Python code has looked at (this lens included), and freeing a chain that deep "
@@ -406,6 +408,11 @@ class PassObserver:
         node = _current_node()
         if node is not None:
             self.nested_nodes.setdefault(id(node), node.name())
+        # it may write the .grad of leaves this pass has yet to reach: read theirs just before the write
+        for key, leaf in self.shape.leaves.items():
+            if key not in self.ran and key not in self.watched:
+                self.handles.append(leaf.register_prehook(self._before_write))
+                self.watched.add(key)
 
     def _nested_profile(self, frame: FrameType) -> None:
         """A call inside a nested backward: note the user hooks its engine calls (directly or through torch's
