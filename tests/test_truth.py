@@ -309,3 +309,42 @@ def test_hooks_on_backward_functions_are_listed_before_the_pass_with_their_kind_
     assert listed == ["mul → y: node pre hook list.append", "mul → y: node hook <lambda> (1 of 2)",
                       "mul → y: node hook print (2 of 2)"]
     assert [call.hook for call in lens.hook_calls] == ["list.append", "<lambda>", "print"]
+
+
+# ----------------------------------------------------------------------------- cards and drawing
+
+
+def test_the_drawing_shows_grad_as_a_post_accumulate_hook_left_it_and_unknown_after_one_in_c():
+    from autograd_lens.views.steps import frame
+
+    seen: list = []
+
+    def halve(p):
+        p.grad.mul_(0.5)
+
+    with al.Lens() as lens:
+        x = torch.tensor(2.0, requires_grad=True)
+        w = torch.tensor(1.0, requires_grad=True)
+        x.register_post_accumulate_grad_hook(halve)
+        w.register_post_accumulate_grad_hook(seen.append)
+        (x * 3 + w * 4).backward()
+    p = lens.passes[0]
+    steps = steps_for(p)
+    last = frame(steps, len(steps) - 1)
+    x_node = next(e.node for e in p.events if type(e).__name__ == "GradWritten" and e.name == "x")
+    w_node = next(e.node for e in p.events if type(e).__name__ == "GradWritten" and e.name == "w")
+    assert last.grads[x_node] == al.format_value(x.grad) == "1.5"  # written 3.0, then halved
+    assert last.grads[w_node] == "not known"  # a hook in C ran after the write: what it did is not known
+
+
+def test_no_card_says_a_hook_was_the_only_one_to_change_anything_beside_a_hook_in_c():
+    with al.Lens() as lens:
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        y = x * 3
+        z = x * 2
+        y.register_hook(lambda g: g * 10)
+        z.register_hook(torch.neg)
+        (y + z).sum().backward()
+    notes = " ".join(step.note or "" for step in steps_for(lens.passes[0]))
+    assert "only hook that changed anything" not in notes
+    assert torch.equal(lens.passes[0].grads_without_hooks["x"], torch.full((2,), 5.0))

@@ -285,10 +285,15 @@ def _hook_step(index: int, call: HookCall, graph: Graph, backward_pass: Backward
     place, count = position
     which = f"hook {place} of {count} on {call.target}: {call.hook}" if count > 1 else f"hook {call.hook} on {call.target}"
     title = f"{which} ({call.kind_label} hook, {where})"
+    grads: tuple[tuple[str, str], ...] = ()
+    if call.kind == "post_accumulate_grad" and call.node:  # it may change .grad: the drawing shows what .grad holds now
+        text = format_value(call.grad_out, 48) if call.grad_out is not None else "not known"
+        grads = tuple((copy, text) for copy in leaf_copies(graph, call.node))
     if call.error:
-        return Step(index, "hook", call.node, title, lines=(f"It raised {call.error}.",), modified=False)
+        return Step(index, "hook", call.node, title, lines=(f"It raised {call.error}.",), modified=False, grads=grads)
     if call.unseen and call.grad_in is None and call.grad_out is None:
-        return Step(index, "hook", call.node, title, lines=(f"It ran, but {call.unseen}.",), modified=False)
+        return Step(index, "hook", call.node, title, lines=(f"It ran, but {call.unseen}.",), modified=False,
+                    grads=grads)
     returned = "None (gradient unchanged)" if call.returned_none and not call.modified else format_value(call.grad_out)
     if call.kind == "post_accumulate_grad":
         lines = [f"It received the leaf itself; its .grad was {format_value(call.grad_in)}.",
@@ -297,6 +302,9 @@ def _hook_step(index: int, call: HookCall, graph: Graph, backward_pass: Backward
             lines.append(f".grad is now {format_value(call.grad_out)}.")
     elif call.kind == "multi_grad":
         lines = [f"It received the gradients of {call.target}: {format_value(call.grad_in)}."]
+        if call.modified:
+            lines.append(f"It changed them in place, to {format_value(call.grad_out)}: the changed tensors flow on "
+                         "(its return value is ignored).")
     else:
         verdict = "gradient modified" if call.modified else "gradient unchanged"
         lines = [f"received {format_value(call.grad_in)} → returned {returned} — {verdict}"]
@@ -309,7 +317,8 @@ def _hook_step(index: int, call: HookCall, graph: Graph, backward_pass: Backward
             lines.append(f"(grad_output was {format_value(call.context)})")
     changes = _changes(call.grad_in, call.grad_out) if call.modified else ()
     note = _hook_note(call, graph, backward_pass)
-    return Step(index, "hook", call.node, title, lines=tuple(lines), modified=call.modified, changes=changes, note=note)
+    return Step(index, "hook", call.node, title, lines=tuple(lines), modified=call.modified, changes=changes, note=note,
+                grads=grads)
 
 
 def _changes(before, after) -> tuple[tuple[str, str], ...]:
@@ -353,7 +362,9 @@ def _hook_note(call: HookCall, graph: Graph, backward_pass: BackwardPass) -> str
         else:
             notes.append(f"What it returned replaces what it received: {format_value(call.grad_out)} flows on toward "
                          f"the inputs where {format_value(call.grad_in)} would have.")
-        others = [e for e in backward_pass.hook_calls if e.modified and e.step != call.step]
+        # another hook that changed something, or whose effect is not known (written in C), or that raised
+        others = [e for e in backward_pass.hook_calls if e.step != call.step
+                  and (e.modified or e.error or e.unseen and e.grad_out is None)]
         changed = _changed_leaves(backward_pass)
         if changed and not others:
             notes.append(
