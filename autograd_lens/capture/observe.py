@@ -169,6 +169,7 @@ class PassObserver:
         self.nested_wrapper: Wrapper | None = None
         self.nested_running = False  # the innermost nested engine is running (C++), not its Python wrapper
         self.watched: set[int] = set()  # id(AccumulateGrad) with the lens's pre-hook (reads .grad before the write)
+        self.c_nodes: set[int] = set()  # id(node) with a hook written in C of its own or on one of its tensors
         self.nested_nodes: dict[int, str] = {}  # id(node) -> name: nodes that ran a backward inside this pass
         self.nested_hooks: list[str] = []  # hooks that ran in those nested backwards
         self.leaf_ids: set[int] = set()
@@ -211,7 +212,13 @@ class PassObserver:
             self.inventory = inventory(self)  # before the pass: what is attached now, in registration order
         except Exception as problem:  # an inventory is a help, never a reason to fail
             self.note(f"the hooks attached before the pass could not be listed: {type(problem).__name__}: {problem}")
-        c_node_hooks = [hook for pre, post in self.node_hooks.values() for hook in pre + post if not runs_python(hook)]
+        c_node_hooks = []
+        for key, (pre, post) in self.node_hooks.items():
+            c_hooks = [hook for hook in pre + post if not runs_python(hook)]
+            if c_hooks:
+                self.c_nodes.add(key)
+                c_node_hooks += c_hooks
+        self.c_nodes.update(id(known.grad_fn) for known in self.unseen_hooks)
         if c_node_hooks:
             self.unhooked.activate(edited_in_place=True)
             self.note("a hook written in C on a backward function (" + describe_c_hooks(c_node_hooks) + ") runs "
@@ -706,9 +713,17 @@ class PassObserver:
             if pre.unseen or not isinstance(pre.grad_in, tuple) or len(pre.grad_in) != len(arrived):
                 return found
             arrived = pre.grad_in
+        consumers = self.shape.consumers
+        records, ran = self.records, self.ran
         for output, received in enumerate(arrived):
-            if output in hooked or received is None and not self.shape.consumers.get((id(fn), output)):
+            users = consumers.get((id(fn), output), ())
+            if output in hooked or received is None and not users:
                 continue
+            if len(users) == 1 and id(users[0][0]) in ran:  # the usual case: one user, its copy reused as is
+                sent = records[ran[id(users[0][0])]].sent
+                slot = users[0][1]
+                if isinstance(sent, tuple) and slot < len(sent) and sent[slot] is received:
+                    continue
             sent = self.unhooked.input_of(fn, output, hooked=True)
             if sent is received or isinstance(sent, (Unknown, TensorSummary)) or isinstance(received, TensorSummary):
                 continue

@@ -44,6 +44,8 @@ def arrange_before(observer: "PassObserver", fn: Any, before: list["HookRecord"]
     """The calls that ran before ``fn``'s backward (tensor hooks of its outputs, then its pre-hooks), with the
     hooks written in C put in their places and given the values around them where those are known.
     ``arrived``: what the node received after them all (None: not known, the node never ran)."""
+    if id(fn) not in observer.c_nodes and arrived is not None:
+        return before  # no hook in C here: the calls seen are all there were, in firing order
     tensor_calls = [call for call in before if call.kind != "node_pre"]
     pre_calls = [call for call in before if call.kind == "node_pre"]
     chains = observer.chains
@@ -90,6 +92,8 @@ def arrange_after(observer: "PassObserver", fn: Any, after: list["HookRecord"], 
                   is_leaf: bool) -> list["HookRecord"]:
     """The calls after ``fn``'s backward: a leaf's post-accumulate hooks, then the node's post-hooks, each kind
     in registration order with the hooks written in C in their places."""
+    if id(fn) not in observer.c_nodes:
+        return after
     if is_leaf:
         known = observer.after_chains.get(id(fn), ())
         seen = [call for call in after if call.kind == "post_accumulate_grad"]
