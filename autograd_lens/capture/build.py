@@ -222,8 +222,9 @@ def _stopped_by_hooks(observer: PassObserver) -> Unknown | None:
     if observer.error is None:
         return None
     calls = [record for record in observer.records if isinstance(record, HookRecord)]
-    if not calls and not observer.hooks_hidden:
-        return None  # no hook ran: the same error stops the pass without hooks
+    attached = observer.inventory or observer.chains or observer.node_hooks
+    if not calls and not attached and not observer.hooks_hidden:
+        return None  # no hook was there to run: the same error stops the pass without hooks
     error = observer.error
     return Unknown(f"the pass stopped at {type(error).__name__}: {error} after hooks ran; had no hook run it might "
                    "have gone on and reached this tensor")
@@ -347,6 +348,8 @@ class HookCounter:
             where = ("node", id(fn), _sequence_nr(fn), call.output_nr if call.kind == "tensor" else None)
         else:
             where = ("target", call.target)
+        if call.kind == "multi_grad" and call.state is not None:
+            ordinal = 0  # its wrapper's state names the registration, wherever it fires
         return (call.kind, _function_key(call), where, ordinal), holder
 
 

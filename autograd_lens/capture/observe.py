@@ -832,8 +832,16 @@ class PassObserver:
             else:
                 call = None
         with _hidden_from_modes():
-            if call is None:  # no Python hook raised: the node the engine was running (a hook in C, or torch)
-                self._stopped_at(self._next_ready(), None)
+            if call is None:  # no Python hook raised: a backward function in Python (its ctx), a hook in C, or torch
+                node = self._raising_node(error)
+                if node is not None:
+                    self._stopped_at(node, None)
+                    return
+                maybe = sorted({known.target for ready in self._ready() for known in self.unseen_hooks
+                                if known.grad_fn is ready and known.kind == "tensor"})
+                if maybe:
+                    self.note(f"the pass stopped at an error no Python frame explains: the hooks in C on "
+                              f"{', '.join(maybe)} may or may not have run before it, and are not shown")
                 return
             node = call.current_fn
             if call.kind in ("post_accumulate_grad", "node") and node is not None and id(node) in self.shape.leaves \
@@ -863,16 +871,25 @@ class PassObserver:
                                     "after it or the backward function")
         self.records.extend(before + [call for call in pending if call.kind not in BEFORE_NODE])
 
-    def _next_ready(self) -> Any:
-        """The node the engine would run next: of those not run whose users all ran, the newest (AccumulateGrad
-        first), as the engine orders its ready queue."""
+    def _raising_node(self, error: BaseException) -> Any:
+        """The node whose backward (Python: a custom Function, checkpointing) raised ``error``, from its frames."""
+        nodes = {id(fn): fn for fn in self.shape.nodes}
+        traceback = error.__traceback__
+        while traceback is not None:
+            local = traceback.tb_frame.f_locals
+            for name in ("ctx", "self"):
+                candidate = local.get(name)
+                if candidate is not None and id(candidate) in nodes and nodes[id(candidate)] is candidate:
+                    return candidate
+            traceback = traceback.tb_next
+        return None
+
+    def _ready(self) -> list:
+        """The nodes not run whose users all ran: the engine may have been at any of them."""
         waiting: dict[int, int] = {}
         for (node_id, _), consumers in self.shape.consumers.items():
             waiting[node_id] = waiting.get(node_id, 0) + sum(1 for user, _ in consumers if id(user) not in self.ran)
-        ready = [fn for fn in self.shape.nodes if id(fn) not in self.ran and waiting.get(id(fn), 0) == 0]
-        if not ready:
-            return None
-        return max(ready, key=lambda fn: (id(fn) in self.shape.leaves, fn._sequence_nr()))
+        return [fn for fn in self.shape.nodes if id(fn) not in self.ran and waiting.get(id(fn), 0) == 0]
 
     def seal(self, result: Any = None) -> None:
         """Calls seen after the last node ran (an autograd.grad input's hooks, a raising hook) are placed."""
@@ -892,8 +909,10 @@ class PassObserver:
 
     def _c_hooks_on_inputs(self, result: Any) -> None:
         """Hooks written in C on an input of ``autograd.grad``: they run when its gradient is captured (its node
-        does not run); each becomes a step after the last of its tensor's users, with the values around it
-        (what the users sent, added up; what autograd.grad returned)."""
+        does not run), with the node's other tensor hooks; each becomes a step in its place among them (or after
+        the last of its tensor's users), with the values around it (what the users sent, added up; what
+        autograd.grad returned)."""
+        done: set[int] = set()
         for index, tensor in enumerate(self.inputs):
             if not isinstance(tensor, torch.Tensor) or not tensor.requires_grad:
                 continue
@@ -902,13 +921,24 @@ class PassObserver:
             chain = self.chains.get((id(node), output))
             if not chain or id(node) in self.ran or all(runs_python(known.function) for known in chain):
                 continue
-            seen = [record for record in self.records if isinstance(record, HookRecord) and record.kind == "tensor"
-                    and record.node_fn is node and record.output_nr == output]
-            merged = arrange_input_chain(self, node, output, seen, chain,
-                                         result[index] if index < len(result) else None)
-            users = [self.ran[id(user)] for user, _ in self.shape.consumers.get((id(node), output), ())
-                     if id(user) in self.ran]
-            at = self.records.index(seen[0]) if seen else (max(users) + 1 if users else len(self.records))
+            users = self.shape.consumers.get((id(node), output), ())
+            if not users or not all(id(user) in self.ran for user, _ in users):
+                continue  # its gradient was never captured (not on a path from the root): its hooks did not run
+            if id(node) in done:
+                continue
+            done.add(id(node))
+            seen = [record for record in self.records if isinstance(record, HookRecord)
+                    and record.kind in ("tensor", "multi_grad") and (record.current_fn is node or record.node_fn is node
+                    or any(known.grad_fn is node for known in record.candidates))]
+            merged = arrange_input_chain(self, node, output, seen, result[index] if index < len(result) else None)
+            if seen:
+                at = next(position for position, record in enumerate(self.records) if record is seen[0])
+            else:  # after the last user's record and the calls that ran after its backward (its post-hooks)
+                last = max(self.ran[id(user)] for user, _ in users)
+                at = last + 1
+                while at < len(self.records) and isinstance(self.records[at], HookRecord) \
+                        and self.records[at].kind not in BEFORE_NODE and self.records[at].node_fn is self.records[last].fn:
+                    at += 1
             self.records = [record for record in self.records if not any(record is call for call in seen)]
             self.records[at:at] = merged
             shift = len(merged) - len(seen)

@@ -40,10 +40,12 @@ def unseen_call(function: Any, kind: str, target: str | None, fn: Any, output_nr
 
 
 def arrange_before(observer: "PassObserver", fn: Any, before: list["HookRecord"],
-                   arrived: tuple | None) -> list["HookRecord"]:
+                   arrived: tuple | None, captured: dict | None = None) -> list["HookRecord"]:
     """The calls that ran before ``fn``'s backward (tensor hooks of its outputs, then its pre-hooks), with the
     hooks written in C put in their places and given the values around them where those are known.
-    ``arrived``: what the node received after them all (None: not known, the node never ran)."""
+    ``arrived``: what the node received after them all (None: not known, the node never ran).  ``captured``:
+    the node is an input of ``autograd.grad`` (it does not run, nor do its pre-hooks): output -> what grad
+    returned for it."""
     if id(fn) not in observer.c_nodes and arrived is not None:
         return before  # no hook in C here: the calls seen are all there were, in firing order
     tensor_calls = [call for call in before if call.kind != "node_pre"]
@@ -67,7 +69,7 @@ def arrange_before(observer: "PassObserver", fn: Any, before: list["HookRecord"]
             merged[output] = _with_c_entries(merged.get(output, []), known, fn, output)
     order = _output_order([output for output, _ in groups], merged, chains, fn)
     start = {output: observer.unhooked.input_of(fn, output, hooked=True) for output in merged}
-    pre_functions = observer.node_hooks.get(id(fn), ((), ()))[0]
+    pre_functions = observer.node_hooks.get(id(fn), ((), ()))[0] if captured is None else ()
     pre = _merge_node_hooks(pre_calls, pre_functions, "node_pre", fn)
     # what reached the pre-hooks: the first pre-hook's record, or (no pre-hook) what the node received
     if not pre:
@@ -79,6 +81,8 @@ def arrange_before(observer: "PassObserver", fn: Any, before: list["HookRecord"]
     for output in order:
         end = after_tensor_hooks[output] if after_tensor_hooks is not None and output < len(after_tensor_hooks) \
             else _MISSING
+        if captured is not None:
+            end = captured.get(output, _MISSING)
         _fill(merged[output], start[output], end, slot=output)
     if pre:
         begin: Any = _MISSING
@@ -111,15 +115,18 @@ def arrange_after(observer: "PassObserver", fn: Any, after: list["HookRecord"], 
 
 
 def arrange_input_chain(observer: "PassObserver", fn: Any, output: int, seen: list["HookRecord"],
-                        chain: list["KnownHook"], returned: Any) -> list["HookRecord"]:
-    """The hooks of an ``autograd.grad`` input (output ``output`` of ``fn``, which does not run): ``seen`` with
-    those in C put in place, between what the users sent and what autograd.grad returned."""
-    merged = _with_c_entries(seen, chain, fn, output)
+                        returned: Any) -> list["HookRecord"]:
+    """The hooks that ran when ``autograd.grad`` captured the gradient of output ``output`` of ``fn`` (which
+    does not run): ``seen`` (the Python calls there, any output) with those in C put in place, the captured
+    output's between what its users sent and what autograd.grad returned."""
+    for call in seen:  # placed by the node that ran next, not this one: their place on their tensor
+        mine = next((known for known in call.candidates if known.grad_fn is fn), None)
+        if mine is not None:
+            call.position, call.output_nr = mine.position, mine.output_nr
     from .snapshot import snapshot
 
     end = snapshot(returned, observer.store_limit) if returned is not None else None
-    _fill(merged, observer.unhooked.input_of(fn, output, hooked=True), end, slot=output)
-    return merged
+    return arrange_before(observer, fn, seen, None, captured={output: end})
 
 
 def _is_c(function: Any) -> bool:

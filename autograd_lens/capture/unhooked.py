@@ -225,10 +225,10 @@ def carry(history: LeafHistory | None, old: Any) -> Any:
     """What ``.grad`` would hold before this pass with no hook, given its real value ``old`` now."""
     if history is None or history.without is SAME:
         return SAME
+    if values_equal(old, history.grad):
+        return history.without  # untouched since the last pass (None included: nothing has written it since)
     if old is None:
         return None  # set to None by the user (zero_grad): the same without hooks
-    if values_equal(old, history.grad):
-        return history.without  # untouched since the last pass
     if isinstance(old, torch.Tensor) and not old.any():
         return torch.zeros_like(old)  # zeroed in place by the user
     if isinstance(history.without, Unknown):

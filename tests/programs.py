@@ -1,0 +1,687 @@
+"""Generated autograd programs, run four ways, and every statement the lens makes checked against torch.
+
+A program is a list of source lines (so a failure prints as a runnable program, and shrinks by dropping lines).
+It builds leaves, ops, hooks of every kind written every way, and one or more passes.  It runs:
+
+* ``plain``: as written;
+* ``lens``: inside ``autograd_lens.Lens``;
+* ``truth``: as written, with every hook written in C wrapped so that it logs its call, and a post-hook of this
+  file's own on every node before each pass (what each node received and sent);
+* ``nohook``: with no hook registered (what "without hooks" must equal).
+
+Hooks log what they received and passed on (``LOG``); the lens's statements are compared with those logs:
+every hook call (which registered hook, kind, order, received, passed on, "call i of n"), every node run, every
+``.grad`` after each pass, every value "without hooks" (or "unknown" with a reason), and, in the views, "call i of
+n" titles, "already held" notes and the drawing's last ``.grad``.  ``plain`` and ``lens`` must see the same
+values, logs and errors.
+
+``python tests/programs.py --programs 20000 --seed 0`` runs a long campaign and prints each failure as a
+minimal program.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import io
+import random
+import sys
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.utils.checkpoint
+
+PRELUDE = '''
+def make_hook(tag, mode):
+    def hook(g):
+        LOG.append((tag, clone(g)))
+        if mode == "raise":
+            raise ValueError(tag)
+        out = g * 0.5 if mode == "scale" else None
+        if mode == "inplace":
+            g.mul_(2.0)
+        if mode == "keep":
+            KEEP.append(g)
+        LOG.append((tag + " out", clone(out if out is not None else g)))
+        return out
+    return hook
+
+def block(a):
+    return (a * 2).sin()
+
+def partial_hook(tag, mode, g):
+    return make_hook(tag, mode)(g)
+
+class Hooker:
+    def __init__(self, tag, mode):
+        self.f = make_hook(tag, mode)
+    def method(self, g):
+        return self.f(g)
+    def __call__(self, g):
+        return self.f(g)
+
+def make_pre(tag, mode):
+    def pre(grads):
+        LOG.append((tag, clone(grads)))
+        out = tuple(None if g is None else g * 0.5 for g in grads) if mode == "scale" else None
+        LOG.append((tag + " out", clone(out if out is not None else grads)))
+        return out
+    return pre
+
+def make_post(tag, mode):
+    def post(grad_inputs, grad_outputs):
+        LOG.append((tag, clone(grad_inputs)))
+        out = tuple(None if g is None else g * 0.5 for g in grad_inputs) if mode == "scale" else None
+        LOG.append((tag + " out", clone(out if out is not None else grad_inputs)))
+        return out
+    return post
+
+def make_after(tag, mode):
+    def after(p):
+        LOG.append((tag, clone(p.grad)))
+        if mode == "inplace":
+            p.grad.mul_(0.5)
+        LOG.append((tag + " out", clone(p.grad)))
+    return after
+
+def make_multi(tag, mode):
+    def multi(grads):
+        LOG.append((tag, clone(tuple(grads) if isinstance(grads, (list, tuple)) else grads)))
+        first = grads[0] if isinstance(grads, (list, tuple)) else grads
+        if mode == "inplace" and first is not None:
+            first.mul_(0.5)
+        LOG.append((tag + " out", clone(tuple(grads) if isinstance(grads, (list, tuple)) else grads)))
+    return multi
+
+def make_module_hook(tag, mode):
+    def hook(module, grad_input, grad_output):
+        LOG.append((tag, clone(grad_input)))
+        out = tuple(None if g is None else g * 0.5 for g in grad_input) if mode == "scale" else None
+        LOG.append((tag + " out", clone(out if out is not None else grad_input)))
+        return out
+    return hook
+
+def make_module_pre(tag, mode):
+    def hook(module, grad_output):
+        LOG.append((tag, clone(grad_output)))
+        out = tuple(None if g is None else g * 0.5 for g in grad_output) if mode == "scale" else None
+        LOG.append((tag + " out", clone(out if out is not None else grad_output)))
+        return out
+    return hook
+
+class Double(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+'''
+
+
+def clone(value: Any) -> Any:
+    if isinstance(value, (tuple, list)):
+        return tuple(clone(item) for item in value)
+    return value.detach().clone() if isinstance(value, torch.Tensor) else value
+
+
+# ----------------------------------------------------------------------------- generating
+
+
+@dataclass
+class Program:
+    lines: list[str]
+    leaves: list[str]  # names of the leaves and parameters whose .grad is compared
+    seed: int = 0
+
+    def source(self) -> str:
+        return "\n".join(self.lines)
+
+
+class Generator:
+    """A random program: 1-3 leaves, 2-7 ops, 0-5 hooks, 1-3 passes."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.lines: list[str] = []
+        self.tensors: list[tuple[str, tuple[int, ...]]] = []  # (name, shape) of tensors that require grad
+        self.leaves: list[str] = []
+        self.hooks = 0
+        self.modules: list[str] = []
+
+    def new(self, expression: str, shape: tuple[int, ...]) -> str:
+        name = f"t{len(self.tensors)}"
+        self.lines.append(f"{name} = {expression}")
+        self.tensors.append((name, shape))
+        return name
+
+    def generate(self) -> Program:
+        rng = self.rng
+        self.lines.append(f"torch.manual_seed({self.seed})")
+        for index in range(rng.randint(1, 3)):
+            shape = rng.choice([(), (2,), (3,), (2, 3)])
+            name = f"x{index}"
+            self.lines.append(f"{name} = torch.randn({shape}, requires_grad=True)")
+            self.tensors.append((name, shape))
+            self.leaves.append(name)
+        if rng.random() < 0.25:
+            self.lines.append("lin = torch.nn.Linear(3, 3)")
+            self.modules.append("lin")
+            self.leaves += ["lin.weight", "lin.bias"]
+        for _ in range(rng.randint(2, 7)):
+            self.op()
+            if rng.random() < 0.45:
+                self.hook()
+        root = self.root()
+        self.passes(root)
+        return Program(self.lines, self.leaves, self.seed)
+
+    def pick(self, shape: tuple[int, ...] | None = None) -> tuple[str, tuple[int, ...]]:
+        choices = [t for t in self.tensors if shape is None or t[1] == shape]
+        return self.rng.choice(choices or self.tensors)
+
+    def op(self) -> None:
+        rng = self.rng
+        a, shape = self.pick()
+        kind = rng.choice(["mul", "add", "sin", "exp", "pow", "mulc", "sub", "self", "double", "split", "inplace",
+                           "linear", "view", "bcast", "checkpoint", "twice", "retain"])
+        if kind in ("mul", "add", "sub"):
+            b, other = self.pick()
+            result = torch.broadcast_shapes(shape, other) if _broadcastable(shape, other) else None
+            if result is None:
+                b, other = a, shape
+                result = shape
+            sign = {"mul": "*", "add": "+", "sub": "-"}[kind]
+            self.new(f"{a} {sign} {b}", tuple(result))
+        elif kind == "sin":
+            self.new(f"{a}.sin()", shape)
+        elif kind == "exp":
+            self.new(f"({a} * 0.5).exp()", shape)
+        elif kind == "pow":
+            self.new(f"{a} ** 2", shape)
+        elif kind == "mulc":
+            self.new(f"{a} * {rng.choice([2.0, -1.5, 0.5])}", shape)
+        elif kind == "self":
+            self.new(f"{a} * {a}", shape)
+        elif kind == "double":
+            self.new(f"Double.apply({a})", shape)
+        elif kind == "split" and shape == (2, 3):
+            name = f"t{len(self.tensors)}"
+            self.lines.append(f"{name}, {name}b = {a}.split(2, dim=1)")
+            self.tensors.append((name, (2, 2)))
+            self.tensors.append((f"{name}b", (2, 1)))
+        elif kind == "inplace" and not self.is_leaf(a):
+            fresh = self.new(f"{a} * 1.0", shape)
+            self.lines.append(f"{fresh}.add_(1.0)")
+        elif kind == "linear" and self.modules and shape and shape[-1] == 3:
+            self.new(f"lin({a})", shape)
+        elif kind == "twice" and self.modules and shape and shape[-1] == 3:
+            self.new(f"lin(lin({a}))", shape)
+        elif kind == "checkpoint":
+            reentrant = rng.choice([True, False])
+            self.new(f"checkpoint(block, {a}, use_reentrant={reentrant})", shape)
+        elif kind == "retain" and not self.is_leaf(a):
+            self.lines.append(f"{a}.retain_grad()")
+        elif kind == "view" and shape == (2, 3):
+            self.new(f"{a}.view(3, 2)", (3, 2))
+        elif kind == "bcast" and shape in ((), (3,)):
+            self.new(f"{a}.expand(2, 3) * 1.0", (2, 3))
+        else:
+            self.new(f"{a}.tanh()", shape)
+
+    def is_leaf(self, name: str) -> bool:
+        return name in self.leaves
+
+    def hook(self) -> None:
+        rng = self.rng
+        tag = f"h{self.hooks}"
+        self.hooks += 1
+        name, shape = self.pick()
+        modes = ["observe", "observe", "scale", "inplace", "keep"] + (["raise"] if rng.random() < 0.15 else [])
+        mode = rng.choice(modes)
+        kind = rng.choice(["tensor"] * 5 + ["c", "pre", "post", "after", "multi", "module", "module_pre"])
+        if kind == "after" and not self.is_leaf(name):
+            kind = "tensor"
+        if kind in ("pre", "post") and self.is_leaf(name):
+            kind = "tensor"
+        if kind in ("module", "module_pre") and not self.modules:
+            kind = "tensor"
+        if kind == "tensor":
+            style = rng.choice(["def", "lambda", "partial", "method", "object", "factory"])
+            if mode == "raise" and style == "lambda":
+                style = "def"
+            maker = {
+                "def": f"make_hook({tag!r}, {mode!r})",
+                "factory": f"make_hook({tag!r}, {mode!r})",
+                "lambda": f"(lambda g, _f=make_hook({tag!r}, {mode!r}): _f(g))",
+                "partial": f"functools.partial(partial_hook, {tag!r}, {mode!r})",
+                "method": f"Hooker({tag!r}, {mode!r}).method",
+                "object": f"Hooker({tag!r}, {mode!r})",
+            }[style]
+            self.lines.append(f"REG({name}, 'register_hook', {maker})")
+        elif kind == "c":
+            function = rng.choice(["neg", "append"])
+            self.lines.append(f"REG({name}, 'register_hook', CHOOK({tag!r}, {function!r}))")
+        elif kind == "pre":
+            maker = f"CHOOK({tag!r}, 'append')" if rng.random() < 0.3 else f"make_pre({tag!r}, {mode if mode != 'raise' else 'observe'!r})"
+            self.lines.append(f"REG({name}.grad_fn, 'register_prehook', {maker})")
+        elif kind == "post":
+            maker = f"CHOOK({tag!r}, 'append')" if rng.random() < 0.3 else f"make_post({tag!r}, {mode if mode != 'raise' else 'observe'!r})"
+            self.lines.append(f"REG({name}.grad_fn, 'register_hook', {maker})")
+        elif kind == "after":
+            maker = f"CHOOK({tag!r}, 'append')" if rng.random() < 0.3 else f"make_after({tag!r}, {'inplace' if mode in ('scale', 'inplace') else 'observe'!r})"
+            self.lines.append(f"REG({name}, 'register_post_accumulate_grad_hook', {maker})")
+        elif kind == "multi":
+            others = [t for t in self.tensors if t[0] != name]
+            watched = [name] + ([rng.choice(others)[0]] if others and rng.random() < 0.4 else [])
+            multi_mode = rng.choice(["all", "any"])
+            self.lines.append(f"REG(None, 'multi', ({', '.join(watched)},), make_multi({tag!r}, "
+                              f"{'inplace' if mode == 'inplace' else 'observe'!r}), {multi_mode!r})")
+        elif kind == "module":
+            self.lines.append(f"REG(lin, 'register_full_backward_hook', make_module_hook({tag!r}, "
+                              f"{'scale' if mode == 'scale' else 'observe'!r}))")
+        else:
+            self.lines.append(f"REG(lin, 'register_full_backward_pre_hook', make_module_pre({tag!r}, "
+                              f"{'scale' if mode == 'scale' else 'observe'!r}))")
+
+    def root(self) -> str:
+        names = [name for name, _ in self.tensors[-3:]]
+        self.lines.append(f"out = ({' + '.join(f'{n}.sum()' for n in names)})")
+        return "out"
+
+    def passes(self, root: str) -> None:
+        rng = self.rng
+        count = rng.choice([1, 1, 2, 3])
+        for index in range(count):
+            last = index == count - 1
+            kind = rng.choice(["backward", "backward", "grad", "inputs", "gradient"])
+            retain = "" if last else ", retain_graph=True"
+            if kind == "grad":
+                target = rng.choice(self.tensors)[0]
+                self.lines.append(f"PASS('grad', {root}, [{target}]{retain})")
+            elif kind == "inputs":
+                target = rng.choice(self.leaves[: len([n for n in self.leaves if n.startswith('x')])] or self.leaves)
+                self.lines.append(f"PASS('backward', {root}, inputs=[{target}]{retain})")
+            elif kind == "gradient" and rng.random() < 0.3:
+                self.lines.append(f"PASS('backward', {root}, create_graph=True{retain})")
+            elif kind == "gradient":
+                self.lines.append(f"PASS('backward', {root}, gradient=torch.tensor({rng.choice([2.0, -1.0])}){retain})")
+            else:
+                self.lines.append(f"PASS('backward', {root}{retain})")
+            if not last and rng.random() < 0.3:
+                leaf = rng.choice(self.leaves)
+                self.lines.append(f"{leaf}.grad = None")
+
+
+def _broadcastable(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    try:
+        torch.broadcast_shapes(a, b)
+        return True
+    except RuntimeError:
+        return False
+
+
+# ----------------------------------------------------------------------------- running
+
+
+@dataclass
+class Run:
+    log: list = field(default_factory=list)  # what hooks logged
+    passes: list = field(default_factory=list)  # per pass: {"grads": {name: value}, "error": str|None, "result": ...}
+    nodes: list = field(default_factory=list)  # truth: per pass, [(name, received, sent)]
+    before: list = field(default_factory=list)  # per pass: {name: .grad before the pass}
+    error: str | None = None  # the program itself failed (outside a pass)
+    lens: Any = None
+
+
+def _value_of(namespace: dict, name: str) -> Any:
+    target: Any = namespace
+    first, *rest = name.split(".")
+    target = namespace.get(first)
+    for part in rest:
+        target = getattr(target, part)
+    return target
+
+
+def run(program: Program, mode: str) -> Run:
+    import autograd_lens as al
+
+    result = Run()
+    log: list = result.log
+    namespace: dict = {"torch": torch, "functools": functools, "LOG": log, "clone": clone, "KEEP": [],
+                       "checkpoint": torch.utils.checkpoint.checkpoint}
+
+    def chook(tag: str, function: str) -> Any:
+        seen: list = namespace.setdefault("SEEN", [])
+        raw = torch.neg if function == "neg" else seen.append
+        if mode != "truth":
+            return raw
+
+        def logged(*args):
+            value = args[0] if len(args) == 1 else args
+            log.append((tag, clone(value)))
+            out = raw(*args)
+            log.append((tag + " out", clone(out if out is not None else value)))
+            return out
+        return logged
+
+    def reg(target: Any, method: str, *args: Any) -> Any:
+        if mode == "nohook":
+            return None
+        if method == "multi":
+            tensors, fn, multi_mode = args
+            return torch.autograd.graph.register_multi_grad_hook(tensors, fn, mode=multi_mode)
+        return getattr(target, method)(*args)
+
+    def do_pass(kind: str, root: Any, inputs: Any = None, gradient: Any = None, retain_graph: bool = False,
+                create_graph: bool = False) -> None:
+        names = program.leaves
+        result.before.append({name: clone(_value_of(namespace, name).grad) for name in names})
+        nodes: list = []
+        handles = []
+        if mode == "truth":
+            for fn in _nodes(root):
+                handles.append(fn.register_hook(
+                    lambda gi, go, fn=fn: nodes.append((fn.name(), clone(go), clone(gi)))))
+        error = None
+        returned = None
+        try:
+            if kind == "grad":
+                returned = clone(torch.autograd.grad(root, inputs, retain_graph=retain_graph, allow_unused=True))
+            else:
+                root.backward(gradient=gradient, inputs=inputs, retain_graph=retain_graph, create_graph=create_graph)
+        except (ValueError, RuntimeError) as problem:
+            error = f"{type(problem).__name__}: {problem}"
+        finally:
+            for handle in handles:
+                handle.remove()
+        result.nodes.append(nodes)
+        result.passes.append({"grads": {name: clone(_value_of(namespace, name).grad) for name in names},
+                              "error": error, "result": returned,
+                              "inputs": [_name_of(namespace, t) for t in inputs] if kind == "grad" else None})
+
+    namespace.update(REG=reg, CHOOK=chook, PASS=do_pass)
+    exec(compile(PRELUDE, "<prelude>", "exec"), namespace)
+    source = compile(program.source(), "<program>", "exec")
+    stdout = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(stdout):
+            if mode == "lens":
+                with al.Lens(names=namespace) as lens:
+                    exec(source, namespace)
+                result.lens = lens
+            else:
+                exec(source, namespace)
+    except Exception as problem:  # noqa: BLE001  (the program's own failure is compared, not judged)
+        result.error = f"{type(problem).__name__}: {problem}"
+    return result
+
+
+def _nodes(root: torch.Tensor) -> list:
+    seen: set[int] = set()
+    order = []
+    stack = [root.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        order.append(fn)
+        stack.extend(next_fn for next_fn, _ in fn.next_functions)
+    return order
+
+
+def _name_of(namespace: dict, tensor: Any) -> str | None:
+    for name, value in namespace.items():
+        if value is tensor:
+            return name
+    return None
+
+
+# ----------------------------------------------------------------------------- comparing
+
+
+def equal(a: Any, b: Any) -> bool:
+    if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
+        if not (isinstance(a, (tuple, list)) and isinstance(b, (tuple, list))) or len(a) != len(b):
+            return False
+        return all(equal(x, y) for x, y in zip(a, b))
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and a.dtype == b.dtype and bool(((a == b) | (a.isnan() & b.isnan())).all())
+    return a == b
+
+
+def _truth_calls(log: list) -> list[tuple[str, Any, Any]]:
+    """(tag, received, passed on) per hook call, in firing order; passed on is absent for a call that raised."""
+    calls = []
+    pending: dict[str, int] = {}
+    for tag, value in log:
+        if tag.endswith(" out"):
+            calls[pending.pop(tag[:-4])][2] = value
+        else:
+            pending[tag] = len(calls)
+            calls.append([tag, value, _MISSING])
+    return [tuple(call) for call in calls]
+
+
+_MISSING: Any = object()
+
+
+def compare(program: Program) -> list[str]:
+    """Every false statement of the lens on ``program`` (empty: none)."""
+    plain, lens_run, truth, nohook = (run(program, mode) for mode in ("plain", "lens", "truth", "nohook"))
+    problems: list[str] = []
+    # 1. the lens changes nothing the program sees
+    if plain.error != lens_run.error:
+        problems.append(f"program error: plain {plain.error!r}, lens {lens_run.error!r}")
+    if not equal([v for _, v in plain.log], [v for _, v in lens_run.log]) or [t for t, _ in plain.log] != [t for t, _ in lens_run.log]:
+        problems.append("hooks received other values under the lens")
+    for index, (p, q) in enumerate(zip(plain.passes, lens_run.passes)):
+        if p["error"] != q["error"] or not equal(list(p["grads"].values()), list(q["grads"].values())):
+            problems.append(f"pass {index + 1}: .grad or error differs under the lens")
+    if problems or lens_run.lens is None:
+        return problems
+    lens = lens_run.lens
+    passes = lens.passes
+    if len(passes) != len(lens_run.passes):
+        return [f"{len(passes)} passes recorded, {len(lens_run.passes)} ran"]
+    # 2. hook calls: the same calls, of the same hooks, in the same order, with the same values
+    truth_calls = _truth_calls(truth.log)
+    shown = [call for p in passes for call in p.hook_calls]
+    unshown = [n for p in passes for n in p.notes if "may or may not have run" in n]
+    if len(shown) != len(truth_calls) and unshown:
+        return problems  # said: hooks in C may have run before an error no frame explains (not shown)
+    if len(shown) != len(truth_calls):
+        problems.append(f"{len(shown)} hook calls shown, {len(truth_calls)} ran: shown "
+                        f"{[(c.hook, c.kind, c.target) for c in shown]}, ran {[c[0] for c in truth_calls]}")
+        return problems
+    by_tag: dict[str, int] = {}
+    by_registration: dict[int, str] = {}
+    counts: dict[str, int] = {}
+    for index, (call, (tag, received, passed)) in enumerate(zip(shown, truth_calls)):
+        where = f"hook call {index + 1} ({tag}: {call.hook} {call.kind} on {call.target})"
+        if by_tag.setdefault(tag, call.registration) != call.registration or \
+                by_registration.setdefault(call.registration, tag) != tag:
+            problems.append(f"{where}: shown as another registered hook's call")
+        counts[tag] = counts.get(tag, 0) + 1
+        if call.invocation != counts[tag]:
+            problems.append(f"{where}: call {call.invocation} shown, it was call {counts[tag]}")
+        if call.unseen and call.grad_in is None:
+            continue  # "not known", with why: a true statement
+        expected_in = received
+        if call.kind == "module_full":
+            expected_in = received  # grad_input
+        if call.kind == "post_accumulate_grad" or call.kind == "multi_grad":
+            pass
+        if not equal(_plain(call.grad_in), _plain(expected_in)):
+            problems.append(f"{where}: received {call.grad_in!r} shown, it received {expected_in!r}")
+        if passed is _MISSING:
+            if call.error is None:
+                problems.append(f"{where}: it raised, not shown")
+            continue
+        if call.grad_out is not None and not equal(_plain(call.grad_out), _plain(passed)):
+            problems.append(f"{where}: passed on {call.grad_out!r} shown, it passed on {passed!r}")
+    # 3. node runs
+    for index, (p, truth_nodes) in enumerate(zip(passes, truth.nodes)):
+        runs = [(run.name, run.grad_in, run.grad_out) for run in p.node_runs]
+        truth_runs = [node for node in truth_nodes if node[0] != "torch::autograd::AccumulateGrad"]
+        if [r[0] for r in runs] != [t[0] for t in truth_runs]:
+            problems.append(f"pass {index + 1}: node order {[r[0] for r in runs]} shown, ran {[t[0] for t in truth_runs]}")
+            continue
+        for shown_run, true_run in zip(runs, truth_runs):
+            if not equal(_plain(shown_run[1]), _plain(true_run[1])) or not equal(_plain(shown_run[2]), _plain(true_run[2])):
+                problems.append(f"pass {index + 1}: {shown_run[0]} shown receiving {shown_run[1]} sending "
+                                f"{shown_run[2]}; it received {true_run[1]} and sent {true_run[2]}")
+    # 4. .grad after each pass, and without hooks
+    for index, (p, real, unhooked) in enumerate(zip(passes, lens_run.passes, nohook.passes)):
+        if p.kind == "grad":
+            for position, name in enumerate(real["inputs"] or ()):
+                if name is None or name not in p.grads_without_hooks:
+                    continue
+                shown_value = p.grads_without_hooks[name]
+                expected = unhooked["result"][position] if unhooked["result"] is not None else None
+                if shown_value is None and name in p.unknown:
+                    continue
+                if unhooked["error"] is None and not equal(_plain(shown_value), expected):
+                    problems.append(f"pass {index + 1}: {name} without hooks {shown_value} shown, it is {expected}")
+            continue
+        for name, value in real["grads"].items():
+            label = _label(name)
+            if label in p.leaf_grads and not equal(_plain(p.leaf_grads[label]), value):
+                problems.append(f"pass {index + 1}: {label}.grad {p.leaf_grads[label]} shown, it is {value}")
+            if label not in p.grads_without_hooks:
+                continue
+            shown_value = p.grads_without_hooks[label]
+            if shown_value is None and label in p.unknown:
+                continue
+            if unhooked["error"] is not None or nohook.error is not None:
+                continue
+            expected = unhooked["grads"][name]
+            if not equal(_plain(shown_value), expected):
+                problems.append(f"pass {index + 1}: {label} without hooks {shown_value} shown, it is {expected} "
+                                f"(no reason given)")
+    # 5. views: "call i of n", "already held", the drawing's last .grad
+    problems += _views(passes, truth_calls, lens_run)
+    return problems
+
+
+def _label(name: str) -> str:
+    return name
+
+
+def _plain(value: Any) -> Any:
+    """A recorded value as a tensor (summaries are not compared: they are shown as summaries)."""
+    from autograd_lens.model import TensorSummary
+
+    if isinstance(value, TensorSummary):
+        return _SKIP
+    if isinstance(value, (tuple, list)):
+        return tuple(_plain(item) for item in value)
+    return value
+
+
+class _Skip:
+    def __eq__(self, other: Any) -> bool:
+        return True
+
+
+_SKIP = _Skip()
+
+
+def _views(passes: list, truth_calls: list, lens_run: Run) -> list[str]:
+    import autograd_lens as al
+    from autograd_lens.model import GradWritten
+    from autograd_lens.views.steps import frame, hook_totals, steps_for
+
+    problems = []
+    totals_by_tag: dict[str, int] = {}
+    for tag, _, _ in truth_calls:
+        totals_by_tag[tag] = totals_by_tag.get(tag, 0) + 1
+    totals = hook_totals(passes)
+    shown_calls = [call for p in passes for call in p.hook_calls]
+    tag_of = {id(call): tag for call, (tag, _, _) in zip(shown_calls, truth_calls)}
+    for index, p in enumerate(passes):
+        steps = steps_for(p, totals)
+        calls = {call.step: call for call in p.hook_calls}
+        for step_index, step in enumerate(steps):
+            event = p.events[step_index - 1] if step_index > 0 and step_index - 1 < len(p.events) else None
+            if step.kind == "hook" and event is not None and id(event) in tag_of:
+                tag = tag_of[id(event)]
+                expected = f"call {event.invocation} of {totals_by_tag[tag]} in this recording"
+                if expected not in step.title:
+                    problems.append(f"pass {index + 1}: card {step.title!r}, expected {expected!r}")
+            if "already held" in (step.note or "") and isinstance(event, GradWritten):
+                before = lens_run.before[index].get(event.name)
+                if before is None:
+                    problems.append(f"pass {index + 1}: card says {event.name}.grad already held a gradient; it was None")
+        if steps and not p.error:
+            last = frame(steps, len(steps) - 1)
+            for event in p.events:
+                if isinstance(event, GradWritten) and event.by == "AccumulateGrad" and event.node in last.grads:
+                    real = lens_run.passes[index]["grads"].get(event.name)
+                    if real is not None and real.numel() <= 16 and last.grads[event.node] not in (
+                            al.format_value(real, 48), "not known"):
+                        problems.append(f"pass {index + 1}: drawing ends with {event.name}.grad "
+                                        f"{last.grads[event.node]}, it is {al.format_value(real, 48)}")
+    return problems
+
+
+def shrink(program: Program, still_fails: Any) -> Program:
+    """Drop lines while the program still fails (the first line, the seed, stays)."""
+    lines = list(program.lines)
+    changed = True
+    while changed:
+        changed = False
+        for index in range(len(lines) - 1, 0, -1):
+            candidate = Program(lines[:index] + lines[index + 1:], program.leaves, program.seed)
+            try:
+                if still_fails(candidate):
+                    lines = candidate.lines
+                    changed = True
+            except Exception:  # noqa: BLE001  (a line others need: keep it)
+                continue
+    return Program(lines, program.leaves, program.seed)
+
+
+def check(seed: int) -> tuple[Program, list[str]]:
+    program = Generator(seed).generate()
+    return program, compare(program)
+
+
+def report(program: Program, problems: list[str]) -> str:
+    small = shrink(program, lambda candidate: bool(compare(candidate)))
+    return (f"seed {program.seed}: {problems[0]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
+            + "\nminimal program (tests/programs.py PRELUDE first):\n" + small.source()
+            + "\n  -> " + "; ".join(compare(small)[:3]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--programs", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--show", type=int, default=10, help="failures printed in full")
+    options = parser.parse_args(argv)
+    failures = 0
+    for seed in range(options.seed, options.seed + options.programs):
+        try:
+            program, problems = check(seed)
+        except Exception:  # noqa: BLE001
+            print(f"seed {seed}: the checker failed\n{traceback.format_exc()}")
+            failures += 1
+            continue
+        if problems:
+            failures += 1
+            if failures <= options.show:
+                print(report(program, problems), flush=True)
+    print(f"{options.programs} programs, {failures} with a false statement")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
