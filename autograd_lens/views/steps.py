@@ -180,12 +180,40 @@ def steps_for(backward_pass: BackwardPass, totals: dict[tuple[str, str, str], in
             steps.append(Step(index, "error", None, f"The pass stopped: {event.type}: {event.message}",
                               lines=("Everything before this step happened; nothing after it did.",)))
     _add_mistakes(steps, backward_pass)
+    if len(events) <= STEP_LIMIT and not backward_pass.error:
+        _settle_last_grads(steps, backward_pass)
     if len(events) > STEP_LIMIT:
         steps.append(Step(len(steps), "collapsed", None,
                           f"{len(events) - STEP_LIMIT:,} more events are not shown as steps",
                           lines=(f"This pass has {len(events):,} events; the stepper shows the first {STEP_LIMIT:,}. "
                                  f"All of them are in lens.passes[{backward_pass.index}].events.",)))
     return steps
+
+
+def _settle_last_grads(steps: list[Step], backward_pass: BackwardPass) -> None:
+    """The last step shows each leaf's ``.grad`` as the pass left it.  A ``.grad`` can change after its own
+    write with no hook of it running: it shares memory with another gradient that was added to later (a
+    one-element gradient adopted as a view of the seed or of another's), so the last step says so."""
+    if backward_pass.kind != "backward" or not steps:
+        return
+    drawn = frame(steps, len(steps) - 1).grads
+    changes = []
+    notes = []
+    for event in backward_pass.events:
+        if not isinstance(event, GradWritten) or event.by != "AccumulateGrad" or not event.node:
+            continue
+        final = backward_pass.leaf_grads.get(event.name)
+        if final is None or event.node not in drawn:
+            continue
+        text = format_value(final, 48)
+        if drawn[event.node] not in (text, "not known"):
+            changes += [(copy, text) for copy in leaf_copies(backward_pass.graph, event.node)]
+            notes.append(f"{event.name}.grad is {format_value(final)} at the end of the pass, not the "
+                         f"{drawn[event.node]} written: it shares memory with a gradient added to after it")
+    if changes:
+        last = steps[-1]
+        steps[-1] = dataclasses.replace(last, grads=tuple(last.grads) + tuple(changes),
+                                        note=" ".join(filter(None, [last.note, *notes])))
 
 
 # notes the hook cards already explain in their own words
