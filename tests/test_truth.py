@@ -348,3 +348,30 @@ def test_no_card_says_a_hook_was_the_only_one_to_change_anything_beside_a_hook_i
     notes = " ".join(step.note or "" for step in steps_for(lens.passes[0]))
     assert "only hook that changed anything" not in notes
     assert torch.equal(lens.passes[0].grads_without_hooks["x"], torch.full((2,), 5.0))
+
+
+# ----------------------------------------------------------------------------- errors are torch's own
+
+
+@pytest.mark.parametrize("mistake", [
+    lambda: torch.tensor(1.0).backward(),
+    lambda: (torch.ones(2) * 2).sum().backward(),
+    lambda: torch.autograd.grad((torch.ones(2, requires_grad=True) * 2).sum(), [torch.ones(2)]),
+])
+def test_forgetting_requires_grad_shows_torchs_error_alone(mistake):
+    import traceback
+
+    def caught():
+        try:
+            mistake()
+        except Exception as error:  # noqa: BLE001
+            return error
+        raise AssertionError("no error")
+
+    plain = caught()
+    with al.Lens():
+        traced = caught()
+    assert type(traced) is type(plain) and str(traced) == str(plain)
+    assert traced.__context__ is plain.__context__ is None and traced.__cause__ is None
+    text = "".join(traceback.format_exception(traced))
+    assert "During handling" not in text and "autograd_lens" not in text.split("\n")[-2]

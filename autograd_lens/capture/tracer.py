@@ -250,12 +250,17 @@ class Lens:
             untraceable = True
         if untraceable:
             return original(t_outputs, *args, **kwargs)
+        failure: Exception | None = None
         try:
             with _hidden_from_modes():
                 observer = self._observer(t_outputs, args, kwargs, sys._getframe(1))
         except Exception as problem:  # e.g. the roots need no grad: the engine says so in its own words
-            result = original(t_outputs, *args, **kwargs)  # if it raises, the user's error: no word from the lens
-            self._say(f"could not trace a backward pass ({type(problem).__name__}: {problem}); it ran untraced")
+            failure = problem
+        if failure is not None:
+            # Outside the except block: the user's error, if the engine raises one, comes out as it would without
+            # the lens (no "During handling of the above exception" with the lens's own error in front of it).
+            result = original(t_outputs, *args, **kwargs)
+            self._say(f"could not trace a backward pass ({type(failure).__name__}: {failure}); it ran untraced")
             return result
         try:
             observer.start()
@@ -263,6 +268,8 @@ class Lens:
             observer.stop()
             observer.release()
             self._say(f"could not trace a backward pass ({type(problem).__name__}: {problem}); it ran untraced")
+            failure = problem
+        if failure is not None:  # outside the except block, as above
             return original(t_outputs, *args, **kwargs)
         self._recording = True
         result: Any = None
