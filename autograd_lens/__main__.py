@@ -61,18 +61,37 @@ def main(argv: list[str] | None = None) -> int:
         error = raised
     finally:
         sys.argv = saved_argv
+    if error is not None and not isinstance(error, SystemExit):
+        _print_traceback(error, options.script)  # as Python prints it: from the script's own frames
+    code = (error.code if isinstance(error.code, int) else 1) if isinstance(error, SystemExit) else int(error is not None)
+    stopped = "" if error is None else (f" stopped with {type(error).__name__}" + (f": {error}" if str(error) else "")
+                                         + " and")
     if not lens.passes:
-        print("autograd_lens: the script ran no backward pass, so there is nothing to show.", file=sys.stderr)
-        if error is not None:
-            raise error
-        return 1
+        print(f"autograd_lens: the script{stopped} ran no backward pass, so there is nothing to show: no page written.",
+              file=sys.stderr)
+        return code or 1
     lens.to_html(options.output)
     calls = len(lens.hook_calls)
-    print(f"autograd_lens: wrote {options.output} ({len(lens.passes)} backward pass(es), {calls} hook call(s))")
+    done = f"wrote {options.output} ({len(lens.passes)} backward pass(es), {calls} hook call(s))"
     if error is not None:
-        print(f"autograd_lens: the script stopped with {type(error).__name__}: {error}", file=sys.stderr)
-        return 1
+        print(f"autograd_lens: the script{stopped} {done}, with what ran before the error", file=sys.stderr)
+        return code
+    print(f"autograd_lens: {done}")
     return 0
+
+
+def _print_traceback(error: BaseException, script: str | None) -> None:
+    """The traceback Python would print for the script: the frames before the script's first one (runpy, this
+    module) are left out."""
+    import traceback
+
+    target = os.path.abspath(script) if script else "<autograd_lens demo>"
+    tb = error.__traceback__
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != target \
+            and tb.tb_frame.f_code.co_filename != target:
+        tb = tb.tb_next
+    lines = traceback.format_exception(type(error), error, tb if tb is not None else error.__traceback__)
+    sys.stderr.write("".join(lines))
 
 
 def _unwritable(path: str) -> str:

@@ -375,3 +375,25 @@ def test_forgetting_requires_grad_shows_torchs_error_alone(mistake):
     assert traced.__context__ is plain.__context__ is None and traced.__cause__ is None
     text = "".join(traceback.format_exception(traced))
     assert "During handling" not in text and "autograd_lens" not in text.split("\n")[-2]
+
+
+def test_the_command_line_shows_a_failing_scripts_traceback_as_python_does(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nx = torch.ones(2)\nraise ValueError('bad data')\n")
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=False)
+    lensed = subprocess.run([sys.executable, "-m", "autograd_lens", str(script), "-o", str(tmp_path / "t.html")],
+                            capture_output=True, text=True, check=False)
+    assert lensed.returncode == plain.returncode == 1
+    assert lensed.stderr.startswith(plain.stderr)  # the same traceback, then one line from the lens
+    assert "no backward pass" in lensed.stderr.splitlines()[-1] and "no page written" in lensed.stderr
+    assert not (tmp_path / "t.html").exists()
+    script.write_text("import torch\nx = torch.ones(2, requires_grad=True)\n(x * 2).sum().backward()\n"
+                      "raise ValueError('after backward')\n")
+    lensed = subprocess.run([sys.executable, "-m", "autograd_lens", str(script), "-o", str(tmp_path / "t.html")],
+                            capture_output=True, text=True, check=False)
+    assert lensed.returncode == 1 and "ValueError: after backward" in lensed.stderr
+    assert "Traceback (most recent call last)" in lensed.stderr and "runpy" not in lensed.stderr
+    assert (tmp_path / "t.html").exists() and "1 backward pass" in lensed.stderr
