@@ -5,6 +5,7 @@ logging hooks record what really ran, and a run without the hooks gives "without
 from __future__ import annotations
 
 import contextlib
+import warnings
 import io
 
 import pytest
@@ -397,3 +398,15 @@ def test_the_command_line_shows_a_failing_scripts_traceback_as_python_does(tmp_p
     assert lensed.returncode == 1 and "ValueError: after backward" in lensed.stderr
     assert "Traceback (most recent call last)" in lensed.stderr and "runpy" not in lensed.stderr
     assert (tmp_path / "t.html").exists() and "1 backward pass" in lensed.stderr
+
+
+def test_a_tensor_torch_refuses_to_describe_in_the_namespace_does_not_stop_the_recording():
+    base = torch.ones(4, requires_grad=True) * 1
+    a, b = base.split(2)  # noqa: F841  (in the namespace, as in a notebook)
+    base.add_(1)  # now a.grad_fn raises
+    x = torch.tensor(2.0, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning of the lens
+        with al.Lens() as lens:
+            (x * 3).backward()
+    assert len(lens.passes) == 1 and lens.recording_notes == [] and float(lens.passes[0].leaf_grads["x"]) == 3.0

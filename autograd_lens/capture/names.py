@@ -35,12 +35,16 @@ class Names:
     def add_tensor(self, name: str, tensor: torch.Tensor) -> None:
         if id(tensor) in self.tensors:
             return
+        try:
+            grad_fn = tensor.grad_fn
+            output_nr = tensor.output_nr
+        except RuntimeError:  # e.g. a split() output whose base changed in place: torch refuses to say; not a name
+            return
         name = printable(name)
         self.tensors[id(tensor)] = name
         self.tensor_objects.append(tensor)
-        grad_fn = tensor.grad_fn
         if grad_fn is not None:
-            self.outputs.setdefault((id(grad_fn), tensor.output_nr), name)
+            self.outputs.setdefault((id(grad_fn), output_nr), name)
             self._keep.append(grad_fn)
         elif tensor.requires_grad:
             self.leaves.setdefault(id(tensor), name)
