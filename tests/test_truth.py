@@ -410,3 +410,21 @@ def test_a_tensor_torch_refuses_to_describe_in_the_namespace_does_not_stop_the_r
         with al.Lens() as lens:
             (x * 3).backward()
     assert len(lens.passes) == 1 and lens.recording_notes == [] and float(lens.passes[0].leaf_grads["x"]) == 3.0
+
+
+def test_a_users_torch_profiler_lists_the_same_ops_with_and_without_the_lens():
+    from torch.profiler import profile
+
+    def profiled():
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        y = x * 3
+        y.register_hook(lambda g: g * 2)
+        with profile() as prof:
+            (y * y).sum().backward()
+        return sorted((event.key, event.count) for event in prof.key_averages())
+
+    plain = profiled()
+    with al.Lens() as lens:
+        traced = profiled()
+    assert traced == plain
+    assert len(lens.passes) == 1 and lens.passes[0].hook_calls

@@ -53,12 +53,12 @@ from .hooks import (
 from .names import Names, names_from
 from .order import (UNSEEN, arrange_after, arrange_before, arrange_input_chain, describe_c_hooks, unseen_call,
                     until_error)
-from .snapshot import held_bytes, snapshot
+from .snapshot import held_bytes, hidden_from_user, snapshot
 from .unhooked import Unhooked, Unknown
 from .walk import Structure, saved_names
 
 _current_node = torch._C._current_autograd_node
-_hidden_from_modes = torch._C._DisableTorchDispatch  # the lens's tensor ops never reach a user's dispatch mode
+_hidden_from_modes = hidden_from_user  # the lens's tensor ops never reach a user's dispatch mode or profile
 BEFORE_NODE = ("tensor", "node_pre", "multi_grad")
 DEEP_GRAPH = 30_000  # chains deeper than this may crash torch when freed after a Python walk (measured: 40k ok, 50k not)  # hook kinds that run before their node's backward
 

@@ -8,6 +8,8 @@ None of them keeps a reference to the tensor it was given.
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from ..model import TensorSummary, Value, values_equal  # noqa: F401  (values_equal: re-exported)
@@ -124,3 +126,28 @@ def held_bytes(value: object) -> int:
     if isinstance(value, tuple):
         return sum(held_bytes(item) for item in value)
     return 0
+
+
+class hidden_from_user:
+    """The lens's own tensor work, invisible to the user's tools: no ``TorchDispatchMode`` of theirs sees it, and
+    no profiler (``torch.profiler``, ``torch.autograd.profiler``) records it (record functions are off for this
+    thread while a profiler is on, and back on when the outermost such block ends)."""
+
+    __slots__ = ("dispatch", "profiled")
+    _depth = threading.local()
+
+    def __enter__(self) -> "hidden_from_user":
+        self.dispatch = torch._C._DisableTorchDispatch()
+        self.dispatch.__enter__()
+        depth = getattr(self._depth, "value", 0)
+        self._depth.value = depth + 1
+        self.profiled = depth == 0 and torch._C._autograd._profiler_enabled()
+        if self.profiled:
+            torch._C._autograd._enable_record_function(False)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._depth.value -= 1
+        if self.profiled:
+            torch._C._autograd._enable_record_function(True)
+        self.dispatch.__exit__(*exc)

@@ -29,7 +29,7 @@ from .lines import CellLines
 from .modules import ModuleCalls, groups_for
 from .names import caller_namespace, names_from, user_frame
 from .observe import PassObserver
-from .snapshot import snapshot
+from .snapshot import hidden_from_user, snapshot
 from .unhooked import Unknown
 from .walk import leaf_state, structure, walk
 
@@ -40,7 +40,7 @@ EAGER_MODEL_LIMIT = 100
 _ACTIVE: list["Lens"] = []
 _NONLEAF_WARNING = "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed"
 _INPLACE_AFTER_HOOK = "of BackwardHookFunction is a view and is being modified inplace"
-_hidden_from_modes = torch._C._DisableTorchDispatch  # the lens's own tensor work never reaches a user's dispatch mode
+_hidden_from_modes = hidden_from_user  # the lens's tensor ops never reach a user's dispatch mode or profile
 _SELF_CHECK: dict[str, Any] = {}  # "result": None (fine) or the reason recording is off, once per process
 
 

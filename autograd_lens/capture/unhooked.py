@@ -26,13 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .snapshot import hidden_from_user
 from ..model import TensorSummary, values_equal
 from .walk import saved_tensors_packed
 
 if TYPE_CHECKING:
     from .observe import PassObserver
 
-_hidden_from_modes = torch._C._DisableTorchDispatch
+_hidden_from_modes = hidden_from_user  # the lens's tensor ops never reach a user's dispatch mode or profile
 _PYTHON_NODE = torch.autograd.function.BackwardCFunction
 _IDENTITY_NODES = ("BackwardHookFunctionBackward",)  # torch's module-hook boundary: backward returns its input
 
