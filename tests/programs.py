@@ -514,13 +514,8 @@ def compare(program: Program) -> list[str]:
             problems.append(f"{where}: call {call.invocation} shown, it was call {counts[tag]}")
         if call.unseen and call.grad_in is None:
             continue  # "not known", with why: a true statement
-        expected_in = received
-        if call.kind == "module_full":
-            expected_in = received  # grad_input
-        if call.kind == "post_accumulate_grad" or call.kind == "multi_grad":
-            pass
-        if not equal(_plain(call.grad_in), _plain(expected_in)):
-            problems.append(f"{where}: received {call.grad_in!r} shown, it received {expected_in!r}")
+        if not equal(_plain(call.grad_in), _plain(received)):  # module hooks: grad_input; the others: what they got
+            problems.append(f"{where}: received {call.grad_in!r} shown, it received {received!r}")
         if passed is _MISSING:
             if call.error is None:
                 problems.append(f"{where}: it raised, not shown")
@@ -551,8 +546,7 @@ def compare(program: Program) -> list[str]:
                 if unhooked["error"] is None and not equal(_plain(shown_value), expected):
                     problems.append(f"pass {index + 1}: {name} without hooks {shown_value} shown, it is {expected}")
             continue
-        for name, value in real["grads"].items():
-            label = _label(name)
+        for label, value in real["grads"].items():
             if label in p.leaf_grads and not equal(_plain(p.leaf_grads[label]), value):
                 problems.append(f"pass {index + 1}: {label}.grad {p.leaf_grads[label]} shown, it is {value}")
             if label not in p.grads_without_hooks:
@@ -562,17 +556,13 @@ def compare(program: Program) -> list[str]:
                 continue
             if unhooked["error"] is not None or nohook.error is not None:
                 continue
-            expected = unhooked["grads"][name]
+            expected = unhooked["grads"][label]
             if not equal(_plain(shown_value), expected):
                 problems.append(f"pass {index + 1}: {label} without hooks {shown_value} shown, it is {expected} "
                                 f"(no reason given)")
     # 5. views: "call i of n", "already held", the drawing's last .grad
     problems += _views(passes, truth_calls, lens_run)
     return problems
-
-
-def _label(name: str) -> str:
-    return name
 
 
 def _plain(value: Any) -> Any:
@@ -608,7 +598,6 @@ def _views(passes: list, truth_calls: list, lens_run: Run) -> list[str]:
     tag_of = {id(call): tag for call, (tag, _, _) in zip(shown_calls, truth_calls)}
     for index, p in enumerate(passes):
         steps = steps_for(p, totals)
-        calls = {call.step: call for call in p.hook_calls}
         for step_index, step in enumerate(steps):
             event = p.events[step_index - 1] if step_index > 0 and step_index - 1 < len(p.events) else None
             if step.kind == "hook" and event is not None and id(event) in tag_of:
