@@ -170,6 +170,7 @@ class PassObserver:
         self.nested_running = False  # the innermost nested engine is running (C++), not its Python wrapper
         self.watched: set[int] = set()  # id(AccumulateGrad) with the lens's pre-hook (reads .grad before the write)
         self.c_nodes: set[int] = set()  # id(node) with a hook written in C of its own or on one of its tensors
+        self.edited_in_place = False  # a hook seen in this pass edited the gradient it received, in place
         self.nested_nodes: dict[int, str] = {}  # id(node) -> name: nodes that ran a backward inside this pass
         self.nested_hooks: list[str] = []  # hooks that ran in those nested backwards
         self.leaf_ids: set[int] = set()
@@ -578,6 +579,7 @@ class PassObserver:
             else:  # returned a new value: did it also edit what it received?
                 edited = not values_equal(call.grad_in, snapshot_all(call.received, limit))
         call.edited_in_place = edited
+        self.edited_in_place = self.edited_in_place or edited
         if call.modified or edited:
             self.unhooked.activate(edited)
         call.frame = None  # don't keep the hook's locals alive

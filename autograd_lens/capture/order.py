@@ -68,7 +68,10 @@ def arrange_before(observer: "PassObserver", fn: Any, before: list["HookRecord"]
         if known and any(_is_c(entry.function) and entry.kind == "tensor" for entry in known):
             merged[output] = _with_c_entries(merged.get(output, []), known, fn, output)
     order = _output_order([output for output, _ in groups], merged, chains, fn)
-    start = {output: observer.unhooked.input_of(fn, output, hooked=True) for output in merged}
+    # what the users sent, added up, from the copies taken as they sent it; after a hook edited a gradient in
+    # place (which can reach a sibling branch) the tensor that arrived may differ from those copies: not known
+    leaked = observer.edited_in_place
+    start = {output: _MISSING if leaked else observer.unhooked.input_of(fn, output, hooked=True) for output in merged}
     pre_functions = observer.node_hooks.get(id(fn), ((), ()))[0] if captured is None else ()
     pre = _merge_node_hooks(pre_calls, pre_functions, "node_pre", fn)
     # what reached the pre-hooks: the first pre-hook's record, or (no pre-hook) what the node received
@@ -86,7 +89,7 @@ def arrange_before(observer: "PassObserver", fn: Any, before: list["HookRecord"]
         _fill(merged[output], start[output], end, slot=output)
     if pre:
         begin: Any = _MISSING
-        if all(output not in merged for output in range(outputs)):
+        if all(output not in merged for output in range(outputs)) and not leaked:
             begin = tuple(observer.unhooked.input_of(fn, output, hooked=True) for output in range(outputs))
         _fill(pre, begin, arrived, slot=None)
     return [call for output in order for call in merged[output]] + pre
