@@ -289,6 +289,8 @@ def test_static_page_predict_mode_asks_checks_and_then_reveals(browser, tmp_path
     assert page.inner_text(".al-feedback").startswith("Not quite")
     shot(page, "static-predict.png")
     page.click("button[data-go=last]")
+    assert not page.is_visible(".al-tablebox")  # the last step's own question is still open
+    page.click("button[data-go=reveal]")
     assert page.is_visible(".al-tablebox")
     # the slider steps once per key press
     page.click("button[data-go=first]")

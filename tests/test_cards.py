@@ -1,5 +1,6 @@
 """Each rule of the step cards, its numbers compared with what autograd computes."""
 
+import dataclasses
 import re
 
 import torch
@@ -199,3 +200,49 @@ def test_long_values_are_cut_exactly_where_the_whole_text_would_be():
             text = whole(tensor.tolist())
             expected = text[: max_chars - 1] + "…" if len(text) > max_chars else text
             assert format_value(tensor, max_chars) == expected
+
+
+def test_a_tensor_used_twice_by_one_op_is_not_counted_as_two_ops():
+    x = torch.tensor(3.0, requires_grad=True)
+    with al.Lens() as lens:
+        y = x + 1
+        y.register_hook(lambda g: g)
+        (y * y).backward()
+    (hook,) = [s for s in steps_for(lens.passes[0]) if s.kind == "hook"]
+    assert "y is used 2 times by 1 op, yet its hook fired once" in hook.note
+    assert "(here 4.0 + 4.0 = 8.0)" in hook.note and x.grad.item() == 8.0 == 2 * (3.0 + 1)
+
+
+def test_only_one_hook_is_credited_with_this_passs_own_contribution_over_several_passes():
+    """Pass 2 of a doubling hook: x.grad holds pass 1's doubled value too, so the hook of pass 2 explains only
+    what pass 2 adds (12 instead of 6), never 'x ends with 24 instead of 12'."""
+    def program(hooked):
+        x = torch.tensor(3.0, requires_grad=True)
+        y = x * x
+        if hooked:
+            y.register_hook(lambda g: g * 2)
+        y.backward(retain_graph=True)
+        first = x.grad.clone()
+        y.backward()
+        return x, first
+
+    plain, plain_first = program(False)
+    with al.Lens() as lens:
+        x, first = program(True)
+    notes = [s.note for s in steps_for(lens.passes[1]) if s.kind == "hook"]
+    added = x.grad - first
+    assert notes and f"so it is why this pass adds {al.format_value(added)} to x.grad instead of " \
+                     f"{al.format_value(plain.grad - plain_first)}." in notes[0]
+    assert "ends with" not in notes[0] and (added.item(), (plain.grad - plain_first).item()) == (12.0, 6.0)
+
+
+def test_no_hook_is_the_only_cause_in_a_recording_with_a_gap():
+    x = torch.tensor(2.0, requires_grad=True)
+    with al.Lens() as lens:
+        y = x ** 2
+        y.register_hook(lambda g: g * 2)
+        (3 * y).backward()
+    gap = dataclasses.replace(lens.passes[0], notes=("a hook in a nested backward ran unseen",))
+    (hook,) = [s for s in steps_for(gap) if s.kind == "hook"]
+    assert "only hook" not in hook.note and "What it returned replaces what it received" in hook.note
+    assert x.grad.item() == 24.0

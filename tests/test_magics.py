@@ -127,4 +127,4 @@ def test_lens_magic_predict_option(shell):
     from autograd_lens.views.steps import steps_for
 
     lens = shell.user_ns["guess"]
-    assert [s.question.answer for s in steps_for(lens.passes[0]) if s.question] == [(2.0,), (4.0,)]  # one use of x, then x.grad
+    assert [s.question.answer for s in steps_for(lens.passes[0]) if s.question] == [(4.0,), (4.0,)]  # what x receives from mul in all (two uses add), then x.grad

@@ -138,7 +138,7 @@ def test_svg_has_before_and_after_grad_texts_for_leaves():
     view = PassView(lens.passes[0])
     x = lens.passes[0].graph.find("x").id
     group = re.search(rf'<g id="{x}" class="node">.*?</g>', view.svg, re.S).group(0)
-    assert '<text class="al-after"' in group and ">grad 10.0</text>" in group
+    assert re.search(r'<text class="al-after[^"]*"[^>]*>grad 10.0</text>', group)
     assert '<text class="al-before"' in group and ">grad None</text>" in group
     # labels are laid out once with their final text; edges carry ids the CSS can target
     assert re.search(r'<g id="e\d+" class="edge">', view.svg)
@@ -390,3 +390,101 @@ def stepper_data_for(views):
     from autograd_lens.views.static_html import fragment_key
 
     return stepper_data(views, fragment_key(views), False, first_picture=True)
+
+
+# ----------------------------------------------------------------------------- .grad as it was at every step
+
+
+def _drawn_grad(view, step, node):
+    """The text of ``node``'s grad field at a step, as the page shows it: the class the step's CSS turns on,
+    looked up among the texts the drawing holds for that node."""
+    css = frame_css("#s", frame(view.steps, step))
+    group = re.search(rf'<g id="{node}" class="node">.*?</g>', view.svg, re.S).group(0)
+    texts = dict(re.findall(r'<text class="al-after (al-v\w+)"[^>]*>grad ([^<]*)</text>', group))
+    shown = [texts[cls] for cls in re.findall(rf"#s #{node} \.(al-v\w+)", css)]
+    if not shown:
+        return re.search(r'<text class="al-before"[^>]*>grad ([^<]*)</text>', group).group(1)
+    assert len(shown) == 1, shown
+    return shown[0]
+
+
+def test_every_step_draws_grad_as_it_was_then_before_and_after_a_post_accumulate_hook():
+    """x.grad is written (3x's gradient), then a post-accumulate hook halves it: the step of the write shows
+    the written value, the hook's step and every later one what the hook left, in Python and in the page."""
+    def halve(p):
+        p.grad.mul_(0.5)
+
+    def program(hooked):
+        x = torch.tensor(2.0, requires_grad=True)
+        w = torch.tensor(1.0, requires_grad=True)
+        if hooked:
+            x.register_post_accumulate_grad_hook(halve)
+        (x * 3 + w * x * 5).backward()
+        return x, w
+
+    plain_x, _ = program(False)
+    with al.Lens() as lens:
+        x, w = program(True)
+    view = PassView(lens.passes[0])
+    steps = view.steps
+    node = lens.passes[0].graph.find("x").id
+    write = next(s.index for s in steps if s.title.startswith("x.grad written"))
+    hook = next(s.index for s in steps if s.title.startswith("hook halve"))
+    expected = ["None"] * write + [al.format_value(plain_x.grad)] * (hook - write) \
+        + [al.format_value(x.grad)] * (len(steps) - hook)
+    assert plain_x.grad.item() == 8.0 and x.grad.item() == 4.0
+    assert [frame(steps, k).grads.get(node, "None") for k in range(len(steps))] == expected
+    assert [_drawn_grad(view, k, node) for k in range(len(steps))] == expected
+
+
+def test_a_grad_changed_by_another_leafs_hook_is_not_drawn_stale():
+    """A post-accumulate hook on x halves w.grad (written earlier): the recording has no step for that, so the
+    drawing says 'not known' after w's write until the end, where it shows what .grad holds; the note names the
+    hook instead of blaming shared memory."""
+    def program(hooked):
+        x = torch.tensor(2.0, requires_grad=True)
+        w = torch.tensor(1.0, requires_grad=True)
+
+        def halve_the_other(p):
+            other = w if p is x else x
+            if other.grad is not None:
+                other.grad.mul_(0.5)
+
+        if hooked:
+            x.register_post_accumulate_grad_hook(halve_the_other)
+        (x * 3 * w * 2).backward()
+        return x, w
+
+    _, plain_w = program(False)
+    with al.Lens() as lens:
+        x, w = program(True)
+    view = PassView(lens.passes[0])
+    steps = view.steps
+    node = lens.passes[0].graph.find("w").id
+    write = next(s.index for s in steps if s.title.startswith("w.grad written"))
+    drawn = [_drawn_grad(view, k, node) for k in range(len(steps))]
+    assert drawn[write] == al.format_value(plain_w.grad) == "12.0"
+    assert drawn[-1] == al.format_value(w.grad) == "6.0"
+    assert write + 1 < len(steps) - 1 and set(drawn[write + 1:-1]) == {"not known"}
+    assert "halve_the_other on x" in steps[-1].note and "shares memory with a gradient added to after it" not in steps[-1].note
+
+
+def test_the_write_step_compares_the_written_value_with_the_one_without_hooks():
+    """A hook doubles y's gradient, a post-accumulate hook halves x.grad: x ends as it would without hooks, but
+    what AccumulateGrad wrote differs from it: the write card must not say 'No hook changed it'."""
+    def program(hooked):
+        x = torch.tensor(2.0, requires_grad=True)
+        y = x * 3
+        if hooked:
+            y.register_hook(lambda g: g * 2)
+            x.register_post_accumulate_grad_hook(lambda p: p.grad.mul_(0.5) and None)
+        y.backward()
+        return x
+
+    plain = program(False)
+    with al.Lens() as lens:
+        x = program(True)
+    (write,) = [s for s in steps_for(lens.passes[0]) if s.title.startswith("x.grad written")]
+    assert write.title == "x.grad written: 6.0" and torch.equal(x.grad, plain.grad)
+    assert f"Without the hooks it would be {al.format_value(plain.grad)}." in write.lines
+    assert not any("No hook changed it" in line for line in write.lines)

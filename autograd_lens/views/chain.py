@@ -3,73 +3,151 @@
 For one backward function that ran, :func:`chain_rule` writes the forward
 expression (``z = y * 3``), the local derivative for each input, and — when
 the tensors are small — the actual multiplication: ``y receives 1 × 3 = 3``.
-The local factor is the one the engine really used (sent ÷ received), so the
-numbers always agree with what autograd did.  Other ops say which backward
-function ran and where its gradients went.
+The numbers are the engine's own (the factor is sent ÷ received); where the
+formula can be checked against them (a constant factor, a reshape, a sum) and
+does not match, no formula is shown.  Ops without a hand-written rule say so.
+
+Each rule names the backward function's inputs by torch's own argument names
+(``self``, ``other``, ``exponent`` …), in the order of its ``next_functions``;
+an input that needs no gradient takes the number the backward function saved
+under that name (``y * 3`` → ``other`` = 3), and ``alpha=``/``beta=`` factors
+come from the saved values of the same names.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..format import format_value
 from ..model import Graph, NodeRun
 
-# backward function name (without the trailing digit) -> (expression, local derivative per input).
-# Every card calls the gradient the node received "g" (the gradient of its output, arriving from the
-# output side); what it sends goes toward the inputs.
-RULES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "AddBackward": ("{out} = {a} + {b}", ("1", "1")),
-    "SubBackward": ("{out} = {a} - {b}", ("1", "-1")),
-    "RsubBackward": ("{out} = {b} - {a}", ("-1", "1")),
-    "MulBackward": ("{out} = {a} * {b}", ("{b}", "{a}")),
-    "DivBackward": ("{out} = {a} / {b}", ("1/{b}", "-{a}/{b}²")),
-    "PowBackward": ("{out} = {a} ** {b}", ("{b}·{a}^({b}-1)", "{out}·ln({a})")),
-    "ExpBackward": ("{out} = exp({a})", ("exp({a}) = {out}",)),
-    "LogBackward": ("{out} = log({a})", ("1/{a}",)),
-    "SinBackward": ("{out} = sin({a})", ("cos({a})",)),
-    "CosBackward": ("{out} = cos({a})", ("-sin({a})",)),
-    "TanhBackward": ("{out} = tanh({a})", ("1 - tanh({a})² = 1 - {out}²",)),
-    "SigmoidBackward": ("{out} = sigmoid({a})", ("σ({a})·(1 - σ({a}))",)),
-    "ReluBackward": ("{out} = relu({a})", ("1 where {a} > 0, else 0",)),
-    "NegBackward": ("{out} = -{a}", ("-1",)),
-    "SumBackward": ("{out} = {a}.sum({dims})", ("1",)),
-    "MeanBackward": ("{out} = {a}.mean({dims})", ("1/n",)),
-    "DotBackward": ("{out} = {a} · {b}", ("{b}", "{a}")),
+
+@dataclass(frozen=True)
+class Rule:
+    """How one backward function turns ``g`` (its output's gradient) into what each input receives.
+
+    ``args``: torch's argument name of each input slot; ``expression``: the forward op; ``local``: per slot,
+    the local derivative (``elementwise``) or what the input receives (``product``, ``shape``)."""
+
+    args: tuple[str, ...]
+    expression: str
+    local: tuple[str, ...]
+    family: str = "elementwise"  # "elementwise", "product", "reduction", "shape", "identity"
+
+
+_E = "elementwise"
+_VIEW = Rule(("self",), "{out} = {self} reshaped to {out_shape}", ("g reshaped back to {in_shape}",), "shape")
+_SQUEEZE = Rule(("self",), "{out} = {self} with a size-1 dim removed or added ({in_shape} → {out_shape})",
+                ("g reshaped back to {in_shape}",), "shape")
+RULES: dict[str, Rule] = {
+    "AddBackward0": Rule(("self", "other"), "{out} = {self} + {alpha_}{other}", ("1", "{alpha}")),
+    "AddBackward1": Rule(("self",), "{out} = {self} + {alpha_}{other}", ("1",)),
+    "SubBackward0": Rule(("self", "other"), "{out} = {self} - {alpha_}{other}", ("1", "{neg_alpha}")),
+    "SubBackward1": Rule(("self",), "{out} = {self} - {alpha_}{other}", ("1",)),
+    "RsubBackward0": Rule(("self", "other"), "{out} = {other} - {alpha_}{self}", ("{neg_alpha}", "1")),
+    "RsubBackward1": Rule(("self",), "{out} = {other} - {alpha_}{self}", ("{neg_alpha}",)),
+    "MulBackward0": Rule(("self", "other"), "{out} = {self} * {other}", ("{other}", "{self}")),
+    "MulBackward1": Rule(("self",), "{out} = {self} * {other}", ("{other}",)),
+    "DivBackward0": Rule(("self", "other"), "{out} = {self} / {other}", ("1/{other}", "-{self}/{other}²")),
+    "DivBackward1": Rule(("self",), "{out} = {self} / {other}", ("1/{other}",)),
+    "PowBackward0": Rule(("self",), "{out} = {self} ** {exponent}", ("{exponent}·{self}^({exponent}-1)",)),
+    "PowBackward1": Rule(("self", "exponent"), "{out} = {self} ** {exponent}",
+                         ("{exponent}·{self}^({exponent}-1)", "{out}·ln({self})")),
+    "PowBackward2": Rule(("exponent",), "{out} = {self} ** {exponent}", ("{out}·ln({self})",)),
+    "ExpBackward0": Rule(("self",), "{out} = exp({self})", ("exp({self}) = {out}",)),
+    "LogBackward0": Rule(("self",), "{out} = log({self})", ("1/{self}",)),
+    "SqrtBackward0": Rule(("self",), "{out} = sqrt({self})", ("1/(2·sqrt({self})) = 1/(2·{out})",)),
+    "SinBackward0": Rule(("self",), "{out} = sin({self})", ("cos({self})",)),
+    "CosBackward0": Rule(("self",), "{out} = cos({self})", ("-sin({self})",)),
+    "TanhBackward0": Rule(("self",), "{out} = tanh({self})", ("1 - tanh({self})² = 1 - {out}²",)),
+    "SigmoidBackward0": Rule(("self",), "{out} = sigmoid({self})", ("σ({self})·(1 - σ({self}))",)),
+    "ReluBackward0": Rule(("self",), "{out} = relu({self})", ("1 where {self} > 0, else 0",)),
+    "NegBackward0": Rule(("self",), "{out} = -{self}", ("-1",)),
+    "DotBackward0": Rule(("self", "tensor"), "{out} = {self} · {tensor}", ("{tensor}", "{self}")),
+    "SumBackward0": Rule(("self",), "{out} = {self}.sum()", ("1",), "reduction"),
+    "SumBackward1": Rule(("self",), "{out} = {self}.sum({dims})", ("1",), "reduction"),
+    "MeanBackward0": Rule(("self",), "{out} = {self}.mean()", ("1/n",), "reduction"),
+    "MeanBackward1": Rule(("self",), "{out} = {self}.mean({dims})", ("1/n",), "reduction"),
     # matrix products: what each input receives is a vector–Jacobian product, g times the local
     # derivative, computed without ever building the Jacobian
-    "MmBackward": ("{out} = {a} @ {b}", ("g @ {b}ᵀ", "{a}ᵀ @ g")),
-    "MvBackward": ("{out} = {a} @ {b}", ("g ⊗ {b} (the outer product g·{b}ᵀ)", "{a}ᵀ @ g")),
-    "AddmmBackward": ("{out} = {a} + {b} @ {c}", ("g", "g @ {c}ᵀ", "{b}ᵀ @ g")),
-    "AddmvBackward": ("{out} = {a} + {b} @ {c}", ("g", "g ⊗ {c} (the outer product g·{c}ᵀ)", "{b}ᵀ @ g")),
+    "MmBackward0": Rule(("self", "mat2"), "{out} = {self} @ {mat2}", ("g @ {mat2}ᵀ", "{self}ᵀ @ g"), "product"),
+    "BmmBackward0": Rule(("self", "mat2"), "{out} = {self} @ {mat2} (a batch of matrix products)",
+                         ("g @ {mat2}ᵀ, batch by batch", "{self}ᵀ @ g, batch by batch"), "product"),
+    "MvBackward0": Rule(("self", "vec"), "{out} = {self} @ {vec}",
+                        ("g ⊗ {vec} (the outer product g·{vec}ᵀ)", "{self}ᵀ @ g"), "product"),
+    "AddmmBackward0": Rule(("self", "mat1", "mat2"), "{out} = {beta_}{self} + {alpha_}{mat1} @ {mat2}",
+                           ("{beta_}g", "{alpha_}g @ {mat2}ᵀ", "{alpha_}{mat1}ᵀ @ g"), "product"),
+    "AddmvBackward0": Rule(("self", "mat", "vec"), "{out} = {beta_}{self} + {alpha_}{mat} @ {vec}",
+                           ("{beta_}g", "{alpha_}g ⊗ {vec} (the outer product g·{vec}ᵀ)", "{alpha_}{mat}ᵀ @ g"),
+                           "product"),
+    # ops that only move numbers around: the gradient is moved back
+    "ExpandBackward0": Rule(("self",), "{out} = {self}.expand({out_shape})",
+                            ("g summed over the dims expand stretched, back to {in_shape}",), "shape"),
+    "ViewBackward0": _VIEW,
+    "UnsafeViewBackward0": _VIEW,
+    "ReshapeAliasBackward0": _VIEW,
+    "SqueezeBackward0": _SQUEEZE,
+    "SqueezeBackward1": _SQUEEZE,
+    "SqueezeBackward2": _SQUEEZE,
+    "SqueezeBackward3": _SQUEEZE,
+    "SqueezeBackward4": _SQUEEZE,
+    "UnsqueezeBackward0": _SQUEEZE,
+    "TBackward0": Rule(("self",), "{out} = {self}.t()", ("gᵀ (transposed back)",), "shape"),
+    "TransposeBackward0": Rule(("self",), "{out} = {self} with two dims swapped",
+                               ("g with the same two dims swapped back",), "shape"),
+    "PermuteBackward0": Rule(("self",), "{out} = {self} with its dims permuted",
+                             ("g with its dims put back in their first order",), "shape"),
+    "CloneBackward0": Rule(("self",), "{out} = {self}.clone()", ("g, unchanged",), "identity"),
+    "AliasBackward0": Rule(("self",), "{out} = {self} (an alias)", ("g, unchanged",), "identity"),
 }
-# ops whose gradient is g times a local factor, element by element
-ELEMENTWISE = {"AddBackward", "SubBackward", "RsubBackward", "MulBackward", "DivBackward", "PowBackward",
-               "ExpBackward", "LogBackward", "SinBackward", "CosBackward", "TanhBackward", "SigmoidBackward",
-               "ReluBackward", "NegBackward"}
-PRODUCTS = {"MmBackward", "MvBackward", "AddmmBackward", "AddmvBackward"}
-REDUCTIONS = {"SumBackward", "MeanBackward"}
+REDUCTIONS = {name for name, rule in RULES.items() if rule.family == "reduction"}
 _NO_GRAD = "(no grad needed)"
+_ORDINALS = ("1st", "2nd", "3rd")
 
 
 def rule_name(backward_name: str) -> str:
+    """The name without its overload number (``MulBackward0`` → ``MulBackward``)."""
     return backward_name.rstrip("0123456789")
 
 
+def constants_of(event: NodeRun, graph: Graph) -> dict[str, str]:
+    """The numbers this backward function saved (drawn as small input nodes): saved name → text."""
+    if not event.node:
+        return {}
+    found = {}
+    for edge in graph.edges_into(event.node):
+        if edge.kind == "saved":
+            source = graph.node(edge.src)
+            if source.kind == "constant":
+                found[source.detail or edge.label] = source.label
+    return found
+
+
 def operands(event: NodeRun, graph: Graph) -> list[str]:
-    """Names of the op's inputs in order; a Python number the op was called with fills the slot
-    that needs no gradient (``y * 3`` → ``["y", "3"]``)."""
-    constants = []
-    if event.node:
-        constants = [graph.node(edge.src).label for edge in graph.edges_into(event.node) if edge.kind == "saved"]
+    """Names of the op's inputs in order; an input that needs no gradient is the number the backward
+    function saved for it (``y * 3`` → ``["y", "3"]``), or says what it is."""
+    rule = RULES.get(event.name)
+    constants = constants_of(event, graph)
     names = []
-    for target in event.targets:
-        if target == _NO_GRAD:
-            names.append(constants.pop(0) if constants else "(no-grad tensor)")  # an operand that needs no gradient
-        else:
+    for slot, target in enumerate(event.targets):
+        if target != _NO_GRAD:
             names.append(target)
-    names.extend(constants)  # e.g. pow's exponent: not an input of the backward function
+            continue
+        arg = rule.args[slot] if rule and slot < len(rule.args) else None
+        names.append(constants.get(arg, "(no-grad tensor)") if arg else "(no-grad tensor)")
     return names
+
+
+def input_keys(event: NodeRun, graph: Graph) -> list[Any]:
+    """What each input slot is: the drawn node its gradient goes to, so that one tensor used twice (``y * y``) is
+    told from two tensors that share a name (two unnamed ``mul`` results); a slot whose arrow is not drawn is
+    its own input."""
+    keys: list[Any] = []
+    for slot, target in enumerate(event.targets):
+        edge_id = event.edges[slot] if slot < len(event.edges) else None
+        keys.append(graph.edge(edge_id).src if edge_id else ("slot", slot))
+    return keys
 
 
 def output_name(event: NodeRun, graph: Graph) -> str:
@@ -80,22 +158,27 @@ def output_name(event: NodeRun, graph: Graph) -> str:
     return graph.node(event.node).label if event.node else "out"
 
 
-def _ratio(sent: Any, received: Any, limit: int) -> Any:
-    """The local factor the engine applied, sent ÷ received, when it is well defined."""
+def _shape(value: Any) -> tuple[int, ...] | None:
+    shape = getattr(value, "shape", None)
+    return tuple(shape) if shape is not None else None
+
+
+def _tensor(value: Any) -> bool:
     try:
         import torch
     except ImportError:  # pragma: no cover
-        return None
-    if not isinstance(sent, torch.Tensor) or not isinstance(received, torch.Tensor):
+        return False
+    return isinstance(value, torch.Tensor) and value.layout == torch.strided and not value.is_complex() \
+        and value.dtype.is_floating_point
+
+
+def _ratio(sent: Any, received: Any, limit: int) -> Any:
+    """The local factor the engine applied, sent ÷ received, when it is well defined."""
+    if not _tensor(sent) or not _tensor(received):
         return None
     if sent.shape != received.shape or sent.numel() > limit or bool((received == 0).any()):
         return None
     return sent / received
-
-
-def _shape(value: Any) -> tuple[int, ...] | None:
-    shape = getattr(value, "shape", None)
-    return tuple(shape) if shape is not None else None
 
 
 def _dims_text(dims: tuple[int, ...]) -> str:
@@ -112,19 +195,227 @@ def broadcast_dims(small: tuple[int, ...], big: tuple[int, ...]) -> tuple[int, .
     return tuple(range(extra)) + stretched
 
 
-def _reduction_line(name: str, keys: dict, target: str, wrt: str, sent: Any, received: Any, reduced) -> str:
+def _reduce_to(value: Any, shape: tuple[int, ...]) -> Any:
+    """``value`` summed over the dims that broadcasting ``shape`` to ``value.shape`` added or stretched."""
+    dims = broadcast_dims(shape, tuple(value.shape))
+    if dims:
+        value = value.sum(dim=dims, keepdim=True)
+    return value.reshape(shape)
+
+
+def _close(first: Any, second: Any) -> bool:
+    import torch
+
+    try:
+        return first.shape == second.shape and bool(torch.allclose(first.double(), second.double(), rtol=2e-3,
+                                                                   atol=1e-6, equal_nan=True))
+    except Exception:  # noqa: BLE001 - values that cannot be compared are not known to agree
+        return False
+
+
+def _number(text: str) -> float | None:
+    """A local derivative that is a plain number (``3``, ``-1``, ``1/4``, ``0.5``), else None."""
+    text = text.strip()
+    try:
+        if text.startswith("1/"):
+            return 1.0 / float(text[2:])
+        return float(text)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _factor_keys(constants: dict[str, str], saved_known: bool) -> dict[str, str]:
+    """``alpha``/``beta`` as they enter the formulas: ``3·`` before a term, or nothing when it is 1."""
+    keys = {}
+    for name in ("alpha", "beta"):
+        value = constants.get(name, "1" if saved_known else None)
+        symbol = {"alpha": "α", "beta": "β"}[name]
+        if value is None:  # not drawn: the graph was captured without saved values
+            keys[name], keys[name + "_"], keys["neg_" + name] = symbol, f"{symbol}·", f"-{symbol}"
+            continue
+        keys[name] = value
+        keys[name + "_"] = "" if value == "1" else f"{value}·"
+        keys["neg_" + name] = value[1:] if value.startswith("-") else f"-{value}"
+    return keys
+
+
+def _keys(event: NodeRun, graph: Graph, rule: Rule, names: list[str]) -> dict[str, str]:
+    constants = constants_of(event, graph)
+    keys = {arg: "a number" for arg in ("self", "other", "exponent", "tensor", "mat", "mat1", "mat2", "vec")}
+    keys.update({arg: value for arg, value in constants.items()})  # numbers the op was called with
+    keys.update({arg: names[slot] for slot, arg in enumerate(rule.args) if slot < len(names)})
+    saved_known = graph.options.show_saved if graph.options is not None else True
+    keys.update(_factor_keys(constants, saved_known))
+    keys["out"] = output_name(event, graph)
+    reduced = graph.node(event.node).reduced if event.node and rule.family == "reduction" else None
+    keys["dims"] = ("dim=" + ", ".join(map(str, reduced)) if len(reduced) == 1 else f"dim={reduced}") if reduced else ""
+    received = event.grad_in[0] if event.grad_in else None
+    sent = next((value for value in event.grad_out if value is not None), None)
+    keys["out_shape"] = _shape_text(received)
+    keys["in_shape"] = _shape_text(sent)
+    return keys
+
+
+def _shape_text(value: Any) -> str:
+    shape = _shape(value)
+    return str(list(shape)) if shape is not None else "its input's shape"
+
+
+def chain_rule(event: NodeRun, graph: Graph, limit: int = 16, computed: tuple | None | bool = True) -> list[str]:
+    """Plain-text lines explaining the local step of this backward function.  ``g`` is the gradient
+    the node received (that of its output); every line says what one input receives.
+
+    ``computed``: what the backward function itself produced per input, when hooks on the node changed it
+    afterwards (``True``: nothing changed it, it is ``event.grad_out``; ``None``: not known)."""
+    rule = RULES.get(event.name)
+    if rule is None:
+        return [f"This card has no hand-written formula for {event.name}: what it sends is what torch's backward "
+                "function computed."]
+    values = event.grad_out if computed is True else computed
+    names = operands(event, graph)
+    keys = _keys(event, graph, rule, names)
+    reduced = graph.node(event.node).reduced if event.node and rule.family == "reduction" else None
+    lines = [f"Chain rule: {rule.expression.format(**keys)}."]
+    received = event.grad_in[0] if event.grad_in else None
+    if rule.family == "product":
+        lines.append(f"g is the gradient of {keys['out']}; each input receives a vector–Jacobian product "
+                     "(autograd never builds the Jacobian itself):")
+    parts: dict[Any, list[Any]] = {}
+    inputs = input_keys(event, graph)
+    for slot, target in enumerate(event.targets):
+        if target == _NO_GRAD or slot >= len(rule.local) or slot >= len(event.grad_out):
+            continue
+        sent = values[slot] if values is not None and slot < len(values) else None
+        line = _slot_line(rule, keys, slot, target, names[slot], sent, received, limit, reduced)
+        if inputs.count(inputs[slot]) > 1:
+            line = f"Through its {_ordinal(len(parts.get(inputs[slot], ())))} use: {line}"
+        lines.append(line)
+        parts.setdefault(inputs[slot], []).append(sent)
+    for key, sents in parts.items():
+        if len(sents) > 1:
+            lines.append(_sum_line(event.targets[inputs.index(key)], sents))
+    if values is None:
+        lines.append("Hooks on this node then changed what it sends, and what it computed before them is not "
+                     "known: the numbers are on the hook steps.")
+    elif computed is not True:
+        changed = [f"{target} ← {format_value(before)} became {format_value(after)}"
+                   for target, before, after in zip(event.targets, values, event.grad_out)
+                   if target != _NO_GRAD and not _same(before, after)]
+        if changed:
+            lines.append("Then hooks on this node changed what it sends: " + ", ".join(changed) + " (see the hook "
+                         "steps).")
+    return lines
+
+
+def _ordinal(slot: int) -> str:
+    return _ORDINALS[slot] if slot < len(_ORDINALS) else f"{slot + 1}th"
+
+
+def _same(first: Any, second: Any) -> bool:
+    from ..model import values_equal
+
+    return values_equal(first, second)
+
+
+def _sum_line(target: str, sents: list[Any]) -> str:
+    """A tensor used by several inputs of one op (``y * y``): its parts add."""
+    text = f"{target} is used {len(sents)} times by this op: the engine adds the parts"
+    if all(_tensor(s) for s in sents) and len({_shape(s) for s in sents}) == 1:
+        total = sents[0]
+        for value in sents[1:]:
+            total = total + value
+        return f"{text}, {target} receives {' + '.join(format_value(s) for s in sents)} = {format_value(total)}."
+    return text + "."
+
+
+def _unverified(target: str, sent: Any, name: str) -> str:
+    return (f"{target} receives {format_value(sent)}: not the number this card's formula for {name} gives, so the "
+            "formula is not shown.")
+
+
+def _slot_line(rule: Rule, keys: dict, slot: int, target: str, wrt: str, sent: Any, received: Any, limit: int,
+               reduced: tuple[int, ...] | None) -> str:
+    """One input's line: its local derivative (or what it receives) and the numbers, when known and checked."""
+    local = rule.local[slot].format(**keys)
+    what = rule.expression.split(" = ", 1)[-1].format(**keys)
+    checkable = _tensor(sent) and _tensor(received)
+    if rule.family == "reduction":
+        return _reduction_line(rule, keys, target, wrt, sent, received, reduced)
+    if rule.family in ("shape", "identity"):
+        if checkable and not _moved_back(rule, sent, received):
+            return _unverified(target, sent, what)
+        return f"{target} receives {local}: {format_value(sent)}." if sent is not None else f"{target} receives {local}."
+    # a constant factor (add's 1 or alpha, y * 3's 3, addmm's beta on its bias) is checked against the numbers
+    constant = _number(keys["beta"]) if rule.local[slot].startswith("{beta_}") else _number(local)
+    if constant is not None and checkable and not _close(_reduce_to(received * constant, tuple(sent.shape)), sent):
+        return _unverified(target, sent, what)
+    summed = _summed(sent, received)
+    if rule.family == "product":
+        if summed and local.endswith("g"):
+            local = f"{local} summed over {_dims_text(summed)} (each row of the batch adds its part)"
+        return f"{target} receives {local} = {format_value(sent)}." if sent is not None else f"{target} receives {local}."
+    head = f"∂{keys['out']}/∂{wrt} = {local}"
+    if sent is None:
+        return head + "."
+    if summed:
+        return (f"{head}; {wrt} was broadcast from {list(_shape(sent))} to {list(_shape(received))}, so the engine "
+                f"sums its gradient over {_dims_text(summed)}: {target} receives {format_value(sent)}.")
+    factor = _ratio(sent, received, limit)
+    if factor is not None:
+        return (f"{head}; {target} receives g × {_factor(local)} = {format_value(received)} × {format_value(factor)} "
+                f"= {format_value(sent)}.")
+    return f"{head}; {target} receives g × {_factor(local)} = {format_value(sent)}."
+
+
+def _moved_back(rule: Rule, sent: Any, received: Any) -> bool:
+    """True when ``sent`` is ``received`` moved back as the rule says (the numbers of a reshape, a sum over
+    expanded dims, a transpose); unknown arrangements (transpose, permute of any dims) pass on equal sums."""
+    try:
+        if rule.family == "identity":
+            return _close(sent, received)
+        if rule.local[0].startswith("g summed"):  # expand
+            return _close(_reduce_to(received, tuple(sent.shape)), sent)
+        if rule.local[0].startswith("g reshaped"):
+            return sent.numel() == received.numel() and _close(received.reshape(sent.shape), sent)
+        if rule.local[0].startswith("gᵀ"):
+            return _close(received.t() if received.dim() == 2 else received, sent)
+        return sent.numel() == received.numel() and _close(sent.sum(), received.sum())
+    except Exception:  # noqa: BLE001 - shapes that do not fit: the rule does not hold
+        return False
+
+
+def _reduction_line(rule: Rule, keys: dict, target: str, wrt: str, sent: Any, received: Any,
+                    reduced: tuple[int, ...] | None) -> str:
     out = keys["out"]
     size_in, size_out = _numel(sent), _numel(received)
     along = f" along {_dims_text(reduced)}" if reduced else " to every element"
-    if name == "SumBackward":
+    count = size_in // size_out if size_in is not None and size_out else None
+    mean = rule.local[0] == "1/n"
+    if sent is None:  # what it computed is not known (hooks on the node changed it): the rule alone
+        return f"∂{out}/∂{wrt} = {rule.local[0]} for every element."
+    if _tensor(sent) and _tensor(received) and count:
+        expected = _expand_back(received / count if mean else received, tuple(sent.shape), reduced)
+        if expected is None or not _close(expected, sent):
+            return _unverified(target, sent, rule.expression.split(" = ")[-1].format(**keys))
+    if not mean:
         return (f"∂{out}/∂{wrt} = 1 for every element; {target} receives g copied{along} "
                 f"(each element gets the gradient of the sum it is part of): {format_value(sent)}.")
-    count = size_in // size_out if size_in is not None and size_out else None
     if count is None:
         return f"∂{out}/∂{wrt} = 1/n for every element; {target} receives {format_value(sent)}."
     where = f"the size of {_dims_text(reduced)}" if reduced else f"the number of elements of {wrt}"
     return (f"∂{out}/∂{wrt} = 1/n with n = {count}, {where}; {target} receives g ÷ {count} copied{along}: "
             f"{format_value(sent)}.")
+
+
+def _expand_back(value: Any, shape: tuple[int, ...], reduced: tuple[int, ...] | None) -> Any:
+    """A reduction's gradient copied back over the reduced dims (kept or not), or None if it does not fit."""
+    try:
+        if reduced and value.dim() < len(shape):
+            for dim in sorted(d % len(shape) for d in reduced):
+                value = value.unsqueeze(dim)
+        return value.expand(shape)
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def _numel(value: Any) -> int | None:
@@ -135,58 +426,6 @@ def _numel(value: Any) -> int | None:
     for size in shape:
         count *= size
     return count
-
-
-def chain_rule(event: NodeRun, graph: Graph, limit: int = 16) -> list[str]:
-    """Plain-text lines explaining the local step of this backward function.  ``g`` is the gradient
-    the node received (that of its output); every line says what one input receives."""
-    name = rule_name(event.name)
-    rule = RULES.get(name)
-    if rule is None:
-        return []
-    names = operands(event, graph)
-    keys = dict(zip("abc", names))
-    keys["out"] = output_name(event, graph)
-    for letter in "abc":
-        keys.setdefault(letter, "a number")  # a Python number the backward function did not keep
-    reduced = graph.node(event.node).reduced if event.node and name in REDUCTIONS else None
-    keys["dims"] = ("dim=" + ", ".join(map(str, reduced)) if len(reduced) == 1 else f"dim={reduced}") if reduced else ""
-    expression, locals_ = rule
-    lines = [f"Chain rule: {expression.format(**keys)}."]
-    received = event.grad_in[0] if event.grad_in else None
-    if name in PRODUCTS:
-        lines.append(f"g is the gradient of {keys['out']}; each input receives a vector–Jacobian product "
-                     "(autograd never builds the Jacobian itself):")
-    for slot, target in enumerate(event.targets):
-        if target == _NO_GRAD or slot >= len(event.grad_out) or slot >= len(locals_):
-            continue
-        sent = event.grad_out[slot]
-        local = locals_[slot].format(**keys)
-        wrt = names[slot] if slot < len(names) else target
-        if name in REDUCTIONS:
-            lines.append(_reduction_line(name, keys, target, wrt, sent, received, reduced))
-            continue
-        summed = _summed(sent, received)
-        if name in PRODUCTS:
-            if summed and local == "g":
-                local = f"g summed over {_dims_text(summed)} (each row of the batch adds its part)"
-            lines.append(f"{target} receives {local} = {format_value(sent)}.")
-            continue
-        factor = _ratio(sent, received, limit) if name in ELEMENTWISE else None
-        if summed:
-            lines.append(
-                f"∂{keys['out']}/∂{wrt} = {local}; {wrt} was broadcast from {list(_shape(sent))} to "
-                f"{list(_shape(received))}, so the engine sums its gradient over {_dims_text(summed)}: "
-                f"{target} receives {format_value(sent)}."
-            )
-        elif factor is not None:
-            lines.append(
-                f"∂{keys['out']}/∂{wrt} = {local}; {target} receives "
-                f"g × {_factor(local)} = {format_value(received)} × {format_value(factor)} = {format_value(sent)}."
-            )
-        else:
-            lines.append(f"∂{keys['out']}/∂{wrt} = {local}; {target} receives g × {_factor(local)} = {format_value(sent)}.")
-    return lines
 
 
 def _factor(local: str) -> str:

@@ -22,7 +22,8 @@ from ..model import BackwardPass
 from .dot import to_dot
 from .render import render_svg
 from .trace_display import pass_title
-from .steps import Frame, Step, card_html, frame, grads_table_html, hook_totals, question_html, steps_for
+from .steps import (Frame, Step, card_html, frame, grads_table_html, hook_totals, question_html, question_rule,
+                    steps_for)
 
 CURRENT_COLOR = "#2563eb"
 DONE_COLOR = "#16a34a"
@@ -50,15 +51,26 @@ class PassView:
         return frame(self.steps, len(self.steps) - 1)
 
     @cached_property
+    def grad_variants(self) -> dict[str, list[str]]:
+        """Every text a leaf's grad field takes during the pass, in order (what .grad held at each step)."""
+        variants: dict[str, list[str]] = {}
+        for step in self.steps:
+            for node, text in step.grads:
+                if text not in variants.setdefault(node, []):
+                    variants[node].append(text)
+        return variants
+
+    @cached_property
     def dot(self) -> str:
-        """Laid out with every label at its final text, so steps never move anything."""
+        """Laid out with every label at its final text (a grad field at its longest), so steps never move
+        anything."""
         graph = self.backward_pass.graph
-        return to_dot(graph, edge_labels=self.final.edge_labels, grad_texts=self.final.grads,
-                      groups=self.backward_pass.groups)
+        widest = {node: max(texts, key=len) for node, texts in self.grad_variants.items()}
+        return to_dot(graph, edge_labels=self.final.edge_labels, grad_texts=widest, groups=self.backward_pass.groups)
 
     @cached_property
     def svg(self) -> str:
-        return slim_svg(prepare_svg(render_svg(self.dot), self.backward_pass, self.final))
+        return slim_svg(prepare_svg(render_svg(self.dot), self.backward_pass, self.final, self.grad_variants))
 
     @cached_property
     def key(self) -> str:
@@ -83,7 +95,8 @@ class PassView:
             "title": pass_title(self.backward_pass),
             "svg": self.picture if picture else None,
             "steps": [
-                {"node": s.node, "edges": [e for e, _ in s.edges], "grads": [g for g, _ in s.grads], "done": list(s.done)}
+                {"node": s.node, "edges": [e for e, _ in s.edges], "grads": [[g, grad_class(t)] for g, t in s.grads],
+                 "done": list(s.done)}
                 for s in self.steps
             ],
             "cards": self.cards,
@@ -95,8 +108,10 @@ class PassView:
             data["groups"] = group_data(self.backward_pass)
         if predict:
             total = len(self.steps)
+            # per question: its card, each part's [answer, as printed, label], and the rule the feedback explains
             data["questions"] = [
-                [question_html(s, total), list(s.question.answer), s.question.answer_text] if s.question else None
+                [question_html(s, total), [[list(part.answer), part.answer_text, part.label] for part in s.question.parts],
+                 question_rule(s.question)] if s.question else None
                 for s in self.steps
             ]
         return data
@@ -159,20 +174,29 @@ def views_for(passes: list[BackwardPass]) -> list[PassView]:
     return [PassView(p, totals) for p in passes]
 
 
-def prepare_svg(svg: str, backward_pass: BackwardPass, final: Frame) -> str:
-    """Give each updated leaf two grad texts (before / after the pass) for CSS to choose from."""
+def grad_class(text: str) -> str:
+    """The CSS class of one text of a grad field (the same text, the same class, in Python and in the page)."""
+    return "al-v" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:8]
+
+
+def prepare_svg(svg: str, backward_pass: BackwardPass, final: Frame, variants: dict[str, list[str]] | None = None) -> str:
+    """Give each updated leaf one grad text per value its .grad takes during the pass, and the one before
+    it, for CSS to choose from.  Without CSS (a picture) only the last one shows."""
     graph = backward_pass.graph
     before = {node.id: format_value(node.grad, 48) if node.grad is not None else "None" for node in graph.nodes}
+    variants = variants or {node: [text] for node, text in final.grads.items()}
 
     def swap(match: re.Match) -> str:
         node_id = match.group(2)
         if node_id not in final.grads:
             return match.group(0)
         attributes = match.group(4)
-        return (
-            f'{match.group(1)}<text class="al-after"{attributes}>grad {match.group(5)}</text>'
-            f'<text class="al-before" visibility="hidden"{attributes}>grad {_xml(before.get(node_id, "None"))}</text>'
-        )
+        last = final.grads[node_id]
+        texts = [f'<text class="al-after {grad_class(last)}"{attributes}>grad {_xml(last)}</text>']
+        texts += [f'<text class="al-after {grad_class(text)}" visibility="hidden"{attributes}>grad {_xml(text)}</text>'
+                  for text in variants.get(node_id, ()) if text != last]
+        texts.append(f'<text class="al-before" visibility="hidden"{attributes}>grad {_xml(before.get(node_id, "None"))}</text>')
+        return match.group(1) + "".join(texts)
 
     return _GRAD_TEXT.sub(swap, svg)
 
@@ -272,8 +296,9 @@ def frame_css(scope: str, shown: Frame) -> str:
             ", ".join(f"{scope} #{edge} path" for edge in sorted(shown.edge_labels))
             + f" {{stroke: {DONE_COLOR}; stroke-width: 2px}}"
         )
-    if shown.grads:
-        rules.append(", ".join(f"{scope} #{node} .al-after" for node in sorted(shown.grads)) + " {display: inline}")
+    if shown.grads:  # each leaf's grad field shows the text of this step
+        rules.append(", ".join(f"{scope} #{node} .{grad_class(shown.grads[node])}" for node in sorted(shown.grads))
+                     + " {display: inline}")
         rules.append(", ".join(f"{scope} #{node} .al-before" for node in sorted(shown.grads)) + " {display: none}")
     if shown.done:
         shapes = ", ".join(f"{scope} #{node} > {shape}" for node in sorted(shown.done) for shape in ("polygon", "path", "ellipse"))
@@ -290,7 +315,7 @@ BASE_CSS = """\
 {scope}:focus-visible, {scope} button:focus-visible, {scope} input:focus-visible, {scope} select:focus-visible {{
   outline: 2px solid #2563eb; outline-offset: 2px}}
 {scope} .edge text {{visibility: hidden}}
-{scope} .al-after {{display: none}}
+{scope} .al-after {{display: none; visibility: visible}}
 {scope} .al-before {{visibility: visible}}
 {scope} .al-viewport {{position: relative; overflow: hidden; cursor: grab; touch-action: none; min-height: 160px;
   border: 1px solid var(--jp-border-color2, #e5e7eb); border-radius: 6px; margin: 4px 0;
@@ -322,6 +347,7 @@ BASE_CSS = """\
 {scope} .al-feedback {{font-size: 13px; padding: 4px 12px; border-radius: 6px}}
 {scope} .al-right {{background: #dcfce7; color: #14532d}}
 {scope} .al-wrong {{background: #fee2e2; color: #7f1d1d}}
+{scope} .al-why {{font-size: 13px; padding: 2px 12px}}
 {scope} .al-controls {{display: flex; flex-wrap: wrap; align-items: center; gap: 4px}}
 {scope} .al-controls button {{font-family: monospace; min-width: 2.6em; padding: 2px 6px; cursor: pointer;
   color: var(--jp-ui-font-color1, #111827); background: var(--jp-layout-color2, #f3f4f6);

@@ -106,10 +106,14 @@ def stepper_fragment(views: list[PassView], predict: bool = False) -> str:
                    "compressed and drawn by the stepper's script, which runs once the notebook is trusted (the "
                    "command Trust Notebook), in nbconvert HTML and in <code>lens.to_html()</code> pages. Its last "
                    "step and the gradients:</p>")
+    finished = f'{picture}<div class="al-cardbox">{first.cards[-1]}</div><div class="al-tablebox">{first.table}</div>'
+    if predict:  # with scripts off nothing can be asked: the finished pass (every answer) waits behind a click
+        finished = ('<p class="al-nopredict">Predict mode asks for each gradient before showing it; it needs the '
+                    "stepper's script, which runs once the notebook is trusted (the command Trust Notebook), in "
+                    "nbconvert HTML and in <code>lens.to_html()</code> pages.</p>"
+                    f"<details><summary>Show the finished pass (it holds the answers)</summary>{finished}</details>")
     return (
-        f'<div class="autograd-lens al-static" id="{key}">{picture}'
-        f'<div class="al-cardbox">{first.cards[-1]}</div>'
-        f'<div class="al-tablebox">{first.table}</div>'
+        f'<div class="autograd-lens al-static" id="{key}">{finished}'
         f"{_data_script(data)}"
         f"<script>{classic_script()}</script>"
         "</div>"

@@ -26,7 +26,7 @@ export function frameCss(scope, steps, k, asking) {
   const last = asking ? k - 1 : k;
   for (let i = 0; i <= last; i++) {
     steps[i].edges.forEach((e) => { edges[e] = 1; });
-    steps[i].grads.forEach((g) => { grads[g] = 1; });
+    steps[i].grads.forEach(([node, text]) => { grads[node] = text; }); // the text .grad holds at this step
   }
   for (let i = 0; i < k; i++) {
     steps[i].done.forEach((d) => { done[d] = 1; });
@@ -41,7 +41,7 @@ export function frameCss(scope, steps, k, asking) {
   }
   list = keys(grads);
   if (list.length) {
-    rules.push(list.map((n) => scope + " #" + n + " .al-after").join(", ") + " {display: inline}");
+    rules.push(list.map((n) => scope + " #" + n + " ." + grads[n]).join(", ") + " {display: inline}");
     rules.push(list.map((n) => scope + " #" + n + " .al-before").join(", ") + " {display: none}");
   }
   list = keys(done);
@@ -70,6 +70,18 @@ export function checkAnswer(text, answer, shown) {
   }
   const close = numbers.every((a, i) => Math.abs(a - answer[i]) <= 1e-3 + 1e-3 * Math.abs(answer[i]));
   return close ? [true, "Right: autograd computed " + shown + "."] : [false, "Not quite: autograd computed " + shown + "."];
+}
+
+// Mirrors autograd_lens.views.steps.check_answers / reveal_text: every part of a question, one verdict.
+export function checkAnswers(texts, parts) {
+  const results = parts.map((part, i) => checkAnswer(texts[i] || "", part[0], part[1]));
+  if (results.length === 1) { return results[0]; }
+  return [results.every((r) => r[0]), results.map((r, i) => parts[i][2] + ": " + r[1]).join(" ")];
+}
+
+export function revealText(parts) {
+  if (parts.length === 1) { return "Autograd computed " + parts[0][1] + "."; }
+  return parts.map((part) => part[2] + ": autograd computed " + part[1] + ".").join(" ");
 }
 
 function decodeSvg(src) {
@@ -347,11 +359,13 @@ function render({ model, el }) {
       const box = cardBox.querySelector("input.al-answer");
       if (box && root.contains(document.activeElement)) { box.focus(); }
     } else {
+      const why = settled && ask && ask[2] ? '<div class="al-why">Why: ' + escapeText(ask[2]) + "</div>" : "";
       cardBox.innerHTML = (settled ? '<div class="al-feedback ' + (settled[0] ? "al-right" : "al-wrong") + '">' +
-        escapeText(settled[1]) + "</div>" : "") + passes[pass].cards[step];
+        escapeText(settled[1]) + "</div>" + why : "") + passes[pass].cards[step];
     }
-    // in predict mode the with/without table would give the answers away: it shows at the last step
-    tableBox.style.display = predict && step < steps.length - 1 ? "none" : "";
+    // in predict mode the with/without table would give the answers away: it shows at the last step, once
+    // that step's question (if any) is answered
+    tableBox.style.display = predict && (step < steps.length - 1 || (ask && !settled)) ? "none" : "";
     slider.max = String(steps.length - 1);
     slider.value = String(step);
     position.textContent = "step " + step + " of " + (steps.length - 1);
@@ -413,8 +427,8 @@ function render({ model, el }) {
   function settle(reveal) {
     const ask = question(step);
     if (!ask) { return; }
-    const box = cardBox.querySelector("input.al-answer");
-    answered[pass + ":" + step] = reveal ? [false, "Autograd computed " + ask[2] + "."] : checkAnswer(box ? box.value : "", ask[1], ask[2]);
+    const texts = Array.from(cardBox.querySelectorAll("input.al-answer")).map((box) => box.value);
+    answered[pass + ":" + step] = reveal ? [false, revealText(ask[1])] : checkAnswers(texts, ask[1]);
     model.set("answers", Object.assign({}, answered));
     model.save_changes();
     show(step);
@@ -496,8 +510,8 @@ function render({ model, el }) {
   model.on("change:pass_index", onPass);
   root.alFrameCss = (p, k) => frameCss(scope, passes[p].steps, k, false);
   root.alAnswer = (text) => {
-    const box = cardBox.querySelector("input.al-answer");
-    if (box) { box.value = text; }
+    const texts = Array.isArray(text) ? text : [text];
+    cardBox.querySelectorAll("input.al-answer").forEach((box, i) => { box.value = texts[i] === undefined ? "" : texts[i]; });
     settle(false);
   };
   choosePass(pass, true);

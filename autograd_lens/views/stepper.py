@@ -16,7 +16,7 @@ import traitlets
 from ..model import BackwardPass
 from .passview import PassView, stepper_data, views_for
 from .static_html import fragment_key, module_source, stepper_fragment
-from .steps import Frame, Step, check_answer, frame
+from .steps import Frame, Step, check_answers, frame, question_frame, question_rule, reveal_text
 from .trace_display import lens_text
 
 _live_ids = itertools.count(1)
@@ -69,6 +69,9 @@ class Stepper(anywidget.AnyWidget):
 
     @property
     def current_frame(self) -> Frame:
+        """What the drawing shows now: while a question is open, nothing of the step's own answer."""
+        if self.asking:
+            return question_frame(self.view.steps, self.step)
         return frame(self.view.steps, self.step)
 
     def show_pass(self, index: int) -> None:
@@ -83,20 +86,23 @@ class Stepper(anywidget.AnyWidget):
         return self.predict and self.current_step.question is not None \
             and f"{self.pass_index}:{self.step}" not in self.answers
 
-    def answer(self, text: str) -> tuple[bool, str]:
-        """Check a predicted gradient for the current step against autograd's value, then show the step."""
+    def answer(self, text) -> tuple[bool, str]:
+        """Check a predicted value for the current step against autograd's, then show the step.  A question
+        with several parts (a hook: what it receives, what flows on) takes a list, or one string with the
+        parts separated by ``;``.  The message ends with the rule that gives autograd's value."""
         question = self.current_step.question
         if question is None:
             return False, "This step asks nothing: step on."
-        right, message = check_answer(question, str(text))
+        right, message = check_answers(question, text if isinstance(text, (list, tuple)) else str(text))
         self.answers = {**self.answers, f"{self.pass_index}:{self.step}": [right, message]}
-        return right, message
+        rule = question_rule(question)
+        return right, f"{message} Why: {rule}" if rule else message
 
     def reveal(self) -> None:
         """Show the current step without an answer."""
         question = self.current_step.question
         if question is not None:
-            self.answers = {**self.answers, f"{self.pass_index}:{self.step}": [False, f"Autograd computed {question.answer_text}."]}
+            self.answers = {**self.answers, f"{self.pass_index}:{self.step}": [False, reveal_text(question)]}
 
     # ---------------------------------------------------------------- display
     def _repr_mimebundle_(self, **kwargs):

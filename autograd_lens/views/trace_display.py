@@ -23,19 +23,32 @@ def lens_text(lens: Any) -> str:
     )
 
 
-def pass_html(backward_pass: BackwardPass) -> str:
-    """A pass as a numbered list of its steps, in the stepper's words, and the gradients table."""
-    from .steps import grads_table_html, steps_for
+def pass_html(backward_pass: BackwardPass, predict: bool = False) -> str:
+    """A pass as a numbered list of its steps, in the stepper's words, and the gradients table.  With
+    ``predict``, a step that asks something shows its question, and what it reveals waits behind a click."""
+    from .steps import grads_table_html, question_rule, steps_for
 
     items = []
     for step in steps_for(backward_pass)[1:]:
         details = "".join(f"<br>{html.escape(line)}" for line in step.lines)
         note = f"<br><i>Note: {html.escape(step.note)}</i>" if step.note else ""
-        items.append(f"<li><b>{html.escape(step.title)}</b>{details}{note}</li>")
-    return f"<h4>{html.escape(pass_title(backward_pass))}</h4><ol>{''.join(items)}</ol>{grads_table_html(backward_pass)}"
+        shown = f"<b>{html.escape(step.title)}</b>{details}{note}"
+        if predict and step.question is not None:
+            question = step.question
+            why = question_rule(question)
+            answers = " ".join(f"{part.label}: {part.answer_text}." if len(question.parts) > 1 else
+                               f"Autograd computed {part.answer_text}." for part in question.parts)
+            shown = (f"<b>{html.escape(question.title or step.title)}</b><br>{html.escape(question.prompt)}"
+                     f"<details><summary>answer</summary>{html.escape(answers)}"
+                     f"{'<br>Why: ' + html.escape(why) if why else ''}<br>{shown}</details>")
+        items.append(f"<li>{shown}</li>")
+    table = grads_table_html(backward_pass)
+    if predict and table:
+        table = f"<details><summary>gradients with and without hooks (answers)</summary>{table}</details>"
+    return f"<h4>{html.escape(pass_title(backward_pass))}</h4><ol>{''.join(items)}</ol>{table}"
 
 
-def events_bundle(lens: Any, hint: str = "") -> dict[str, str]:
+def events_bundle(lens: Any, hint: str = "", predict: bool = False) -> dict[str, str]:
     """The passes as HTML lists and tables: what shows when no drawing can be made."""
     if not lens.passes:
         body = (
@@ -44,7 +57,7 @@ def events_bundle(lens: Any, hint: str = "") -> dict[str, str]:
             "<code>with Lens()</code> block.</p>"
         )
     else:
-        body = "".join(pass_html(p) for p in lens.passes)
+        body = "".join(pass_html(p, predict) for p in lens.passes)
     return {"text/html": f'<div class="autograd-lens">{hint}{body}</div>', "text/plain": lens_text(lens)}
 
 
@@ -69,7 +82,7 @@ def lens_bundle(lens: Any, predict: bool = False) -> dict[str, str]:
                 _ = view.svg  # drawn now: a renderer that cannot run falls back below, before anything is shown
             return {"text/html": stepper_fragment(views, predict=predict), "text/plain": lens_text(lens)}
         except Exception as error:  # never raise from a display method: the steps in words, and the cause
-            return events_bundle(lens, hint_html(error))
+            return events_bundle(lens, hint_html(error), predict)
     except Exception as error:
         return safe_bundle("recording", error)
 
