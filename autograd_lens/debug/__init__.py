@@ -1,0 +1,130 @@
+"""Debugging lenses: where the gradient stopped, where it blew up, and which paths it took.
+
+* ``lens.passes[i].unreached``: ``{name: Reason}`` for each named tensor requiring
+  grad that got no gradient in the pass (:mod:`.unreached`);
+* ``lens.passes[i].first_nonfinite``: where NaN or inf started (:mod:`.nonfinite`);
+* ``lens.paths_to(name)``: a leaf's gradient as a sum over paths (:mod:`.paths`,
+  recorded with ``Lens(why=True)``);
+* ``%%lens --why NAME``: the three for one tensor (:mod:`.why`).
+
+Everything reached from the model's properties goes through the ``safe_*``
+functions here, which never raise: a failure of the lens becomes an answer that
+says "unknown" and why.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .nonfinite import NonFinite
+from .paths import Path, PathSet
+from .unreached import REASONS, Reason
+
+__all__ = ["NonFinite", "Path", "PathSet", "REASONS", "Reason", "Unreached", "DebugRecording"]
+
+
+class Unreached(dict):
+    """``{name: Reason}``; ``note`` says what the answer could not cover (empty when complete)."""
+
+    note: str = ""
+
+
+class DebugRecording:
+    """The Lens's part of the debugging lenses: the forward record (``why=True``) and, before each pass,
+    the evidence the pass's answers are built from."""
+
+    def __init__(self, why: bool = False) -> None:
+        self.why = why
+        self.recorder: Any = None
+        self.problem = ""
+
+    def start(self) -> None:
+        if not self.why:
+            return
+        try:
+            from .forward import ForwardRecorder
+
+            self.recorder = ForwardRecorder()
+            self.recorder.__enter__()
+        except Exception as problem:
+            self.recorder = None
+            self.problem = f"forward ops could not be recorded ({type(problem).__name__}: {problem})"
+
+    def stop(self) -> None:
+        recorder, self.recorder = self.recorder, None
+        if recorder is None:
+            return
+        try:
+            recorder.__exit__(None, None, None)
+        except Exception:  # another mode entered inside the block and left on top: torch says so itself
+            pass
+        self.last_recorder = recorder
+
+    def before_pass(self, observer: Any) -> Any:
+        """Evidence for the pass about to run (never raises)."""
+        import dataclasses
+
+        from .evidence import Evidence, collect
+
+        try:
+            names = observer.ensure_names()
+            evidence = collect(observer.shape, names, self.recorder)
+        except Exception as problem:
+            return Evidence(forward_note=f"the evidence could not be collected ({type(problem).__name__}: {problem})",
+                            saved_note="not looked at")
+        if self.problem and not evidence.forward_note:
+            evidence = dataclasses.replace(evidence, forward_note=self.problem)
+        if self.recorder is None:
+            return dataclasses.replace(evidence, paths_note="paths are followed while the graph is alive, in a "
+                                                            "Lens(why=True) or a %%lens --why cell")
+        try:
+            from .paths import compute
+
+            paths, note = compute(observer.shape, tuple(observer.seed_objects), dict(observer.shape.leaf_labels), names)
+        except Exception as problem:
+            paths, note = {}, f"the paths could not be followed ({type(problem).__name__}: {problem})"
+        return dataclasses.replace(evidence, paths=paths, paths_note=note)
+
+
+def safe_unreached(backward_pass: Any) -> Unreached:
+    from .unreached import unreached
+
+    result = Unreached()
+    try:
+        result.update(unreached(backward_pass))
+        if getattr(backward_pass, "debug", None) is None:
+            result.note = "unknown: no evidence was recorded for this pass"
+        else:
+            result.note = backward_pass.debug.saved_note
+    except Exception as problem:
+        result.clear()
+        result.note = f"unknown: the answer could not be worked out ({type(problem).__name__}: {problem})"
+    return result
+
+
+def safe_first_nonfinite(backward_pass: Any) -> NonFinite | None:
+    from .nonfinite import first_nonfinite
+
+    try:
+        return first_nonfinite(backward_pass)
+    except Exception as problem:
+        return NonFinite("unknown", "unknown", "unknown", -1, None, "", "",
+                         note=f"could not be worked out ({type(problem).__name__}: {problem})")
+
+
+def safe_paths_to(passes: list, name: str, index: int | None = None) -> PathSet:
+    """The paths to ``name`` in pass ``index`` (default: the last pass whose graph has it)."""
+    try:
+        chosen = passes if index is None else [passes[index]]
+        for backward_pass in reversed(chosen):
+            evidence = getattr(backward_pass, "debug", None)
+            if not any(node.label == name and node.kind in ("leaf", "output") for node in backward_pass.graph.nodes):
+                continue
+            if evidence is None:
+                return PathSet(name, unknown="no evidence was recorded for this pass")
+            if name in evidence.paths:
+                return evidence.paths[name]
+            return PathSet(name, unknown=evidence.paths_note or f"{name} is not a leaf of the graph")
+        return PathSet(name, unknown=f"no recorded pass has a leaf named {name}")
+    except Exception as problem:
+        return PathSet(name, unknown=f"could not be worked out ({type(problem).__name__}: {problem})")

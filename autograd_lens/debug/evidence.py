@@ -1,0 +1,194 @@
+"""What the graph shows, just before a pass runs, about named tensors it will not reach.
+
+:func:`collect` runs while torch's graph and the caller's tensors are alive and
+keeps only plain data (:class:`Evidence`): which named tensors requiring grad
+(and which frozen parameters) are off the graph, and each clue found about why:
+the graph saved the very tensor while it did not require grad, or a tensor
+sharing its memory, or a tensor holding its exact values; and, with a forward
+record (``Lens(why=True)``), the cuts made from it that this graph uses.
+Nothing here runs user code: saved tensors packed by a saved-tensor hook are not
+unpacked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+SAVED_SCAN_LIMIT = 2000  # backward functions whose saved tensors are looked at
+COPY_LIMIT = 4096  # elements compared when looking for a copy of a tensor's values
+CUT_SCAN_LIMIT = 2000  # most recent cuts looked at
+
+
+@dataclass(frozen=True)
+class Clue:
+    """One thing found about why a tensor is off the graph."""
+
+    code: str  # "requires_grad_false", "detached", "no_grad", "inference_mode", "non_differentiable"
+    text: str
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A named tensor that requires grad (or a frozen parameter), as the pass found it."""
+
+    name: str
+    leaf: bool
+    requires_grad: bool
+    reachable: bool  # on the graph this pass differentiates (its gradient can reach it)
+    node: tuple[int, str] | None = None  # (sequence_nr, backward function) that made it, for a non-leaf
+    output_nr: int = 0
+    clues: tuple[Clue, ...] = ()
+
+
+@dataclass(frozen=True)
+class Evidence:
+    candidates: tuple[Candidate, ...] = ()
+    forward: bool = False  # forward ops were recorded (Lens(why=True))
+    forward_note: str = ""  # why the forward record is incomplete
+    saved_note: str = ""  # why saved tensors were not (all) looked at
+    paths: dict[str, Any] = field(default_factory=dict)  # leaf name -> PathSet (with a forward record only)
+    paths_note: str = ""
+
+
+def collect(shape: Any, names: Any, recorder: Any = None) -> Evidence:
+    """Evidence for one pass; ``shape`` is the pass's ``Structure``, ``names`` its ``Names``."""
+    leaf_ids = {id(fn.variable) for fn in shape.leaves.values()}
+    consumed = set(shape.consumers) | {(id(fn), nr) for fn, nr in shape.root_edges}
+    missing: list[tuple[str, torch.Tensor]] = []
+    candidates: list[Candidate] = []
+    for tensor in names.tensor_objects:
+        name = names.tensors[id(tensor)]
+        frozen = isinstance(tensor, torch.nn.Parameter) and not tensor.requires_grad
+        if not (tensor.requires_grad or frozen):
+            continue
+        fn = tensor.grad_fn
+        if fn is None:
+            reachable = id(tensor) in leaf_ids
+        else:
+            reachable = (id(fn), tensor.output_nr) in consumed
+        if reachable:
+            node = None if fn is None else _key(fn)
+            candidates.append(Candidate(name, fn is None, True, True, node, tensor.output_nr))
+        else:
+            missing.append((name, tensor))
+    if not missing:
+        return Evidence(tuple(candidates), forward=recorder is not None)
+    saved, saved_note = _saved_tensors(shape)
+    graph_keys = {_key(fn) for fn in shape.nodes}
+    cuts = list(reversed(recorder.cuts[-CUT_SCAN_LIMIT:])) if recorder is not None else []
+    for name, tensor in missing:
+        clues = _clues(name, tensor, saved, cuts, graph_keys)
+        node = None if tensor.grad_fn is None else _key(tensor.grad_fn)
+        candidates.append(Candidate(name, tensor.grad_fn is None, tensor.requires_grad, False, node,
+                                    tensor.output_nr, tuple(clues)))
+    forward_note = ""
+    if recorder is not None and recorder.failed:
+        forward_note = f"the forward record is incomplete ({recorder.failed})"
+    return Evidence(tuple(candidates), forward=recorder is not None, forward_note=forward_note,
+                    saved_note=saved_note)
+
+
+def _key(fn: Any) -> tuple[int, str]:
+    return (fn._sequence_nr(), fn.name())
+
+
+def _label(name: str) -> str:
+    from ..capture.walk import op_label
+
+    return op_label(name)
+
+
+def _saved_tensors(shape: Any) -> tuple[list[tuple[str, torch.Tensor]], str]:
+    """(op, tensor) for every tensor the graph's functions saved, not unpacking any a hook packed."""
+    from ..capture.walk import packed_by_hook, saved_names
+
+    found: list[tuple[str, torch.Tensor]] = []
+    packed = 0
+    for fn in shape.nodes[:SAVED_SCAN_LIMIT]:
+        if isinstance(fn, torch.autograd.function.BackwardCFunction):
+            continue  # a custom Function's ctx.saved_tensors: unpacking it is fine, but it is user data
+        for attribute in saved_names(fn):
+            raw_name = "_raw" + attribute
+            try:
+                if hasattr(type(fn), raw_name):
+                    if packed_by_hook(getattr(fn, raw_name)):
+                        packed += 1
+                        continue
+                value = getattr(fn, attribute)
+            except Exception:  # freed by an earlier backward, or unreadable
+                continue
+            for item in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(item, torch.Tensor):
+                    found.append((_label(fn.name()), item))
+    notes = []
+    if len(shape.nodes) > SAVED_SCAN_LIMIT:
+        notes.append(f"only the first {SAVED_SCAN_LIMIT} of {len(shape.nodes)} backward functions were looked at")
+    if packed:
+        notes.append(f"{packed} saved tensors packed by a saved-tensor hook were not looked at")
+    return found, "; ".join(notes)
+
+
+def _clues(name: str, tensor: torch.Tensor, saved: list, cuts: list, graph_keys: set) -> list[Clue]:
+    clues: list[Clue] = []
+    if isinstance(tensor, torch.nn.Parameter) and not tensor.requires_grad:
+        clues.append(Clue("requires_grad_false", f"{name} has requires_grad=False (a frozen parameter): autograd "
+                                                 "does not track it"))
+    for cut in cuts:
+        if cut.entries & graph_keys and cut.computed_from(tensor):
+            clues.append(Clue(cut.cause, _cut_text(name, tensor, cut)))
+            break
+    storage = _storage(tensor)
+    for op, value in saved:
+        if value is tensor:
+            if not tensor.requires_grad:
+                continue  # the frozen-parameter clue says it
+            clues.append(Clue("requires_grad_false", f"{op} used {name} while it had requires_grad=False (it was "
+                                                     "set to True after the forward ran)"))
+            break
+        if storage is not None and not value.requires_grad and _storage(value) == storage:
+            clues.append(Clue("detached", f"{op} saved a tensor that shares {name}'s memory but not its autograd "
+                                          "history (made by .detach(), .data or a NumPy view)"))
+            break
+    else:
+        copy = next((op for op, value in saved if _same_values(value, tensor)), None)
+        if copy is not None:
+            clues.append(Clue("detached", f"{op} saved a tensor holding exactly {name}'s values (not integers) "
+                                          "without its autograd history: a copy made by .item(), .tolist(), "
+                                          "NumPy or torch.tensor(...)"))
+    return clues
+
+
+def _cut_text(name: str, tensor: torch.Tensor, cut: Any) -> str:
+    source = cut.source()
+    where = name if source is tensor else "a tensor computed from it"
+    return f"{where} went through {cut.text()}, and this graph uses the result"
+
+
+def _storage(tensor: torch.Tensor) -> int | None:
+    try:
+        pointer = tensor.untyped_storage().data_ptr()
+    except Exception:  # sparse, nested, meta, subclasses
+        return None
+    return pointer or None
+
+
+def _same_values(value: torch.Tensor, tensor: torch.Tensor) -> bool:
+    """``value`` holds exactly ``tensor``'s numbers, and they are not all whole numbers (which a coincidence
+    could give); compared in float64 so a float32 copied through ``.item()`` still matches."""
+    try:
+        if value.requires_grad or value.numel() != tensor.numel() or tensor.numel() > COPY_LIMIT:
+            return False
+        if not (tensor.is_floating_point() and (value.is_floating_point())):
+            return False
+        if value.dim() and tuple(value.shape) != tuple(tensor.shape):
+            return False
+        mine = tensor.detach().reshape(-1).double()
+        theirs = value.detach().reshape(-1).double()
+        if bool((mine == mine.round()).all()):
+            return False
+        return bool(torch.equal(mine, theirs))
+    except Exception:
+        return False

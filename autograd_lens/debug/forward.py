@@ -1,0 +1,232 @@
+"""Where autograd stopped tracking a value, seen as the forward ops run (``Lens(why=True)``).
+
+A :class:`ForwardRecorder` is a ``TorchFunctionMode`` active for the length of a
+Lens block.  It looks at every torch call and remembers *cuts*: a call that took
+a tensor requiring grad and returned something that does not (``.detach()``,
+``.data``, ``.item()``, ``.tolist()``, ``.numpy()``, any op under ``no_grad`` or
+``inference_mode``, an op with an integer or bool result).  The values after a
+cut are followed through further calls (a ``.tolist()`` list given to
+``torch.tensor``, a float from ``.item()`` multiplied in), and when one of them
+is used by a call whose result requires grad, the cut is known to enter that
+result's graph.  The recorder only reads: it calls each function exactly as it
+was called and returns its result unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+# Calls that return a plain Python value (or a NumPy array) holding a tensor's numbers.
+VALUE_CALLS = {"item": ".item()", "tolist": ".tolist()", "numpy": ".numpy()", "__float__": "float()",
+               "__int__": "int()", "__index__": "int()", "__array__": "NumPy"}
+DETACHING = {"detach": ".detach()", "detach_": ".detach_()", "data": ".data"}
+TABLE_LIMIT = 20000  # values followed at most; the oldest are forgotten first
+UPSTREAM_LIMIT = 400  # backward functions walked from a cut to find what it was computed from
+CHAIN_LIMIT = 6
+_LENS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+@dataclass
+class Cut:
+    """One place where a value lost its autograd history."""
+
+    cause: str  # "detached", "no_grad", "inference_mode", "non_differentiable"
+    how: str  # ".detach()", "argmax", "mul under no_grad", …
+    source: Any  # weakref to the tensor that required grad
+    leaves: dict[int, Any] = field(default_factory=dict)  # id(leaf) -> weakref: leaves it was computed from
+    nodes: set[tuple[int, str]] = field(default_factory=set)  # (sequence_nr, name) of the functions behind it
+    complete: bool = True  # the walk behind the source stayed within UPSTREAM_LIMIT
+    chain: tuple[str, ...] = ()  # calls the cut value went through before it entered a graph
+    entries: set[tuple[int, str]] = field(default_factory=set)  # (sequence_nr, name) of results that used it
+
+    def computed_from(self, tensor: torch.Tensor) -> bool:
+        """True when ``tensor`` is the source of this cut or was used to compute it."""
+        source = self.source()
+        if source is tensor:
+            return True
+        if tensor.grad_fn is None:
+            ref = self.leaves.get(id(tensor))
+            return ref is not None and ref() is tensor
+        return node_key(tensor.grad_fn) in self.nodes
+
+    def text(self) -> str:
+        after = "".join(f" → {step}" for step in self.chain)
+        return f"{self.how}{after}"
+
+
+def node_key(fn: Any) -> tuple[int, str]:
+    return (fn._sequence_nr(), fn.name())
+
+
+class _Held:
+    """A strong reference with a weakref's interface (floats and lists cannot be weakly referenced)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __call__(self) -> Any:
+        return self.value
+
+
+def _reference(value: Any) -> Any:
+    try:
+        return weakref.ref(value)
+    except TypeError:
+        return _Held(value)
+
+
+def _trackable(value: Any) -> bool:
+    """Values whose identity tells them apart (small ints and bools are shared objects in Python)."""
+    if isinstance(value, bool) or value is None:
+        return False
+    if isinstance(value, int):
+        return not -5 <= value <= 256
+    return isinstance(value, (float, complex, list, tuple, torch.Tensor)) or type(value).__module__ == "numpy"
+
+
+class ForwardRecorder(TorchFunctionMode):
+    """Remembers the cuts made while it is active; see the module docstring."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table: dict[int, tuple[Any, Cut]] = {}  # id(value) -> (reference, the cut it descends from)
+        self.cuts: list[Cut] = []
+        self.failed: str | None = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if sys._getframe(1).f_code.co_filename.startswith(_LENS_DIR):  # the lens's own work
+            return func(*args, **kwargs)
+        grad_enabled = torch.is_grad_enabled()
+        inference = torch.is_inference_mode_enabled()
+        result = func(*args, **kwargs)
+        try:
+            self._note(func, args, kwargs, result, grad_enabled, inference)
+        except Exception as problem:  # never let the recorder change what the user's call returns
+            self.failed = self.failed or f"{type(problem).__name__}: {problem}"
+        return result
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _note(self, func: Any, args: tuple, kwargs: dict, result: Any, grad_enabled: bool, inference: bool) -> None:
+        name = _func_name(func)
+        if name is None:
+            return
+        inputs = list(_flat(args)) + list(_flat(kwargs.values()))
+        tracking = [value for value in inputs if isinstance(value, torch.Tensor) and value.requires_grad]
+        carried = [self._cut_of(value) for value in inputs]
+        carried = [cut for cut in carried if cut is not None]
+        if not tracking and not carried:
+            return
+        outputs = list(_flat((result,)))
+        if any(isinstance(out, torch.Tensor) and out.requires_grad and out.grad_fn is not None for out in outputs):
+            for out in outputs:  # a cut value entered a graph: remember where
+                if isinstance(out, torch.Tensor) and out.grad_fn is not None:
+                    for cut in carried:
+                        cut.entries.add(node_key(out.grad_fn))
+            return
+        values = [out for out in outputs if _trackable(out) and not (isinstance(out, torch.Tensor) and out.requires_grad)]
+        if not values or name.startswith("__get__") and name != "__get__data":
+            return
+        if tracking:
+            cut = self._cut(name, tracking[0], outputs, grad_enabled, inference)
+            if cut is None:
+                return
+        else:
+            first = carried[0]
+            label = name.replace("__get__", ".")
+            if len(first.chain) < CHAIN_LIMIT:
+                first.chain = first.chain + (VALUE_CALLS.get(label, label),)
+            cut = first
+        for value in values:
+            self._remember(value, cut)
+            if isinstance(value, list):
+                for item in value[:64]:
+                    if _trackable(item):
+                        self._remember(item, cut)
+
+    def _cut(self, name: str, source: torch.Tensor, outputs: list, grad_enabled: bool, inference: bool) -> Cut | None:
+        label = name.replace("__get__", "")
+        tensor_out = next((out for out in outputs if isinstance(out, torch.Tensor)), None)
+        if label in DETACHING:
+            cause, how = "detached", DETACHING[label]
+        elif label in VALUE_CALLS:
+            cause, how = "detached", VALUE_CALLS[label]
+        elif tensor_out is None:
+            return None  # sizes, names, flags: not the tensor's numbers
+        elif inference:
+            cause, how = "inference_mode", f"{label} under inference_mode"
+        elif not grad_enabled:
+            cause, how = "no_grad", f"{label} under no_grad"
+        elif not (tensor_out.is_floating_point() or tensor_out.is_complex()):
+            kind = str(tensor_out.dtype).replace("torch.", "")
+            cause, how = "non_differentiable", f"{label} (its result is {kind}, which has no gradient)"
+        else:
+            cause, how = "non_differentiable", f"{label} (autograd does not differentiate it)"
+        cut = Cut(cause=cause, how=how, source=weakref.ref(source))
+        _upstream(source, cut)
+        self.cuts.append(cut)
+        if len(self.cuts) > TABLE_LIMIT:
+            del self.cuts[0]
+        return cut
+
+    def _remember(self, value: Any, cut: Cut) -> None:
+        self.table[id(value)] = (_reference(value), cut)
+        if len(self.table) > TABLE_LIMIT:
+            del self.table[next(iter(self.table))]
+
+    def _cut_of(self, value: Any) -> Cut | None:
+        entry = self.table.get(id(value))
+        if entry is None:
+            return None
+        if entry[0]() is not value:  # that object is gone and its id reused
+            del self.table[id(value)]
+            return None
+        return entry[1]
+
+
+def _func_name(func: Any) -> str | None:
+    name = getattr(func, "__name__", None)
+    if name == "__get__":
+        owner = getattr(func, "__self__", None)
+        return "__get__" + str(getattr(owner, "__name__", ""))
+    return name
+
+
+def _flat(values: Any):
+    """Each value, and the items of a short list or tuple (``torch.cat([a, b])``, ``torch.tensor([s, t])``)."""
+    for value in values:
+        yield value
+        if isinstance(value, (list, tuple)) and len(value) <= 64:
+            yield from value
+
+
+def _upstream(source: torch.Tensor, cut: Cut) -> None:
+    """The leaves and functions ``source`` was computed from (at most UPSTREAM_LIMIT functions)."""
+    if source.grad_fn is None:
+        cut.leaves[id(source)] = weakref.ref(source)
+        return
+    stack = [source.grad_fn]
+    seen: set[int] = set()
+    while stack:
+        fn = stack.pop()
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        if len(seen) > UPSTREAM_LIMIT:
+            cut.complete = False
+            return
+        variable = getattr(fn, "variable", None)
+        if isinstance(variable, torch.Tensor):
+            cut.leaves[id(variable)] = weakref.ref(variable)
+            continue
+        cut.nodes.add(node_key(fn))
+        stack.extend(next_fn for next_fn, _ in fn.next_functions if next_fn is not None)

@@ -1,0 +1,238 @@
+"""The gradient of a leaf as a sum over the paths from the root: the chain rule made visible.
+
+:func:`compute` runs just before a pass, while the graph and its saved tensors
+are alive (only with ``Lens(why=True)``).  It walks every path from each root to
+each leaf and carries the root's gradient along it by calling each backward
+function on the path directly (a vector-Jacobian product; calling a function
+runs no hook).  The contributions of all paths to a leaf add up to what autograd
+computes for it with no hook.  For a graph of one-element tensors each step's
+local derivative is computed on its own (the function applied to 1) and the
+contribution is the product of them, times the root's gradient.
+
+Custom ``autograd.Function`` backwards and saved tensors packed by a
+saved-tensor hook are user code: a path through them is not followed, and the
+leaves behind them get an "unknown" answer saying so.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..model import Value
+
+NODE_LIMIT = 300  # graphs with more backward functions get no paths
+CALL_LIMIT = 20000  # backward function calls per pass
+SHOWN = 8  # paths shown per leaf; the others are summed into one "rest" entry
+
+
+@dataclass(frozen=True)
+class Path:
+    """One path from a root to a leaf and the part of the leaf's gradient that travels along it.
+
+    ``nodes`` are labels from the root's backward function to the leaf; ``factors``
+    are the local derivatives along the path (graphs of one-element tensors only).
+    The "rest" entry has ``nodes == ("rest",)`` and ``rest`` = how many paths it sums.
+    """
+
+    nodes: tuple[str, ...]
+    contribution: Value
+    factors: tuple[float, ...] = ()
+    rest: int = 0
+
+    def text(self) -> str:
+        from ..format import format_value
+
+        value = format_value(self.contribution, 40) if self.contribution is not None else "unknown"
+        if self.rest:
+            return f"the other {self.rest} paths: {value}"
+        route = " ← ".join(self.nodes)
+        if self.factors:
+            product = " × ".join(_number(factor) for factor in self.factors)
+            return f"{route}: {product} = {value}"
+        return f"{route}: {value}"
+
+
+@dataclass(frozen=True)
+class PathSet:
+    """Every path's contribution to one leaf's gradient (``lens.paths_to(name)``)."""
+
+    name: str
+    paths: tuple[Path, ...] = ()
+    total: Value = None  # the sum over all paths: autograd's gradient for this pass, without hooks
+    count: int = 0  # how many paths there are
+    unknown: str = ""  # why the paths are not known (then ``paths`` is empty)
+
+    @property
+    def known(self) -> bool:
+        return not self.unknown
+
+    def text(self) -> str:
+        if self.unknown:
+            return f"paths to {self.name}: unknown ({self.unknown})"
+        lines = [f"{self.count} path{'s' if self.count != 1 else ''} to {self.name}:"]
+        lines += [f"  {path.text()}" for path in self.paths]
+        return "\n".join(lines)
+
+
+def _number(value: float) -> str:
+    from ..format import format_number
+
+    return format_number(value)
+
+
+def compute(shape: Any, seeds: tuple, labels: dict[int, str], names: Any) -> tuple[dict[str, PathSet], str]:
+    """``{leaf label: PathSet}`` for every leaf of the graph, or ({}, why not)."""
+    if len(shape.nodes) > NODE_LIMIT:
+        return {}, f"the graph has {len(shape.nodes)} backward functions; paths are followed up to {NODE_LIMIT}"
+    if len(seeds) != len(shape.root_edges) or any(not isinstance(seed, torch.Tensor) for seed in seeds):
+        return {}, "the gradient given to a root is not a tensor"
+    walker = _Walker(shape, labels, names)
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the user saw each op's warnings once, in their own pass
+            for (fn, output_nr), seed in zip(shape.root_edges, seeds):
+                walker.start(fn, output_nr, seed.detach())
+    except _TooMany:
+        return {}, f"more than {CALL_LIMIT} steps along the paths: too many paths to follow"
+    return walker.result(), ""
+
+
+class _TooMany(Exception):
+    pass
+
+
+class _Walker:
+    def __init__(self, shape: Any, labels: dict[int, str], names: Any) -> None:
+        self.shape = shape
+        self.labels = labels  # id(AccumulateGrad) -> leaf label
+        self.names = names
+        self.found: dict[int, list[tuple[tuple[str, ...], torch.Tensor, tuple | None]]] = {}
+        self.unknown: dict[int, str] = {}
+        self.calls = 0
+        self.locals: dict[tuple[int, int], Any] = {}  # (id(fn), input slot) -> local derivative (scalars)
+
+    def start(self, fn: Any, output_nr: int, seed: torch.Tensor) -> None:
+        if id(fn) in self.labels:  # the root is a leaf itself
+            self.found.setdefault(id(fn), []).append(((self.labels[id(fn)],), seed, (1.0,) if seed.numel() == 1 else None))
+            return
+        scalar = seed.numel() == 1
+        stack = [(fn, output_nr, seed, (self._label(fn, output_nr),), () if scalar else None)]
+        while stack:
+            fn, output_nr, grad, route, factors = stack.pop()
+            refused = _refused(fn)
+            if refused:
+                self._unknown_behind(fn, f"a path goes through {refused}, which runs user code")
+                continue
+            outs = self._call(fn, output_nr, grad)
+            if outs is None:
+                continue
+            following = []
+            for slot, (next_fn, next_nr) in enumerate(fn.next_functions):
+                if next_fn is None or slot >= len(outs) or outs[slot] is None:
+                    continue
+                step = factors
+                if factors is not None and outs[slot].numel() == 1:
+                    step = factors + (self._local(fn, output_nr, slot, grad),)
+                elif factors is not None:
+                    step = None
+                if id(next_fn) in self.labels:
+                    value = outs[slot]
+                    if step is not None:
+                        value = _product(seed, step, value)
+                    self.found.setdefault(id(next_fn), []).append((route + (self.labels[id(next_fn)],), value, step))
+                else:
+                    following.append((next_fn, next_nr, outs[slot], route + (self._label(next_fn, next_nr),), step))
+            stack.extend(reversed(following))  # depth first, paths in next_functions order
+
+    def _call(self, fn: Any, output_nr: int, grad: torch.Tensor) -> tuple | None:
+        self.calls += 1
+        if self.calls > CALL_LIMIT:
+            raise _TooMany
+        count = len(getattr(fn, "_input_metadata", ()) or ()) or 1
+        grads = [None] * count
+        grads[output_nr] = grad
+        try:
+            outs = fn(*grads)
+        except Exception as problem:
+            self._unknown_behind(fn, f"{fn.name()} could not be run alone ({type(problem).__name__})")
+            return None
+        return outs if isinstance(outs, tuple) else (outs,)
+
+    def _local(self, fn: Any, output_nr: int, slot: int, grad: torch.Tensor) -> float:
+        key = (id(fn), output_nr, slot)
+        if key not in self.locals:
+            outs = self._call(fn, output_nr, torch.ones_like(grad))
+            self.locals[key] = float(outs[slot].reshape(-1)[0]) if outs is not None and outs[slot] is not None else float("nan")
+        return self.locals[key]
+
+    def _label(self, fn: Any, output_nr: int) -> str:
+        from ..capture.walk import op_label
+
+        label = op_label(fn.name())
+        named = self.names.outputs.get((id(fn), output_nr)) if self.names is not None else None
+        return f"{label} → {named}" if named else label
+
+    def _unknown_behind(self, fn: Any, reason: str) -> None:
+        stack, seen = [fn], set()
+        while stack:
+            current = stack.pop()
+            if id(current) in seen:
+                continue
+            seen.add(id(current))
+            if id(current) in self.labels:
+                self.unknown.setdefault(id(current), reason)
+            stack.extend(n for n, _ in current.next_functions if n is not None)
+
+    def result(self) -> dict[str, PathSet]:
+        from ..capture.snapshot import snapshot
+
+        sets: dict[str, PathSet] = {}
+        for key, label in self.labels.items():
+            if key in self.unknown:
+                sets[label] = PathSet(label, unknown=self.unknown[key])
+                continue
+            found = self.found.get(key, [])
+            if not found:
+                sets[label] = PathSet(label, unknown="no path from the root reaches it")
+                continue
+            total = found[0][1].clone()
+            for _, value, _ in found[1:]:
+                total = total + value
+            order = sorted(range(len(found)), key=lambda i: -float(found[i][1].double().norm()))
+            shown = [found[i] for i in sorted(order[:SHOWN])]
+            paths = [Path(route, snapshot(value), tuple(factors or ())) for route, value, factors in shown]
+            rest = [found[i][1] for i in sorted(order[SHOWN:])]
+            if rest:
+                summed = rest[0].clone()
+                for value in rest[1:]:
+                    summed = summed + value
+                paths.append(Path(("rest",), snapshot(summed), rest=len(rest)))
+            sets[label] = PathSet(label, tuple(paths), snapshot(total), len(found))
+        return sets
+
+
+def _product(seed: torch.Tensor, factors: tuple, value: torch.Tensor) -> torch.Tensor:
+    """seed × the local derivatives, in the dtype and shape autograd gave along the path."""
+    result = seed.detach().to(value.dtype).reshape(value.shape).clone()
+    for factor in factors:
+        result = result * factor
+    return result
+
+
+def _refused(fn: Any) -> str:
+    """Why calling ``fn`` alone would run user code ("" when it would not)."""
+    from ..capture.walk import saved_tensors_packed
+
+    name = fn.name()
+    if isinstance(fn, torch.autograd.function.BackwardCFunction) and name != "BackwardHookFunctionBackward":
+        return f"{name} (a custom autograd.Function's backward)"
+    try:
+        if saved_tensors_packed(fn):
+            return f"{name} (its saved tensors were packed by a saved-tensor hook)"
+    except Exception:
+        return f"{name} (its saved tensors cannot be read)"
+    return ""

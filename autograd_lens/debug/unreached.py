@@ -1,0 +1,190 @@
+"""Why a named tensor got no gradient in a pass (``BackwardPass.unreached``).
+
+Built on access from the pass's record and the :class:`~.evidence.Evidence`
+collected just before it ran.  Each answer is a :class:`Reason` whose ``code``
+is one of ``REASONS``; where the record does not settle the cause the code is
+``"unknown"`` and the text says what is missing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..model import BackwardPass, GradWritten, HookCall, NodeRun
+
+REASONS = {
+    "detached": "detached (.detach(), .data, .item(), .tolist(), NumPy)",
+    "no_grad": "computed under no_grad",
+    "inference_mode": "computed under inference_mode",
+    "requires_grad_false": "requires_grad was False",
+    "non_differentiable": "a non-differentiable op (comparison, argmax, integer cast)",
+    "not_on_path": "not on any path to the root",
+    "excluded": "excluded by backward(inputs=...)",
+    "hook_zeros": "a hook returned zeros",
+    "unknown": "unknown",
+}
+PRIORITY = ("requires_grad_false", "inference_mode", "no_grad", "non_differentiable", "detached")
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why ``name`` got no gradient: ``code`` (a key of ``REASONS``) and the evidence in words."""
+
+    name: str
+    code: str
+    text: str
+
+    @property
+    def title(self) -> str:
+        return REASONS.get(self.code, self.code)
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.title}: {self.text}"
+
+
+def unreached(backward_pass: BackwardPass) -> dict[str, Reason]:
+    """``{name: Reason}`` for each named tensor requiring grad (and each frozen parameter) that got no
+    gradient in this pass, or whose gradient a hook replaced by zeros."""
+    evidence = getattr(backward_pass, "debug", None)
+    if evidence is None:
+        return {}
+    reasons: dict[str, Reason] = {}
+    received = _received(backward_pass)
+    for candidate in evidence.candidates:
+        if candidate.reachable:
+            reason = _on_graph(backward_pass, candidate, received)
+        else:
+            reason = _off_graph(candidate, evidence)
+        if reason is not None:
+            reasons[candidate.name] = reason
+    return reasons
+
+
+def _received(backward_pass: BackwardPass) -> dict[str, Any]:
+    """Leaf label -> the gradient this pass sent it (for backward: written to .grad; for grad: returned)."""
+    if backward_pass.kind == "grad":
+        return {name: value for name, value in backward_pass.input_grads.items() if value is not None}
+    return {event.name: event.received for event in backward_pass.events
+            if isinstance(event, GradWritten) and event.by == "AccumulateGrad"}
+
+
+def _on_graph(backward_pass: BackwardPass, candidate: Any, received: dict[str, Any]) -> Reason | None:
+    name = candidate.name
+    if candidate.leaf:
+        got = name in received
+    else:
+        got = _nonleaf_got(backward_pass, candidate)
+    inputs = backward_pass.inputs
+    if got:
+        if candidate.leaf:
+            return _zeroed_by_hook(backward_pass, name, received[name])
+        return None
+    if inputs and name not in inputs:
+        if backward_pass.kind == "grad":
+            return Reason(name, "excluded", f"not among autograd.grad's inputs ({', '.join(inputs)}): "
+                                            "autograd.grad computes gradients for its inputs only")
+        return Reason(name, "excluded", f"backward(inputs=[{', '.join(inputs)}]) computes gradients for those "
+                                        f"only; {name} is on the graph but not among them")
+    if backward_pass.error is not None:
+        return Reason(name, "unknown", f"the pass stopped with {backward_pass.error.type} before a gradient "
+                                       "reached it")
+    if not candidate.leaf and got is None:
+        return Reason(name, "unknown", "it is on the graph, but the function that made it was not drawn, so "
+                                       "whether a gradient reached it is not known")
+    sender = _sent_none(backward_pass, name) if candidate.leaf else None
+    if sender:
+        return Reason(name, "unknown", f"it is on the graph, but {sender} sent it no gradient (None)")
+    return Reason(name, "unknown", "it is on the graph, but the record shows no gradient reaching it")
+
+
+def _nonleaf_got(backward_pass: BackwardPass, candidate: Any) -> bool | None:
+    """Did the function that made this non-leaf receive a gradient for its output? None: not drawn."""
+    sequence_nr, op = candidate.node
+    nodes = [node.id for node in backward_pass.graph.nodes
+             if node.kind == "function" and node.sequence_nr == sequence_nr and node.op == op]
+    if not nodes:
+        return None
+    for event in backward_pass.events:
+        if isinstance(event, NodeRun) and event.node in nodes:
+            grads = event.grad_in
+            value = grads[candidate.output_nr] if candidate.output_nr < len(grads) else None
+            if value is not None:
+                return True
+    return False
+
+
+def _sent_none(backward_pass: BackwardPass, name: str) -> str:
+    for event in backward_pass.events:
+        if isinstance(event, NodeRun):
+            for target, value in zip(event.targets, event.grad_out):
+                if target == name and value is None:
+                    return event.label
+    return ""
+
+
+def _zeroed_by_hook(backward_pass: BackwardPass, name: str, value: Any) -> Reason | None:
+    """A leaf that received only zeros where a hook on its way turned a non-zero gradient into zeros."""
+    if not _all_zero(value):
+        return None
+    upstream = _upstream_nodes(backward_pass, name)
+    for call in backward_pass.hook_calls:
+        if call.error is None and call.node in upstream and _all_zero(call.grad_out) \
+                and not _all_zero(call.grad_in) and _readable(call.grad_in):
+            return Reason(name, "hook_zeros", f"the {call.kind_label} hook {call.hook} on {call.target} received a "
+                                              "non-zero gradient and passed on zeros; this leaf received only zeros")
+    return None
+
+
+def _upstream_nodes(backward_pass: BackwardPass, name: str) -> set[str]:
+    """Graph nodes a gradient passes through on its way to the leaf ``name`` (the leaf included)."""
+    graph = backward_pass.graph
+    start = [node.id for node in graph.nodes if node.label == name and node.kind in ("leaf", "output")]
+    seen: set[str] = set()
+    stack = list(start)
+    while stack:
+        node_id = stack.pop()
+        if node_id in seen:
+            continue
+        seen.add(node_id)
+        stack.extend(edge.dst for edge in graph.edges_from(node_id) if edge.kind == "data")
+    return seen
+
+
+def _readable(value: Any) -> bool:
+    from .nonfinite import UNREADABLE, state
+
+    return state(value) != UNREADABLE
+
+
+def _all_zero(value: Any) -> bool:
+    from ..model import TensorSummary
+
+    if isinstance(value, (tuple, list)):
+        items = [item for item in value if item is not None]
+        return bool(items) and all(_all_zero(item) for item in items)
+    if value is None:
+        return False
+    if isinstance(value, TensorSummary):
+        return value.norm == 0.0 if value.norm is not None else False
+    try:
+        return bool((value == 0).all())
+    except Exception:
+        return False
+
+
+def _off_graph(candidate: Any, evidence: Any) -> Reason:
+    name = candidate.name
+    clues = {clue.code: clue for clue in reversed(candidate.clues)}  # the first clue of each kind wins
+    for code in PRIORITY:
+        if code in clues:
+            return Reason(name, code, clues[code].text)
+    if evidence.forward and not evidence.forward_note:
+        return Reason(name, "not_on_path", "nothing this pass differentiates was computed from it: it is not on "
+                                           "the graph, and no copy of it cut from autograd (recorded since the "
+                                           "block began) is used by the graph")
+    if evidence.forward:
+        return Reason(name, "unknown", f"it is not on the graph, and {evidence.forward_note}")
+    return Reason(name, "unknown", "it is not on the graph of this pass: either it was not used, or a copy of "
+                                   "it cut from autograd was (no saved value shows one). Forward ops were not "
+                                   "recorded; Lens(why=True) or %%lens --why tells the two apart")
