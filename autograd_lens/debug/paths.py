@@ -131,9 +131,12 @@ class _Walker:
             if outs is None:
                 continue
             following = []
+            targets = [id(next_fn) for next_fn, _ in fn.next_functions]
             for slot, (next_fn, next_nr) in enumerate(fn.next_functions):
                 if next_fn is None or slot >= len(outs) or outs[slot] is None:
                     continue
+                if targets.count(id(next_fn)) > 1:  # x * x: one path through each input
+                    route = route[:-1] + (f"{route[-1].split(' [input ')[0]} [input {slot + 1}]",)
                 step = factors
                 if factors is not None and outs[slot].numel() == 1:
                     step = factors + (self._local(fn, output_nr, slot, grad),)
@@ -174,7 +177,7 @@ class _Walker:
 
         label = op_label(fn.name())
         named = self.names.outputs.get((id(fn), output_nr)) if self.names is not None else None
-        return f"{label} → {named}" if named else label
+        return f"{named} ({label})" if named else label
 
     def _unknown_behind(self, fn: Any, reason: str) -> None:
         stack, seen = [fn], set()

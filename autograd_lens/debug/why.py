@@ -1,0 +1,113 @@
+"""``%%lens --why NAME``: the three debugging answers for one tensor, as plain HTML tables (and text).
+
+>>> import torch, autograd_lens as al
+>>> x = torch.tensor(2.0, requires_grad=True)
+>>> w = torch.tensor(3.0, requires_grad=True)
+>>> with al.Lens(names={"x": x, "w": w}, why=True) as lens:
+...     (x * w.detach()).backward()
+>>> print(Why(lens, "w"))
+why w
+where the gradient stopped:
+  pass 1: detached (.detach(), .data, .item(), .tolist(), NumPy): w went through .detach(), and this graph uses the result
+where NaN or inf started:
+  pass 1: every recorded gradient is finite
+which paths it took:
+  paths to w: unknown (no recorded pass has a leaf named w)
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+
+class Why:
+    """Where ``name``'s gradient stopped, where NaN or inf started, and which paths it took, over a Lens's passes."""
+
+    def __init__(self, lens: Any, name: str) -> None:
+        self.lens = lens
+        self.name = name
+
+    def rows(self) -> dict[str, list[tuple[str, ...]]]:
+        """Each section's table rows (plain strings), in pass order."""
+        from . import safe_paths_to
+
+        stopped, nonfinite = [], []
+        for backward_pass in self.lens.passes:
+            number = str(backward_pass.index + 1)
+            reason = backward_pass.unreached.get(self.name)
+            if reason is not None:
+                stopped.append((number, reason.title, reason.text))
+            origin = backward_pass.first_nonfinite
+            if origin is None:
+                nonfinite.append((number, "every recorded gradient is finite", "", "", ""))
+            else:
+                where = origin.source.describe() if origin.source is not None else ""
+                what = f"{origin.name} [{origin.label}]" + (f" ({origin.note})" if origin.note else "")
+                nonfinite.append((number, what, origin.inputs, origin.outputs, where))
+        if not stopped:
+            stopped.append(("", "no pass left it without a gradient" if self.lens.passes else "no pass was recorded",
+                            ""))
+        path_set = safe_paths_to(self.lens.passes, self.name)
+        paths = [(_route(path), _factors(path), _value(path.contribution)) for path in path_set.paths]
+        if path_set.unknown:
+            paths.append(("unknown", "", path_set.unknown))
+        else:
+            paths.append((f"sum over {path_set.count} path{'s' if path_set.count != 1 else ''}", "",
+                          _value(path_set.total)))
+        return {"stopped": stopped, "nonfinite": nonfinite, "paths": paths}
+
+    def __repr__(self) -> str:
+        try:
+            rows = self.rows()
+        except Exception as problem:  # a display never raises
+            return f"why {self.name}: unknown ({type(problem).__name__}: {problem})"
+        lines = [f"why {self.name}", "where the gradient stopped:"]
+        lines += [f"  pass {row[0]}: {row[1]}: {row[2]}" if row[0] else f"  {row[1]}" for row in rows["stopped"]]
+        lines.append("where NaN or inf started:")
+        for number, what, received, sent, where in rows["nonfinite"]:
+            detail = f": received {received}, passed on {sent}" if received else ""
+            lines.append(f"  pass {number}: {what}{detail}" + (f" ({where})" if where else ""))
+        lines.append("which paths it took:")
+        for route, factors, value in rows["paths"]:
+            if route == "unknown":
+                lines.append(f"  paths to {self.name}: unknown ({value})")
+            else:
+                lines.append(f"  {route}: " + (f"{factors} = " if factors else "") + value)
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        try:
+            rows = self.rows()
+        except Exception as problem:  # a display never raises
+            return f"<p>why {html.escape(self.name)}: unknown ({html.escape(type(problem).__name__)})</p>"
+        parts = [f"<h4>Why {html.escape(self.name)}</h4>",
+                 "<p><b>Where the gradient stopped</b></p>",
+                 _table(("pass", "reason", "evidence"), rows["stopped"]),
+                 "<p><b>Where NaN or inf started</b></p>",
+                 _table(("pass", "first step", "received", "passed on", "line"), rows["nonfinite"]),
+                 "<p><b>Which paths it took</b> (the chain rule without hooks)</p>",
+                 _table(("path from the root", "local derivatives", "contribution"), rows["paths"])]
+        return "".join(parts)
+
+
+def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    header = "".join(f"<th>{html.escape(cell)}</th>" for cell in head)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
+    return f"<table><tr>{header}</tr>{body}</table>"
+
+
+def _route(path: Any) -> str:
+    return f"the other {path.rest} paths" if path.rest else " ← ".join(path.nodes)
+
+
+def _factors(path: Any) -> str:
+    from ..format import format_number
+
+    return " × ".join(format_number(factor) for factor in path.factors)
+
+
+def _value(value: Any) -> str:
+    from ..format import format_value
+
+    return format_value(value, 60) if value is not None else "unknown"
