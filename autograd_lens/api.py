@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -22,12 +22,16 @@ def graph(
     legend: bool = False,
     show_saved: bool = True,
     split_leaf_uses: int = 4,
+    fold: bool = True,
+    expand: str | Sequence[str] = (),
 ) -> Graph:
     """The autograd graph behind ``roots``, labelled with your variable names.
 
     ``names`` is the namespace used for labels (default: the caller's globals
     and locals).  Tensors with at most ``max_elements`` entries show their
-    values; at most ``max_nodes`` backward functions are drawn.
+    values; at most ``max_nodes`` backward functions are drawn.  Past about 60 boxes the drawing outlines the
+    named modules (found from their parameters' names) and draws each run of identical blocks as one box,
+    "layers.0-11 (x12)"; ``expand="layers.3"`` (or a list) draws those blocks in full, ``fold=False`` nothing folded.
 
     >>> import torch, autograd_lens
     >>> x = torch.tensor(2.0, requires_grad=True)
@@ -51,7 +55,15 @@ def graph(
         legend=legend,
         show_saved=show_saved,
         split_leaf_uses=split_leaf_uses,
+        fold=bool(fold),
+        expand=(expand,) if isinstance(expand, str) else tuple(expand),
     )
     if names is None:
         names = caller_namespace(user_frame(sys._getframe(1)))
-    return walk(roots, names_from(names), options).graph
+    found = names_from(names)
+    modules = tuple((found.modules[id(m)], type(m).__name__) for m in found.module_objects)
+    if not (fold and modules):
+        return walk(roots, found, options).graph
+    from .views.fold import folded_walk
+
+    return folded_walk(lambda limit: walk(roots, found, options.replace(max_nodes=limit)).graph, modules, options)

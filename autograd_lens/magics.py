@@ -19,6 +19,8 @@ class LensMagics(Magics):
     @argument("--legend", action="store_true", help="Add a legend of the colours and shapes.")
     @argument("--no-saved", action="store_true", help="Hide saved tensors and constants.")
     @argument("--dot", action="store_true", help="Print the DOT source instead of drawing it.")
+    @argument("--no-fold", action="store_true", help="Draw every block, even past 60 boxes (no module outlines, no folds).")
+    @argument("--expand", action="append", default=[], help="Draw this folded block in full, e.g. --expand layers.3 (repeatable).")
     @line_magic
     def lens_graph(self, line: str) -> Any:
         """Draw the autograd graph of a tensor, labelled with your variable names.
@@ -48,6 +50,8 @@ class LensMagics(Magics):
                 direction=args.direction,
                 legend=args.legend,
                 show_saved=not args.no_saved,
+                fold=not args.no_fold,
+                expand=args.expand,
             )
         except (TypeError, ValueError) as error:
             print(f"%lens_graph: {error}")
@@ -64,6 +68,10 @@ class LensMagics(Magics):
     @argument("--modules", action="store_true",
               help="Group the drawing's nodes by the nn.Module call that made them. Adds two global forward hooks "
                    "for the length of the cell (torch.compile(module) then warns that global hooks exist).")
+    @argument("--why", metavar="NAME", default=None,
+              help="Also show, for the tensor NAME: where its gradient stopped, where NaN or inf started, and "
+                   "which paths its gradient took. Records forward ops for the length of the cell (a "
+                   "TorchFunctionMode).")
     @argument("--store-limit", type=int, default=4096, help="Gradients with more elements are kept as summaries (default 4096).")
     @argument("--max-elements", type=int, default=16, help="Show values of tensors with at most this many elements (default 16).")
     @argument("--max-nodes", type=int, default=300, help="Draw at most this many backward functions (default 300).")
@@ -104,6 +112,7 @@ class LensMagics(Magics):
             max_elements=args.max_elements,
             max_nodes=args.max_nodes,
             modules=args.modules,
+            why=args.why is not None,
         )
         self.shell.user_ns[args.name] = lens
         result = self._run_quietly(lens, cell)
@@ -119,6 +128,10 @@ class LensMagics(Magics):
             else:
                 display(lens)
             self._show_plots(lens, args.plot)
+            if args.why is not None:
+                from .debug.why import Why
+
+                display(Why(lens, args.why))
         if not args.no_show and lens.notes:
             from IPython.display import display
 

@@ -185,6 +185,8 @@ class Graph:
     edges: tuple[Edge, ...]
     hidden_nodes: int = 0  # backward functions left out because of the node limit
     options: "GraphOptions" = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+    # (module path, class name) of the modules named in the namespace: their parameters' names group the drawing
+    modules: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 
     def node(self, node_id: str) -> Node:
         return self._index["nodes"][node_id]
@@ -266,6 +268,8 @@ class GraphOptions:
     legend: bool = False
     show_saved: bool = True
     split_leaf_uses: int = 4  # a leaf used by more ops than this is drawn once per use
+    fold: bool = True  # past ~60 boxes: module groups outlined, runs of identical blocks drawn as one box
+    expand: tuple[str, ...] = ()  # blocks drawn in full even so ("layers.3"), or ("all",)
 
     def __post_init__(self) -> None:
         if self.direction not in ("forward", "backward"):
@@ -439,6 +443,21 @@ class BackwardPass:
     sources_note: str = ""  # why lines are not known (empty when they are, or when nothing was asked)
     groups: tuple[ModuleGroup, ...] = ()  # module calls that made nodes of this pass (``--modules``)
     groups_note: str = ""  # why module groups are not known, when they were asked for
+    debug: Any = field(default=None, compare=False, repr=False)  # evidence for .unreached (autograd_lens.debug)
+
+    @cached_property
+    def unreached(self) -> dict:
+        """``{name: Reason}``: each named tensor requiring grad that got no gradient in this pass, and why."""
+        from .debug import safe_unreached
+
+        return safe_unreached(self)
+
+    @cached_property
+    def first_nonfinite(self):
+        """Where NaN or inf started in this pass (a :class:`~autograd_lens.debug.NonFinite`), or None."""
+        from .debug import safe_first_nonfinite
+
+        return safe_first_nonfinite(self)
 
     def group_of(self, node_id: str) -> ModuleGroup | None:
         """The innermost module call that made (or owns) ``node_id``, if known."""

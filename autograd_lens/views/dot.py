@@ -99,6 +99,11 @@ def to_dot(
     grad field) let the backward-pass views put gradients on the drawing; ``groups`` (module calls) are
     drawn as nested clusters around the nodes they made.
     """
+    if not groups:  # a graph from graph(): past ~60 boxes, its modules outlined and repeated blocks folded
+        from .fold import plan
+
+        drawn = plan(graph)
+        graph, groups = drawn.graph, drawn.groups
     options = graph.options
     direction = direction or (options.direction if options else "forward")
     legend = options.legend if legend is None and options else bool(legend)
@@ -131,6 +136,7 @@ def to_dot(
 
 
 GROUP_COLOR = "#8b5cf6"
+FOLD_FILL = "#ede9fe"
 
 
 def _add_groups(dot: _Digraph, groups: Sequence[ModuleGroup]) -> None:
@@ -143,7 +149,7 @@ def _add_groups(dot: _Digraph, groups: Sequence[ModuleGroup]) -> None:
     def emit(index: int, indent: str) -> None:
         group = groups[index]
         dot.body.append(f"{indent}subgraph cluster_{group.id} {{\n")
-        dot.body.append(f"{indent}\t{dot._attributes(plain_text(group.describe()), {'id': group.id, 'style': 'rounded,dashed', 'color': GROUP_COLOR, 'fontcolor': '#5b21b6', 'fontname': FONT, 'fontsize': '10', 'labeljust': 'l', 'margin': '10'})}\n")
+        dot.body.append(f"{indent}\t{_cluster_attributes(plain_text(group.describe()), {'id': group.id, 'style': 'rounded,dashed', 'color': GROUP_COLOR, 'fontcolor': '#5b21b6', 'fontname': FONT, 'fontsize': '10', 'labeljust': 'l', 'margin': '10'})}\n")
         for node_id in group.nodes:
             dot.body.append(f"{indent}\t{_quote_short(node_id)}\n")
         for child in children.get(index, ()):
@@ -241,6 +247,9 @@ class _Digraph:
         return f"digraph {_quote(self.name)} {{\n" + "".join(self.body) + "}\n"
 
 
+_cluster_attributes = _Digraph._attributes  # also used when the library writes the rest (tests compare both)
+
+
 class _LibrarySubgraph:
     """``with dot.subgraph(name=...) as sub:`` drawn by the graphviz library, its lines added to ``dot``."""
 
@@ -290,6 +299,9 @@ def _add_node(dot: _Digraph, node: Node, grad_text: str | None, across: bool = T
             attributes["penwidth"] = "1.5"
     elif node.kind == "function":
         attributes.update(shape="box", style="rounded,filled", label=plain_text("\n".join(function_lines(node))))
+    elif node.kind == "folded":
+        attributes.update(shape="box3d", fillcolor=FOLD_FILL, color=GROUP_COLOR, penwidth="2", fontcolor="#4c1d95", margin="0.2,0.1",
+                          label=plain_text(f"{node.label}\n{node.detail}"), fontsize="12")
     elif node.kind == "constant":
         attributes.update(shape="ellipse", style="dashed,filled", label=plain_text(node.label), fontsize="10")
     else:

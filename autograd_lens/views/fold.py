@@ -1,0 +1,422 @@
+"""Repeated blocks drawn once: twelve identical transformer layers become one box, "layers.0-11 (x12)".
+
+Two steps, both reading only the model (never torch):
+
+* :func:`groups_from_parameters` finds the ``nn.Module`` groups of a graph drawn by ``graph()`` (which sees no
+  forward call): a module holds the backward functions made between the first and the last use of its own
+  parameters (autograd numbers nodes in the order the forward made them).  What a module does before its first
+  or after its last parameter (a residual add at the end of a block) is drawn just outside it.  A module whose
+  parameters are used across a sibling's span (a weight tied to another layer) is not drawn as a group.
+  ``Lens(modules=True)`` records the real calls instead (``BackwardPass.groups``).
+* :func:`fold` replaces each run of sibling groups with the same structure (same module class, the same
+  backward functions joined by the same arrows, recursively) by one box, with what lies between them in the
+  run and the parameters only they use.  ``expand`` keeps named blocks drawn in full.
+
+>>> from autograd_lens.model import Graph, Node, Edge, ModuleGroup
+>>> nodes = tuple(Node(f"n{i}", "function", "mul", op="MulBackward0", sequence_nr=i) for i in range(3))
+>>> edges = (Edge("e0", "n0", "n1"), Edge("e1", "n1", "n2"))
+>>> groups = tuple(ModuleGroup(f"m{i}", f"layers.{i}", "Block", nodes=(f"n{i}",)) for i in range(3))
+>>> folded = fold(Graph(nodes, edges), groups)
+>>> [(f.label, f.nodes) for f in folded.folds]
+[('layers.0-2 (x3)', ('n0', 'n1', 'n2'))]
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ..model import Edge, Graph, ModuleGroup, Node
+
+FOLD_OVER = 60  # a graph with more boxes than this is drawn folded, with its module groups, by default
+
+
+@dataclass(frozen=True)
+class Fold:
+    """One box standing for a run of identical blocks."""
+
+    id: str  # "f1", "f2", … in drawing order
+    label: str  # "layers.0-11 (x12)"
+    kind: str  # the blocks' module class, e.g. "Block"
+    paths: tuple[str, ...]  # each block's module path
+    nodes: tuple[str, ...]  # the node ids the box stands for
+    functions: int  # backward functions per block
+    hooks: int = 0  # hook badges on the boxes folded away
+
+    def detail(self) -> str:
+        text = f"{self.kind} · {self.functions} backward functions each"
+        return text + (f"\n{self.hooks} hook{'s' if self.hooks != 1 else ''} inside" if self.hooks else "")
+
+
+@dataclass(frozen=True)
+class Folded:
+    """A graph with its runs of blocks folded: the graph to draw, its remaining groups, the folds."""
+
+    graph: Graph
+    groups: tuple[ModuleGroup, ...]
+    folds: tuple[Fold, ...]
+
+
+# ----------------------------------------------------------------------------- groups from parameter names
+
+def groups_from_parameters(graph: Graph, modules: Mapping[str, str]) -> tuple[ModuleGroup, ...]:
+    """Module groups of ``graph`` from its parameters' names (``modules``: module path → class name)."""
+    spans = _parameter_spans(graph, modules)
+    paths = sorted(spans, key=lambda p: (spans[p][0], -spans[p][1], p.count(".")))
+    parent: dict[str, str | None] = {}
+    for path in paths:  # the nearest enclosing path that has a span: parents come first in this order
+        owner = path.rpartition(".")[0]
+        while owner and owner not in spans:
+            owner = owner.rpartition(".")[0]
+        parent[path] = owner or None
+    paths = _without_crossing(paths, spans, parent)
+    made = _assign(graph, paths, spans, parent)
+    used = set(made.values())
+    for path in list(used):
+        while parent.get(path):
+            path = parent[path]
+            used.add(path)
+    order = [p for p in paths if p in used]
+    index = {path: i for i, path in enumerate(order)}
+    members: dict[str, list[str]] = {path: [] for path in order}
+    for node in graph.nodes:
+        if node.id in made:
+            members[made[node.id]].append(node.id)
+    return tuple(
+        ModuleGroup(id=f"m{i + 1}", path=path, kind=modules.get(path, "Module"),
+                    parent=index[parent[path]] if parent.get(path) else None, nodes=tuple(members[path]))
+        for i, path in enumerate(order)
+    )
+
+
+def _parameter_spans(graph: Graph, modules: Mapping[str, str]) -> dict[str, tuple[int, int]]:
+    """Module path → (first, last) number of the backward functions that use its parameters or its children's."""
+    spans: dict[str, tuple[int, int]] = {}
+    for node in graph.nodes:
+        if node.kind != "leaf":
+            continue
+        owner = node.label.rpartition(".")[0]
+        if owner not in modules:
+            continue
+        numbers = [graph.node(e.dst).sequence_nr for e in graph.edges_from(node.id)]
+        numbers = [n for n in numbers if n is not None]
+        if not numbers:
+            continue
+        low, high = min(numbers), max(numbers)
+        path = owner
+        while path:
+            if path in modules:
+                old = spans.get(path, (low, high))
+                spans[path] = (min(old[0], low), max(old[1], high))
+            path = path.rpartition(".")[0]
+    return spans
+
+
+def _without_crossing(paths: list[str], spans: dict, parent: dict) -> list[str]:
+    """Drop modules whose span crosses a sibling's (the wider one: a tied weight used at both ends)."""
+    dropped: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        live = [p for p in paths if p not in dropped]
+        by_parent: dict[str | None, list[str]] = {}
+        for path in live:
+            by_parent.setdefault(parent[path], []).append(path)
+        for siblings in by_parent.values():
+            for first, second in zip(siblings, siblings[1:]):
+                if spans[second][0] <= spans[first][1]:
+                    wider = max((first, second), key=lambda p: (spans[p][1] - spans[p][0], p))
+                    dropped.add(wider)
+                    for path in live:  # its children now belong to its parent
+                        if parent[path] == wider:
+                            parent[path] = parent[wider]
+                    changed = True
+                    break
+            if changed:
+                break
+    return [p for p in paths if p not in dropped]
+
+
+def _assign(graph: Graph, paths: list[str], spans: dict, parent: dict) -> dict[str, str]:
+    """Node id → the innermost module path whose span holds it (functions by number; a named tensor with the
+    function that made it, a saved value with the one function that keeps it; leaves stay outside)."""
+    depth = {path: 0 for path in paths}
+    for path in paths:
+        if parent.get(path):
+            depth[path] = depth[parent[path]] + 1
+    made: dict[str, str] = {}
+    for node in graph.nodes:
+        number = node.sequence_nr
+        if node.kind != "function" or number is None:
+            continue
+        holders = [p for p in paths if spans[p][0] <= number <= spans[p][1]]
+        if holders:
+            made[node.id] = max(holders, key=lambda p: (depth[p], spans[p][0]))
+    _attach(graph, made)
+    return made
+
+
+def _attach(graph: Graph, made: dict[str, str]) -> None:
+    for node in graph.nodes:
+        if node.kind in ("tensor", "output"):
+            sources = [made[e.src] for e in graph.edges_into(node.id) if e.src in made]
+            if sources:
+                made[node.id] = sources[0]
+        elif node.kind in ("saved", "constant"):
+            keepers = {made[e.dst] for e in graph.edges_from(node.id) if e.dst in made}
+            if len(keepers) == 1:
+                made[node.id] = keepers.pop()
+
+
+# ----------------------------------------------------------------------------- folding
+
+def fold(graph: Graph, groups: Sequence[ModuleGroup], expand: Iterable[str] = ()) -> Folded:
+    """Fold each run of two or more sibling groups of the same structure into one box.
+
+    ``expand`` names blocks to keep drawn in full (a path or its end: ``"layers.3"``); ``"all"`` folds nothing.
+    """
+    expand = tuple(expand)
+    if not groups or "all" in expand:
+        return Folded(graph, tuple(groups), ())
+    inside = _inside(groups)
+    signature = _signatures(graph, groups, inside)
+    children: dict[int | None, list[int]] = {}
+    for index, group in enumerate(groups):
+        children.setdefault(group.parent, []).append(index)
+    runs: list[tuple[int | None, list[int]]] = []
+    pending: list[int | None] = [None]
+    while pending:
+        parent = pending.pop(0)
+        siblings = children.get(parent, [])
+        folded: set[int] = set()
+        for run in _runs(siblings, signature, groups):
+            for segment in _split(run, groups, expand):
+                runs.append((parent, segment))
+                folded.update(segment)
+        pending.extend(i for i in siblings if i not in folded)
+    return _apply(graph, groups, inside, sorted(runs, key=lambda r: r[1][0]))
+
+
+def _inside(groups: Sequence[ModuleGroup]) -> list[set[str]]:
+    inside = [set(group.nodes) for group in groups]
+    for index in range(len(groups) - 1, -1, -1):  # children come after their parent
+        parent = groups[index].parent
+        if parent is not None:
+            inside[parent] |= inside[index]
+    return inside
+
+
+def _signatures(graph: Graph, groups: Sequence[ModuleGroup], inside: list[set[str]]) -> list[tuple]:
+    """Each group's structure: class, its own boxes, its arrows (by the ops at their ends), its children's."""
+    def shape(node_id: str) -> tuple[str, str]:
+        node = graph.node(node_id)
+        return node.kind, node.op
+
+    signature: list[tuple] = [()] * len(groups)
+    for index in range(len(groups) - 1, -1, -1):
+        group = groups[index]
+        arrows = Counter((shape(e.src), shape(e.dst), e.kind) for n in inside[index] for e in graph.edges_from(n)
+                         if e.dst in inside[index])
+        kids = tuple(signature[i] for i in range(index + 1, len(groups)) if groups[i].parent == index)
+        signature[index] = (group.kind, tuple(sorted(Counter(map(shape, group.nodes)).items())),
+                            tuple(sorted(arrows.items())), kids)
+    return signature
+
+
+def _next_in_line(first: str | None, second: str | None) -> bool:
+    """``layers.3`` then ``layers.4`` (a ModuleList's or Sequential's blocks), or one module called again."""
+    if first is None or second is None or first == second:
+        return first == second
+    a, b = _NUMBERED.match(first), _NUMBERED.match(second)
+    return bool(a and b and a.group(1) == b.group(1) and int(b.group(2)) == int(a.group(2)) + 1)
+
+
+def _runs(siblings: list[int], signature: list[tuple], groups: Sequence[ModuleGroup]) -> list[list[int]]:
+    runs, current = [], []
+    for index in siblings:
+        if current and signature[index] == signature[current[-1]] \
+                and _next_in_line(groups[current[-1]].path, groups[index].path):
+            current.append(index)
+            continue
+        if len(current) > 1:
+            runs.append(current)
+        current = [index]
+    if len(current) > 1:
+        runs.append(current)
+    return [run for run in runs if any(kind == "function" for (kind, _), _ in signature[run[0]][1])
+            or signature[run[0]][3]]
+
+
+def _split(run: list[int], groups: Sequence[ModuleGroup], expand: tuple[str, ...]) -> list[list[int]]:
+    """The run without the blocks asked to be expanded: the parts of two or more blocks."""
+    def wanted(group: ModuleGroup) -> bool:
+        path = group.path or ""
+        return any(path == name or path.endswith("." + name) for name in expand)
+
+    parts, current = [], []
+    for index in run:
+        if wanted(groups[index]):
+            parts.append(current)
+            current = []
+        else:
+            current.append(index)
+    parts.append(current)
+    return [part for part in parts if len(part) > 1]
+
+
+_NUMBERED = re.compile(r"^(.*)\.(\d+)$")
+
+
+def fold_label(paths: Sequence[str | None], kind: str) -> str:
+    """``layers.0-11 (x12)``: the blocks' container (its last name), their numbers, the count.
+
+    >>> fold_label(["model.layers.0", "model.layers.1", "model.layers.2"], "Block")
+    'layers.0-2 (x3)'
+    """
+    count = len(paths)
+    if any(p is None for p in paths):
+        return f"{kind} (x{count})"
+    if len(set(paths)) == 1:
+        return f"{paths[0].rpartition('.')[2]} (x{count} calls)"
+    first, last = _NUMBERED.match(paths[0]), _NUMBERED.match(paths[-1])
+    return f"{first.group(1).rpartition('.')[2]}.{first.group(2)}-{last.group(2)} (x{count})"
+
+
+def _apply(graph: Graph, groups: Sequence[ModuleGroup], inside: list[set[str]],
+           runs: list[tuple[int | None, list[int]]]) -> Folded:
+    owner: dict[str, str] = {}  # node id -> fold id
+    folds: list[Fold] = []
+    direct_of: dict[int | None, set[str]] = {None: {n.id for n in graph.nodes} - set().union(*inside)}
+    for index, group in enumerate(groups):
+        direct_of[index] = set(group.nodes)
+    for number, (parent, run) in enumerate(runs, start=1):
+        fold_id = f"f{number}"
+        members = set().union(*(inside[i] for i in run))
+        numbers = [graph.node(n).sequence_nr for n in members if graph.node(n).sequence_nr is not None]
+        low, high = (min(numbers), max(numbers)) if numbers else (0, -1)
+        between = {n for n in direct_of[parent] if graph.node(n).kind == "function"
+                   and graph.node(n).sequence_nr is not None and low <= graph.node(n).sequence_nr <= high}
+        members |= between | _attached(graph, members | between)
+        members = {n for n in members if graph.node(n).kind not in ("output", "hidden")}
+        for node_id in members:
+            owner[node_id] = fold_id
+        first = groups[run[0]]
+        functions = sum(1 for n in inside[run[0]] if graph.node(n).kind == "function")
+        hooks = sum(len(graph.node(n).hooks) for n in members)
+        label = fold_label([groups[i].path for i in run], first.kind)
+        order = [n.id for n in graph.nodes if n.id in members]
+        folds.append(Fold(fold_id, label, first.kind, tuple(groups[i].path or "" for i in run), tuple(order),
+                          functions, hooks))
+    # leaves (parameters) used only inside one fold go into it
+    for node in graph.nodes:
+        if node.kind == "leaf" and node.id not in owner:
+            ends = {owner.get(e.dst) for e in graph.edges_from(node.id)}
+            if len(ends) == 1 and None not in ends:
+                fold_id = ends.pop()
+                owner[node.id] = fold_id
+    by_id = {f.id: f for f in folds}
+    folds = [Fold(f.id, f.label, f.kind, f.paths, tuple(n.id for n in graph.nodes if owner.get(n.id) == f.id),
+                  f.functions, f.hooks) for f in folds]
+    return Folded(_folded_graph(graph, owner, {f.id: f for f in folds}), _kept_groups(groups, runs, owner),
+                  tuple(folds)) if by_id else Folded(graph, tuple(groups), ())
+
+
+def _attached(graph: Graph, functions: set[str]) -> set[str]:
+    """Named tensors made by these functions, and saved values kept only by them."""
+    extra = set()
+    for node in graph.nodes:
+        if node.kind in ("tensor", "output") and any(e.src in functions for e in graph.edges_into(node.id)):
+            extra.add(node.id)
+        elif node.kind in ("saved", "constant"):
+            keepers = {e.dst for e in graph.edges_from(node.id)}
+            if keepers and keepers <= functions:
+                extra.add(node.id)
+    return extra
+
+
+def _folded_graph(graph: Graph, owner: dict[str, str], folds: dict[str, Fold]) -> Graph:
+    nodes: list[Node] = []
+    placed: set[str] = set()
+    for node in graph.nodes:
+        fold_id = owner.get(node.id)
+        if fold_id is None:
+            nodes.append(node)
+        elif fold_id not in placed:
+            placed.add(fold_id)
+            box = folds[fold_id]
+            nodes.append(Node(fold_id, "folded", box.label, detail=box.detail()))
+    edges: list[Edge] = []
+    seen: set[tuple[str, str, str]] = set()
+    for edge in graph.edges:
+        src, dst = owner.get(edge.src, edge.src), owner.get(edge.dst, edge.dst)
+        if src == dst or (src, dst, edge.kind) in seen:
+            continue
+        seen.add((src, dst, edge.kind))
+        merged = src != edge.src or dst != edge.dst
+        edges.append(Edge(edge.id, src, dst, edge.kind, "" if merged else edge.label))
+    return Graph(tuple(nodes), tuple(edges), graph.hidden_nodes, graph.options)
+
+
+def _kept_groups(groups: Sequence[ModuleGroup], runs: list[tuple[int | None, list[int]]],
+                 owner: dict[str, str]) -> tuple[ModuleGroup, ...]:
+    """The groups still drawn, renumbered; each fold's box sits in the group that held its run."""
+    gone: set[int] = set()
+    for _, run in runs:
+        for index in run:
+            gone.add(index)
+    changed = True
+    while changed:  # everything inside a folded group is gone too
+        changed = False
+        for index, group in enumerate(groups):
+            if index not in gone and group.parent in gone:
+                gone.add(index)
+                changed = True
+    renumber = {}
+    for index in range(len(groups)):
+        if index not in gone:
+            renumber[index] = len(renumber)
+    boxes: dict[int | None, list[str]] = {}
+    for number, (parent, _) in enumerate(runs, start=1):
+        boxes.setdefault(parent, []).append(f"f{number}")
+    kept = []
+    for index, group in enumerate(groups):
+        if index in gone:
+            continue
+        nodes = tuple(n for n in group.nodes if n not in owner) + tuple(boxes.get(index, ()))
+        kept.append(ModuleGroup(group.id, group.path, group.kind, group.call, group.calls,
+                                renumber[group.parent] if group.parent is not None else None, nodes))
+    return tuple(kept)
+
+
+# ----------------------------------------------------------------------------- what graph() and to_dot use
+
+WALK_FURTHER = 10  # folding on: the walk may go this many times past max_nodes; what is drawn stays within it
+
+
+def plan(graph: Graph) -> Folded:
+    """What to draw for a graph made by ``graph()``: past ``FOLD_OVER`` boxes, with its named modules, the
+    module groups and the folds (unless ``fold=False``); otherwise the graph as it is."""
+    options = graph.options
+    if not (options and options.fold and graph.modules and len(graph.nodes) > FOLD_OVER):
+        return Folded(graph, (), ())
+    groups = groups_from_parameters(graph, dict(graph.modules))
+    return fold(graph, groups, options.expand)
+
+
+def folded_walk(walk_to, modules: tuple[tuple[str, str], ...], options) -> Graph:
+    """``walk_to(limit)`` walks the graph drawing at most ``limit`` backward functions.  A graph that folds to
+    within ``options.max_nodes`` functions is walked whole (up to ``WALK_FURTHER`` times the limit); one that does
+    not is walked as without folding, and what is drawn of it is folded."""
+    import dataclasses
+
+    def functions(graph: Graph) -> int:
+        return sum(1 for node in graph.nodes if node.kind == "function")
+
+    whole = dataclasses.replace(walk_to(options.max_nodes * WALK_FURTHER), modules=modules, options=options)
+    if functions(whole) <= options.max_nodes:
+        return whole
+    if not whole.hidden_nodes and functions(plan(whole).graph) <= options.max_nodes:
+        return whole
+    return dataclasses.replace(walk_to(options.max_nodes), modules=modules, options=options)
