@@ -158,12 +158,15 @@ def build(out: Path) -> None:
         source = Path(tmp) / "src"
         stage(source)
         if out.exists():
+            if any(out.iterdir()) and not (out / ".buildinfo").exists():
+                raise RuntimeError(f"{out} is not empty and not a Sphinx build: not replacing it")
             shutil.rmtree(out)
         command = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-W", "--keep-going", "-c", str(SITE),
                    "-d", str(Path(tmp) / "doctrees"), str(source), str(out)]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode:
-            raise SystemExit(f"sphinx-build failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+            log = (done.stdout + done.stderr).replace(f"{source}/index.md", "site/index.md").replace(f"{source}/", "")
+            raise RuntimeError(f"sphinx-build failed ({done.returncode}):\n{log}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -176,7 +179,10 @@ def main(argv: list[str] | None = None) -> None:
         refresh_instructors()
         print(f"updated the generated tables in {INSTRUCTORS}")
         return
-    build(args.out)
+    try:
+        build(args.out)
+    except RuntimeError as error:
+        raise SystemExit(str(error)) from None
     print(f"built {args.out / 'index.html'}")
 
 

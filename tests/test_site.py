@@ -121,6 +121,16 @@ def test_every_stepper_on_the_page_steps_offline(site, browser, path):
         # the others did not move: steppers before it are at 1 (clicked), after it still at 0
         steps = [steppers.nth(j).get_attribute("data-step") for j in range(expected)]
         assert steps == ["1"] * (k + 1) + ["0"] * (expected - k - 1)
+    if expected:  # the first stepper, through to its last step, and no further
+        stepper, total = steppers.nth(0), totals[0]
+        for k in range(2, total + 1):
+            card = stepper.locator(".al-cardbox").inner_text()
+            stepper.locator("button[data-go=next]").click()
+            assert stepper.get_attribute("data-step") == str(k)
+            assert stepper.locator(".al-pos").inner_text() == f"step {k} of {total}"
+            assert stepper.locator(".al-cardbox").inner_text() != card, k
+        stepper.locator("button[data-go=next]").click()
+        assert stepper.get_attribute("data-step") == str(total)
     assert errors == [] and requests == []
     page.close()
 
