@@ -53,7 +53,7 @@ from .hooks import (
 from .names import Names, names_from
 from .order import (UNSEEN, arrange_after, arrange_before, arrange_input_chain, describe_c_hooks, unseen_call,
                     until_error)
-from .snapshot import held_bytes, hidden_from_user, snapshot
+from .snapshot import fast_snapshot, held_bytes, hidden_from_user, snapshot
 from .unhooked import Unhooked, Unknown
 from .walk import Structure, saved_names
 
@@ -645,7 +645,7 @@ class PassObserver:
         hit = self.copies.get(key)
         if hit is not None and hit[0]() is value and hit[1] == version:
             return hit[2]
-        kept = snapshot(value, self.store_limit)
+        kept = fast_snapshot(value, self.store_limit)
         try:
             self.copies[key] = (weakref.ref(value), version, kept)
         except TypeError:
@@ -661,10 +661,10 @@ class PassObserver:
         kept = self._copy(value)
         if self.memory_budget is not None:
             self.bytes_held += held_bytes(kept)
-        if self.memory_budget is not None and self.bytes_held > self.memory_budget:
-            self.over_budget = True
-            self.note(f"values not kept past {self.memory_budget} bytes (memory_budget): later gradients are "
-                      "shown as summaries")
+            if self.bytes_held > self.memory_budget:
+                self.over_budget = True
+                self.note(f"values not kept past {self.memory_budget} bytes (memory_budget): later gradients are "
+                          "shown as summaries")
         return kept
 
     def _record_node(self, fn: Any, grad_inputs: tuple, grad_outputs: tuple) -> None:

@@ -97,6 +97,16 @@ def snapshot(tensor: torch.Tensor | None, store_limit: int = DEFAULT_STORE_LIMIT
         return TensorSummary(shape=_shape(tensor), dtype=dtype_name(tensor.dtype), kind="unreadable")
 
 
+def fast_snapshot(tensor: torch.Tensor, store_limit: int = DEFAULT_STORE_LIMIT) -> Value:
+    """:func:`snapshot`, answered without its checks for the common case (a plain dense CPU tensor, within the
+    limit, in a graph that records nothing): what autograd hands over at almost every node."""
+    if type(tensor) is torch.Tensor and tensor.is_cpu and tensor.layout == torch.strided \
+            and not tensor.requires_grad and not tensor.is_nested and not tensor.is_quantized \
+            and not tensor._is_zerotensor() and tensor.numel() <= store_limit:
+        return tensor.clone() if tensor.is_contiguous() else copy_exactly(tensor)
+    return snapshot(tensor, store_limit)
+
+
 def copy_exactly(tensor: torch.Tensor) -> torch.Tensor:
     """A copy with the same sizes *and strides*.  Autograd hands over expanded (stride 0) and transposed
     gradients; a reduction over a differently laid out copy adds in another order, and the last bits of a
@@ -137,17 +147,26 @@ class hidden_from_user:
     _depth = threading.local()
 
     def __enter__(self) -> "hidden_from_user":
-        self.dispatch = torch._C._DisableTorchDispatch()
+        self.dispatch = _disable_dispatch()
         self.dispatch.__enter__()
-        depth = getattr(self._depth, "value", 0)
-        self._depth.value = depth + 1
-        self.profiled = depth == 0 and torch._C._autograd._profiler_enabled()
-        if self.profiled:
-            torch._C._autograd._enable_record_function(False)
+        self.profiled = False
+        if _profiler_enabled():  # the depth is counted only while a profiler is on: no user code runs inside
+            depth = getattr(self._depth, "value", 0)
+            self._depth.value = depth + 1
+            self.profiled = depth == 0
+            if self.profiled:
+                torch._C._autograd._enable_record_function(False)
+            else:
+                self.profiled = None  # an inner block: counted, nothing to switch back
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._depth.value -= 1
-        if self.profiled:
-            torch._C._autograd._enable_record_function(True)
+        if self.profiled is not False:
+            self._depth.value -= 1
+            if self.profiled:
+                torch._C._autograd._enable_record_function(True)
         self.dispatch.__exit__(*exc)
+
+
+_disable_dispatch = torch._C._DisableTorchDispatch
+_profiler_enabled = torch._C._autograd._profiler_enabled

@@ -249,9 +249,17 @@ def _reachable_with_depth(starts: list[Any]) -> tuple[list[Any], int]:
     return order, depth
 
 
-def _output_shape(fn: Any, output_nr: int) -> tuple[int, ...] | None:
+def _metadata(fn: Any) -> tuple:
+    """What torch knows of each output of ``fn`` (shape, dtype), read once: each read builds it anew."""
     try:
-        return tuple(fn._input_metadata[output_nr].shape)
+        return tuple(fn._input_metadata or ())
+    except (AttributeError, RuntimeError, TypeError):
+        return ()
+
+
+def _output_shape(metadata: tuple, output_nr: int) -> tuple[int, ...] | None:
+    try:
+        return tuple(metadata[output_nr].shape)
     except (AttributeError, IndexError, RuntimeError, TypeError):
         return None
 
@@ -349,11 +357,12 @@ def walk(
             continue
         named_output = names.outputs.get((id(fn), 0))
         label = op_label(name)
+        metadata = _metadata(fn)
         node_id = build.node(
             kind="function",
             label=label,
             op=name,
-            shape=_output_shape(fn, 0),
+            shape=_output_shape(metadata, 0),
             detail=_saved_summary(fn, names, storage_names, options) if options.show_saved else "",
             sequence_nr=fn._sequence_nr(),
             reduced=_reduced_dims(fn),
@@ -361,7 +370,7 @@ def walk(
         result.function_ids[id(fn)] = node_id
         result.labels[id(fn)] = label if named_output is None else f"{label} → {named_output}"
         # A tensor node for every output that has a name, is a root, or is one of several outputs.
-        outputs = len(getattr(fn, "_input_metadata", ()) or ()) or 1
+        outputs = len(metadata) or 1
         for output_nr in range(outputs):
             key = (id(fn), output_nr)
             tensor_label = root_label.get(key) or names.outputs.get(key)
@@ -373,7 +382,7 @@ def walk(
             tensor_id = build.node(
                 kind="output" if key in root_label else "tensor",
                 label=tensor_label,
-                shape=_output_shape(fn, output_nr),
+                shape=_output_shape(metadata, output_nr),
                 value=_small(live, options, stats) if live is not None else None,
                 grad=_small(live.grad, options, stats) if live is not None and live.retains_grad else None,
                 hooks=_hook_badges(live) if live is not None else (),
