@@ -475,3 +475,44 @@ def test_why_magic_displays(shell, capsys):
     assert "why x\nwhere the gradient stopped:\n  no pass left it without a gradient" in shown.out
     assert "  mul [input 1] ← x: 2.0 = 2.0\n" in shown.out and "sum over 2 paths: 4.0" in shown.out
     assert float(path_set.total) == 4.0 == float(shell.user_ns["x"].grad)
+
+
+def test_a_call_that_cuts_several_tensors_cuts_each_of_them():
+    torch.manual_seed(0)
+    encoder, head = nn.Linear(4, 3), nn.Linear(3, 1)
+    x = torch.randn(5, 4)
+    with al.Lens(names={"encoder": encoder, "head": head}, why=True) as lens:
+        with torch.no_grad():
+            features = encoder(x)
+        head(features).sum().backward()
+    assert encoder.weight.grad is None and encoder.bias.grad is None and head.weight.grad is not None
+    unreached = lens.passes[0].unreached
+    assert sorted(unreached) == ["encoder.bias", "encoder.weight"]
+    for name in unreached:
+        assert unreached[name].code == "no_grad"
+        assert unreached[name].text == f"{name} went through linear under no_grad, and this graph uses the result"
+
+
+def test_a_cut_too_deep_to_walk_makes_the_answer_unknown(monkeypatch):
+    from autograd_lens.debug import forward
+
+    monkeypatch.setattr(forward, "UPSTREAM_LIMIT", 3)
+    x = torch.randn(3, requires_grad=True)
+    w = torch.randn(3, requires_grad=True)
+    with al.Lens(names={"x": x, "w": w}, why=True) as lens:
+        deep = w
+        for _ in range(5):
+            deep = deep * 1.5
+        (x * deep.detach()).sum().backward()
+    reason = lens.passes[0].unreached["w"]
+    assert w.grad is None
+    assert reason.code == "unknown" and "whether w is among them is not known" in reason.text
+
+
+def test_a_nonfinite_gradient_given_to_backward_is_its_own_origin():
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    with al.Lens(names={"x": x}) as lens:
+        (x * 2).backward(torch.tensor([float("nan"), 1.0]))
+    origin = lens.passes[0].first_nonfinite
+    assert bool(x.grad.isnan()[0])
+    assert (origin.kind, origin.name, origin.inputs) == ("seed", "gradient=", "([nan, 1.0])")

@@ -87,6 +87,8 @@ def collect(shape: Any, names: Any, recorder: Any = None) -> Evidence:
     forward_note = ""
     if recorder is not None and recorder.failed:
         forward_note = f"the forward record is incomplete ({recorder.failed})"
+    elif recorder is not None and (recorder.forgot or len(recorder.cuts) > CUT_SCAN_LIMIT):
+        forward_note = "the forward record is too long to look at in full (its oldest cuts were not looked at)"
     return Evidence(tuple(candidates), forward=recorder is not None, forward_note=forward_note,
                     saved_note=saved_note)
 
@@ -136,10 +138,13 @@ def _clues(name: str, tensor: torch.Tensor, saved: list, cuts: list, graph_keys:
     if isinstance(tensor, torch.nn.Parameter) and not tensor.requires_grad:
         clues.append(Clue("requires_grad_false", f"{name} has requires_grad=False (a frozen parameter): autograd "
                                                  "does not track it"))
-    for cut in cuts:
-        if cut.entries & graph_keys and cut.computed_from(tensor):
-            clues.append(Clue(cut.cause, _cut_text(name, tensor, cut)))
-            break
+    used = [cut for cut in cuts if cut.entries & graph_keys]
+    found = next((cut for cut in used if cut.computed_from(tensor)), None)
+    if found is not None:
+        clues.append(Clue(found.cause, _cut_text(name, tensor, found)))
+    elif any(not cut.complete for cut in used):
+        clues.append(Clue("incomplete", "a cut this graph uses was computed from more functions than were looked "
+                                        f"at; whether {name} is among them is not known"))
     storage = _storage(tensor)
     for op, value in saved:
         if value is tensor:
@@ -162,8 +167,7 @@ def _clues(name: str, tensor: torch.Tensor, saved: list, cuts: list, graph_keys:
 
 
 def _cut_text(name: str, tensor: torch.Tensor, cut: Any) -> str:
-    source = cut.source()
-    where = name if source is tensor else "a tensor computed from it"
+    where = name if cut.took(tensor) else "a tensor computed from it"
     return f"{where} went through {cut.text()}, and this graph uses the result"
 
 

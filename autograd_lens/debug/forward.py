@@ -39,7 +39,7 @@ class Cut:
 
     cause: str  # "detached", "no_grad", "inference_mode", "non_differentiable"
     how: str  # ".detach()", "argmax", "mul under no_grad", …
-    source: Any  # weakref to the tensor that required grad
+    sources: tuple[Any, ...]  # weakrefs to the tensors requiring grad that the cutting call took
     leaves: dict[int, Any] = field(default_factory=dict)  # id(leaf) -> weakref: leaves it was computed from
     nodes: set[tuple[int, str]] = field(default_factory=set)  # (sequence_nr, name) of the functions behind it
     complete: bool = True  # the walk behind the source stayed within UPSTREAM_LIMIT
@@ -48,13 +48,16 @@ class Cut:
 
     def computed_from(self, tensor: torch.Tensor) -> bool:
         """True when ``tensor`` is the source of this cut or was used to compute it."""
-        source = self.source()
-        if source is tensor:
+        if self.took(tensor):
             return True
         if tensor.grad_fn is None:
             ref = self.leaves.get(id(tensor))
             return ref is not None and ref() is tensor
         return node_key(tensor.grad_fn) in self.nodes
+
+    def took(self, tensor: torch.Tensor) -> bool:
+        """True when the cutting call took ``tensor`` itself."""
+        return any(ref() is tensor for ref in self.sources)
 
     def text(self) -> str:
         after = "".join(f" → {step}" for step in self.chain)
@@ -101,6 +104,7 @@ class ForwardRecorder(TorchFunctionMode):
         self.table: dict[int, tuple[Any, Cut]] = {}  # id(value) -> (reference, the cut it descends from)
         self.cuts: list[Cut] = []
         self.failed: str | None = None
+        self.forgot = 0  # cuts and followed values dropped past TABLE_LIMIT
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -137,7 +141,7 @@ class ForwardRecorder(TorchFunctionMode):
         if not values or name.startswith("__get__") and name != "__get__data":
             return
         if tracking:
-            cut = self._cut(name, tracking[0], outputs, grad_enabled, inference)
+            cut = self._cut(name, tracking, outputs, grad_enabled, inference)
             if cut is None:
                 return
         else:
@@ -153,7 +157,7 @@ class ForwardRecorder(TorchFunctionMode):
                     if _trackable(item):
                         self._remember(item, cut)
 
-    def _cut(self, name: str, source: torch.Tensor, outputs: list, grad_enabled: bool, inference: bool) -> Cut | None:
+    def _cut(self, name: str, sources: list, outputs: list, grad_enabled: bool, inference: bool) -> Cut | None:
         label = name.replace("__get__", "")
         tensor_out = next((out for out in outputs if isinstance(out, torch.Tensor)), None)
         if label in DETACHING:
@@ -171,17 +175,19 @@ class ForwardRecorder(TorchFunctionMode):
             cause, how = "non_differentiable", f"{label} (its result is {kind}, which has no gradient)"
         else:
             cause, how = "non_differentiable", f"{label} (autograd does not differentiate it)"
-        cut = Cut(cause=cause, how=how, source=weakref.ref(source))
-        _upstream(source, cut)
+        cut = Cut(cause=cause, how=how, sources=tuple(weakref.ref(source) for source in sources))
+        _upstream(sources, cut)  # e.g. linear(x, weight, bias) under no_grad cuts both parameters
         self.cuts.append(cut)
         if len(self.cuts) > TABLE_LIMIT:
             del self.cuts[0]
+            self.forgot += 1
         return cut
 
     def _remember(self, value: Any, cut: Cut) -> None:
         self.table[id(value)] = (_reference(value), cut)
         if len(self.table) > TABLE_LIMIT:
             del self.table[next(iter(self.table))]
+            self.forgot += 1
 
     def _cut_of(self, value: Any) -> Cut | None:
         entry = self.table.get(id(value))
@@ -209,12 +215,14 @@ def _flat(values: Any):
             yield from value
 
 
-def _upstream(source: torch.Tensor, cut: Cut) -> None:
-    """The leaves and functions ``source`` was computed from (at most UPSTREAM_LIMIT functions)."""
-    if source.grad_fn is None:
-        cut.leaves[id(source)] = weakref.ref(source)
-        return
-    stack = [source.grad_fn]
+def _upstream(sources: list, cut: Cut) -> None:
+    """The leaves and functions ``sources`` were computed from (at most UPSTREAM_LIMIT functions)."""
+    stack = []
+    for source in sources:
+        if source.grad_fn is None:
+            cut.leaves[id(source)] = weakref.ref(source)
+        else:
+            stack.append(source.grad_fn)
     seen: set[int] = set()
     while stack:
         fn = stack.pop()

@@ -179,6 +179,8 @@ def _off_graph(candidate: Any, evidence: Any) -> Reason:
     for code in PRIORITY:
         if code in clues:
             return Reason(name, code, clues[code].text)
+    if "incomplete" in clues:
+        return Reason(name, "unknown", clues["incomplete"].text)
     if evidence.forward and not evidence.forward_note:
         return Reason(name, "not_on_path", "nothing this pass differentiates was computed from it: it is not on "
                                            "the graph, and no copy of it cut from autograd (recorded since the "
