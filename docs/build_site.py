@@ -152,10 +152,11 @@ def stage(into: Path) -> None:
     (into / "index.md").write_text(index, encoding="utf-8")
 
 
-def build(out: Path) -> None:
-    """Build the site into ``out`` (replaced); warnings are errors (a broken link, a notebook Sphinx cannot read)."""
+def build(out: Path, sources: Path | None = None) -> None:
+    """Build the site into ``out`` (replaced); warnings are errors (a broken link, a notebook Sphinx cannot read).
+    The staged sources are kept in ``sources`` if given (a snapshot of what was built)."""
     with tempfile.TemporaryDirectory(prefix="al-site-") as tmp:
-        source = Path(tmp) / "src"
+        source = sources or Path(tmp) / "src"
         stage(source)
         if out.exists():
             if any(out.iterdir()) and not (out / ".buildinfo").exists():
