@@ -21,11 +21,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .api import graph
-from .format import format_value
-from .model import BackwardPass, Edge, Graph, GradWritten, HookCall, Node, NodeRun, PassError, TensorSummary
-from .recipes import Recipe, RecipeError, hook
-from .views.render import GraphvizUnavailableError, RenderError, RenderTimeoutError
+from .compat import refuse as _refuse
+
+# Below the declared torch or Python: one line (ImportError, or %load_ext's UsageError) and nothing else loaded.
+_REFUSED = _refuse()
+if _REFUSED is None:
+    from .api import graph
+    from .format import format_value
+    from .model import BackwardPass, Edge, Graph, GradWritten, HookCall, Node, NodeRun, PassError, TensorSummary
+    from .recipes import Recipe, RecipeError, hook
+    from .views.render import GraphvizUnavailableError, RenderError, RenderTimeoutError
 
 if TYPE_CHECKING:
     from .capture.tracer import Lens
@@ -61,6 +66,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if _REFUSED is not None:
+        raise ImportError(_REFUSED)
     if name == "Lens":
         from .capture.tracer import Lens
 
@@ -78,6 +85,10 @@ def __getattr__(name: str) -> Any:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext autograd_lens``: register ``%lens_graph`` and ``%%lens``."""
+    if _REFUSED is not None:
+        from .compat import refused_in_ipython
+
+        refused_in_ipython(_REFUSED)
     from .magics import load
 
     load(ipython)

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from ..compat import other_profiler
 from ..model import TensorSummary, Value, values_equal
 from .hooks import (
     ENGINE_CODE,
@@ -237,7 +238,7 @@ class PassObserver:
             self.unpack_codes.update(code for code in map(code_of, defaults) if code is not None)
         if not self.profiling_allowed:
             self.hooks_hidden = True
-        elif sys.getprofile() is None:
+        elif other_profiler() is None:  # sys.getprofile() misses cProfile on Python >= 3.12
             self.profiling = True
             sys.setprofile(self._profile)
         else:

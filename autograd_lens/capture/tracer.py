@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from ..compat import other_profiler
 from ..model import BackwardPass, GraphOptions, HookCall, Note, values_equal
 from ..notes import note
 from .build import HookCounter, build_pass, relabel
@@ -494,7 +495,7 @@ def _module_hooks(namespace: dict) -> set[tuple[str, int]]:
 def _self_check() -> None:
     """Once per process: trace a 3-node graph with one hook and compare with what torch did.
     If recording hooks is not right on the running torch, Lenses record nodes only and say so."""
-    if "result" in _SELF_CHECK or sys.getprofile() is not None:
+    if "result" in _SELF_CHECK or other_profiler() is not None:
         return
     _SELF_CHECK["result"] = None  # also stops the check from checking itself
     try:

@@ -1,0 +1,119 @@
+"""Which torch and Python the lens serves, and what else may be profiling the process.
+
+Kept free of torch imports and of syntax newer than Python 3.7, so that ``import autograd_lens`` can say in one
+line what is needed on any interpreter instead of failing somewhere inside.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Declared = tested: pyproject.toml's requirement is exactly this range, and CI runs its lowest and highest torch.
+MIN_PYTHON = (3, 11)
+MIN_TORCH = (2, 13, 0)
+BELOW_TORCH = (2, 16)  # the first release not tested (pyproject: torch<2.16)
+TESTED_TORCH = ("2.13.0", "2.15.0")  # CI: .ci/run (2.13.0) and .ci/matrix
+REQUIREMENT = "torch>=2.13,<2.16"
+
+
+def parse(version: str) -> tuple:
+    """``"2.13.0+cpu"`` -> ``(2, 13, 0)``; ``"2.16.0a0+git1234"`` -> ``(2, 16, 0)``: the release numbers only."""
+    numbers = []
+    for part in str(version).split("+")[0].split(".")[:3]:
+        digits = ""
+        for char in part:
+            if not char.isdigit():
+                break
+            digits += char
+        if not digits:
+            break
+        numbers.append(int(digits))
+    return tuple(numbers)
+
+
+def torch_version() -> str:
+    """The running torch's version: ``torch.__version__`` (importing torch, as the lens does anyway)."""
+    import torch
+
+    return str(torch.__version__)
+
+
+def python_version() -> tuple:
+    return tuple(sys.version_info[:3])
+
+
+def _dotted(numbers: tuple) -> str:
+    return ".".join(str(number) for number in numbers)
+
+
+def unsupported() -> str | None:
+    """One line saying what is needed when this Python or torch is below the declared range, else None."""
+    python = python_version()
+    if python[:2] < MIN_PYTHON:
+        return (f"autograd_lens needs Python >= {_dotted(MIN_PYTHON)}; this is Python {_dotted(python)}: "
+                "nothing was loaded")
+    try:
+        version = torch_version()
+    except ImportError:
+        return f"autograd_lens needs torch ({REQUIREMENT}), which is not installed: nothing was loaded"
+    if parse(version) < MIN_TORCH:
+        return (f"autograd_lens needs torch >= {_dotted(MIN_TORCH)}; this is torch {version}: nothing was loaded "
+                f"(pip install \"{REQUIREMENT}\")")
+    return None
+
+
+def refuse() -> str | None:
+    """For ``autograd_lens/__init__.py``: None on a supported torch and Python.  Below the range: raise
+    ``ImportError`` with one line, except while IPython's ``%load_ext`` imports the package, where the line is
+    returned instead (the package then loads nothing, and ``load_ipython_extension`` shows the line as IPython's
+    one-line ``UsageError`` rather than a traceback)."""
+    problem = unsupported()
+    if problem is None or (os.environ.get("AUTOGRAD_LENS_ANY_TORCH") == "1" and "torch" in problem.split(";")[0]):
+        return None  # AUTOGRAD_LENS_ANY_TORCH=1: load on an older torch anyway, to see what `selfcheck` says there
+    if _imported_by_load_ext():
+        return problem
+    raise ImportError(problem)
+
+
+def refused_in_ipython(problem: str) -> None:
+    """``%load_ext autograd_lens`` below the range: one line, nothing registered."""
+    from IPython.core.error import UsageError
+
+    raise UsageError(problem)
+
+
+def _imported_by_load_ext() -> bool:
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "_load_extension" and code.co_filename.replace("\\", "/").endswith("core/extensions.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def untested() -> str | None:
+    """A line saying this torch is newer than any the lens was tested with (it loads; ``selfcheck`` tells more)."""
+    version = torch_version()
+    if parse(version)[:2] >= BELOW_TORCH:
+        return (f"torch {version} is newer than any torch autograd_lens was tested with (up to "
+                f"{TESTED_TORCH[-1]}): run `python -m autograd_lens.selfcheck` to see what is exact here")
+    return None
+
+
+def other_profiler() -> str | None:
+    """What else is profiling this thread, or None.
+
+    ``sys.setprofile`` holds one function per thread (cProfile, ``%prun``, yappi and torch.profiler's stacks use
+    it up to Python 3.11).  From Python 3.12 cProfile and ``%prun`` register a ``sys.monitoring`` tool instead, so
+    ``sys.getprofile()`` is None while they profile: the profiler slot of ``sys.monitoring`` is read too.
+    """
+    if sys.getprofile() is not None:
+        return "a profile function (sys.setprofile)"
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is not None:
+        tool = monitoring.get_tool(monitoring.PROFILER_ID)
+        if tool is not None:
+            return f"the sys.monitoring profiler {tool!r}"
+    return None
