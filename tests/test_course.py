@@ -59,21 +59,23 @@ def claims_table() -> str:
     return "\n".join([TABLE_START, *lines, TABLE_END])
 
 
-def test_nine_notebooks_numbered_from_zero():
-    assert [path.name[:2] for path in NOTEBOOKS] == [f"{i:02d}" for i in range(9)]
+def test_notebooks_numbered_from_zero_without_gaps():
+    assert len(NOTEBOOKS) >= 9
+    assert [path.name[:2] for path in NOTEBOOKS] == [f"{i:02d}" for i in range(len(NOTEBOOKS))]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
 def test_each_notebook_is_a_lesson_with_exercises(path):
     notebook = load(path)
     cells = notebook["cells"]
-    assert 15 <= len(cells) <= 35, f"{path.name} has {len(cells)} cells"
+    assert 15 <= len(cells) <= 40, f"{path.name} has {len(cells)} cells"
     assert path.stat().st_size <= 1_000_000
     assert "%load_ext autograd_lens" in "".join(cells[1]["source"])
     assert any("".join(c["source"]).startswith("%%lens") for c in cells if c["cell_type"] == "code")
     exercises = next(i for i, c in enumerate(cells) if "## Exercises" in "".join(c["source"]))
     solutions = [c for c in cells[exercises:] if "solution" in c.get("metadata", {}).get("tags", [])]
-    assert len(solutions) >= 2
+    if not (ROOT / "notebooks" / "solutions" / path.name).exists():  # else solutions sit in a notebook of their own
+        assert len(solutions) >= 2
     assert all(c["metadata"]["jupyter"]["source_hidden"] for c in solutions)  # collapsed, yet run by nbval
     # every code cell ran, without an error, in order
     counts = [c.get("execution_count") for c in cells if c["cell_type"] == "code"]
