@@ -25,3 +25,21 @@ html_title = "autograd_lens course"
 html_show_sourcelink = False
 html_copy_source = False
 html_last_updated_fmt = None
+
+
+def link_folders_to_their_index(app, doctree):
+    """A link to a folder (``[solutions](solutions/)``, which works on GitHub) opens the folder's index page."""
+    from posixpath import dirname, join, normpath
+
+    from sphinx import addnodes
+
+    for node in doctree.findall(addnodes.pending_xref):
+        target = node.get("reftarget", "")
+        if node.get("reftype") == "myst" and node.get("refdomain") is None and target.endswith("/"):
+            docname = normpath(join(dirname(app.env.docname), target, "index"))
+            if docname in app.env.found_docs:
+                node["refdomain"], node["reftarget"], node["reftargetid"] = "doc", docname, None
+
+
+def setup(app):
+    app.connect("doctree-read", link_folders_to_their_index)

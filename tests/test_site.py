@@ -18,6 +18,7 @@ spec = importlib.util.spec_from_file_location("build_site", ROOT / "docs" / "bui
 build_site = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(build_site)
 NOTEBOOKS = build_site.course_notebooks()
+PAGES = NOTEBOOKS + build_site.solution_notebooks()  # notebooks/solutions/ too
 CHROMIUM = shutil.which("chromium")
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                "--disable-sync", "--no-first-run"]
@@ -46,7 +47,11 @@ def site(tmp_path_factory):
 
 def built(site: Path, path: Path) -> Path:
     """The copy of a notebook the site was built from (a notebook edited meanwhile does not matter)."""
-    return site.parent / "src" / "notebooks" / path.name
+    return site.parent / "src" / "notebooks" / path.relative_to(build_site.NOTEBOOKS)
+
+
+def page_of(site: Path, path: Path) -> Path:
+    return (site / "notebooks" / path.relative_to(build_site.NOTEBOOKS)).with_suffix(".html")
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +70,12 @@ def test_every_notebook_is_a_page_with_its_stored_steppers_and_their_scripts(sit
     assert (site / "notebooks" / "README.html").is_file()
     index = (site / "index.html").read_text(encoding="utf-8")
     for path in NOTEBOOKS:
-        page = (site / "notebooks" / f"{path.stem}.html").read_text(encoding="utf-8")
         assert f'href="notebooks/{path.stem}.html"' in index, path.name
+    if build_site.solution_notebooks():  # a page of their own, listing each
+        solutions = (site / "notebooks" / "solutions" / "index.html").read_text(encoding="utf-8")
+        assert all(f'href="{path.stem}.html"' in solutions for path in build_site.solution_notebooks())
+    for path in PAGES:
+        page = page_of(site, path).read_text(encoding="utf-8")
         stored = build_site.stats(built(site, path))["steppers"]
         assert page.count(build_site.STEPPER) == stored, path.name
         # each stored stepper's own scripts (its data and its code) are on the page, byte for byte
@@ -80,7 +89,7 @@ def test_every_notebook_is_a_page_with_its_stored_steppers_and_their_scripts(sit
 def test_no_page_loads_anything_from_the_network(site):
     """Scripts, styles, fonts and pictures all come from the site itself (a CDN would leave pages blank offline)."""
     pages = sorted(site.rglob("*.html"))
-    assert len(pages) >= len(NOTEBOOKS) + 3
+    assert len(pages) >= len(PAGES) + 3
     for page in pages:
         html = page.read_text(encoding="utf-8")
         remote = re.findall(r'<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)="((?:https?:)?//[^"]*)"', html)
@@ -88,7 +97,7 @@ def test_no_page_loads_anything_from_the_network(site):
 
 
 @pytest.mark.browser
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
+@pytest.mark.parametrize("path", PAGES, ids=lambda path: str(path.relative_to(build_site.NOTEBOOKS).with_suffix("")))
 def test_every_stepper_on_the_page_steps_offline(site, browser, path):
     """Open the built page with every non-file request aborted: each stepper starts at step 0, and its own next
     button moves it (and only it) to step 1 with a new card; no console error, no request leaves the page."""
@@ -105,7 +114,7 @@ def test_every_stepper_on_the_page_steps_offline(site, browser, path):
             request_route.abort()
 
     page.route("**/*", route)
-    page.goto((site / "notebooks" / f"{path.stem}.html").as_uri())
+    page.goto(page_of(site, path).as_uri())
     page.wait_for_load_state("load")
     expected = build_site.stats(built(site, path))["steppers"]
     steppers = page.locator(".al-static .al-stepper")
