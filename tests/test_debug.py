@@ -516,3 +516,22 @@ def test_a_nonfinite_gradient_given_to_backward_is_its_own_origin():
     origin = lens.passes[0].first_nonfinite
     assert bool(x.grad.isnan()[0])
     assert (origin.kind, origin.name, origin.inputs) == ("seed", "gradient=", "([nan, 1.0])")
+
+
+def test_the_forward_record_keeps_torchs_warnings_as_they_were():
+    """Inside a TorchFunctionMode torch's warnings point at the mode's own line: the recorder gives them back
+    from the user's line, same message and category (torch.tensor(t) warns every time, not once)."""
+    def program():
+        w = torch.randn(1, requires_grad=True)
+        torch.tensor(w)
+        torch.tensor(w * 2)
+
+    seen = []
+    for why in (False, True):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with al.Lens(names={}, why=why):
+                program()
+        seen.append([(str(c.message), c.category, c.filename, c.lineno) for c in caught])
+    assert len(seen[0]) == 2 and seen[0] == seen[1]
+    assert seen[0][0][2] == __file__ and seen[0][0][3] != seen[0][1][3]

@@ -102,7 +102,10 @@ class Lens:
     in one pass, only shapes are kept.  ``modules=True`` groups each pass's nodes
     by the ``nn.Module`` call that made them (``BackwardPass.groups``; drawn as
     outlines): it adds two global forward hooks for the length of the block,
-    which ``torch.compile(module)`` warns about (see ``capture.modules``).
+    which ``torch.compile(module)`` warns about (see ``capture.modules``).  ``why=True`` records the block's
+    forward ops with a ``TorchFunctionMode`` (what tells a ``.detach()`` from a ``no_grad`` block in
+    ``passes[i].unreached``) and follows every path of each pass for ``paths_to`` (see ``autograd_lens.debug``);
+    it slows the block down, and ``torch.compile`` inside it sees the mode.
     """
 
     def __init__(
@@ -114,6 +117,7 @@ class Lens:
         max_nodes: int = 300,
         memory_budget: int = 256 * 2**20,
         modules: bool = False,
+        why: bool = False,
     ) -> None:
         _check_options(names, store_limit=(store_limit, 0), max_elements=(max_elements, 0),
                        max_nodes=(max_nodes, 1), memory_budget=(memory_budget, 0))
@@ -139,6 +143,11 @@ class Lens:
             raise TypeError(f"modules must be True or False, not {modules!r}")
         self.modules = modules  # group nodes by the nn.Module call that made them (adds global forward hooks)
         self.module_calls: ModuleCalls | None = None
+        if not isinstance(why, bool):
+            raise TypeError(f"why must be True or False, not {why!r}")
+        from ..debug import DebugRecording
+
+        self._debug = DebugRecording(why)  # why=True: forward ops recorded for .unreached, paths for paths_to
 
     @property
     def passes(self) -> list[BackwardPass]:
@@ -174,6 +183,7 @@ class Lens:
         _ACTIVE.append(self)
         if self.modules:
             self.module_calls = ModuleCalls().__enter__()
+        self._debug.start()
         self._watch_warnings()
         try:
             self._hooks_before = _module_hooks(self._namespace(sys._getframe(1)))
@@ -186,6 +196,7 @@ class Lens:
         _ACTIVE.remove(self)
         if self.module_calls is not None:
             self.module_calls.__exit__()
+        self._debug.stop()
         if warnings.showwarning is self._showwarning_wrapper:
             warnings.showwarning = self._showwarning
         try:
@@ -311,6 +322,7 @@ class Lens:
             observer.walk = walk(observer.shape, observer.ensure_names(), self.options)
         else:  # large graphs: keep what the pass will change (leaf values), draw after it
             observer.leaf_state = leaf_state(observer.shape, self.options.replace(show_saved=False))
+        observer.debug = self._debug.before_pass(observer)  # evidence for .unreached / paths_to (never raises)
         return observer
 
     def _restore_seeds(self, observer: PassObserver, seeds: tuple) -> None:
@@ -369,7 +381,8 @@ class Lens:
         grouped = _groups(graph_walk.graph, self.module_calls, names, self.modules)
         relabel(graph_walk, grouped.pop("relabel", {}))  # before the steps are made: they use the same names
         built = build_pass(observer, graph_walk, index, self._history, self._invocations, result)
-        self._passes.append(dataclasses.replace(built, **_sources(built.graph, self.cell_lines), **grouped))
+        self._passes.append(dataclasses.replace(built, **_sources(built.graph, self.cell_lines), **grouped,
+                                                debug=getattr(observer, "debug", None)))
 
     def _forget_dead_leaves(self) -> None:
         if len(self._history) > 64:
@@ -409,6 +422,20 @@ class Lens:
         if not isinstance(predict, bool):
             raise TypeError(f"predict must be True or False, not {predict!r}")
         return Stepper(self.passes, text=lens_text(self), predict=predict)
+
+    def paths_to(self, name: str, pass_index: int | None = None):
+        """``name``'s gradient as a sum over the paths from the root (a :class:`~autograd_lens.debug.PathSet`),
+        in the last pass whose graph has it (or pass ``pass_index``); recorded with ``Lens(why=True)``."""
+        from ..debug import safe_paths_to
+
+        return safe_paths_to(self._passes, name, pass_index)
+
+    def why(self, name: str):
+        """Where ``name``'s gradient stopped, where NaN or inf started, and which paths it took (what
+        ``%%lens --why NAME`` shows): plain tables in Jupyter, text otherwise."""
+        from ..debug.why import Why
+
+        return Why(self, name)
 
     @property
     def plot(self):

@@ -76,7 +76,9 @@ def collect(shape: Any, names: Any, recorder: Any = None) -> Evidence:
             missing.append((name, tensor))
     if not missing:
         return Evidence(tuple(candidates), forward=recorder is not None)
-    saved, saved_note = _saved_tensors(shape)
+    saved, saved_note = [], ""
+    if any(tensor.requires_grad for _, tensor in missing):  # a frozen parameter's clue needs no saved tensor
+        saved, saved_note = _saved_tensors(shape)
     graph_keys = {_key(fn) for fn in shape.nodes}
     cuts = list(reversed(recorder.cuts[-CUT_SCAN_LIMIT:])) if recorder is not None else []
     for name, tensor in missing:

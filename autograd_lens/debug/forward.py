@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -112,7 +113,13 @@ class ForwardRecorder(TorchFunctionMode):
             return func(*args, **kwargs)
         grad_enabled = torch.is_grad_enabled()
         inference = torch.is_inference_mode_enabled()
-        result = func(*args, **kwargs)
+        # Inside a TorchFunctionMode torch drops some of its warnings (float(x) of a tensor requiring grad, x.T)
+        # and places others at this frame: they are caught here and given back from the caller's line.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = func(*args, **kwargs)
+        if caught:
+            _warn_again(caught, sys._getframe(1))
         try:
             self._note(func, args, kwargs, result, grad_enabled, inference)
         except Exception as problem:  # never let the recorder change what the user's call returns
@@ -197,6 +204,18 @@ class ForwardRecorder(TorchFunctionMode):
             del self.table[id(value)]
             return None
         return entry[1]
+
+
+def _warn_again(caught: list, frame: Any) -> None:
+    """Warn each caught warning again, under the user's filters, from where it would have come without the mode."""
+    here = os.path.abspath(__file__)
+    for item in caught:
+        filename, lineno = item.filename, item.lineno
+        if os.path.abspath(filename) == here:
+            filename, lineno = frame.f_code.co_filename, frame.f_lineno
+        registry = frame.f_globals.setdefault("__warningregistry__", {}) \
+            if filename == frame.f_code.co_filename else None
+        warnings.warn_explicit(item.message, item.category, filename, lineno, registry=registry)
 
 
 def _func_name(func: Any) -> str | None:
