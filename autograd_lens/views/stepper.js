@@ -118,7 +118,9 @@ function render({ model, el }) {
   // A document-unique scope: the same output can be shown twice (two views of one widget).
   const scopeId = (data.key || "al") + "-v" + (++counter);
   const scope = "#" + scopeId;
-  const root = make("div", { id: scopeId, class: "autograd-lens al-stepper", tabindex: "0", "data-step": "0" });
+  const root = make("div", { id: scopeId, class: "autograd-lens al-stepper", tabindex: "0", "data-step": "0",
+    "aria-roledescription": "backward pass stepper",
+    "aria-label": "backward pass stepper: arrow keys or j/k step, + and - zoom, 0 fits" });
   const baseStyle = make("style");
   baseStyle.textContent = data.css.split("{scope}").join(scope);
   const frameStyle = make("style", { class: "al-frame" });
@@ -132,10 +134,10 @@ function render({ model, el }) {
     return b;
   };
   button("first", "|<", "first step (Home)");
-  button("prev", "<", "previous step (left arrow)");
+  button("prev", "<", "previous step (left arrow or k)");
   const playButton = button("play", "play", "play / pause");
   playButton.setAttribute("aria-pressed", "false");
-  button("next", ">", "next step (right arrow)");
+  button("next", ">", "next step (right arrow or j)");
   button("last", ">|", "last step (End)");
   const slider = make("input", { type: "range", class: "al-slider", min: "0", max: "0", value: "0", "aria-label": "step" });
   toolbar.appendChild(slider);
@@ -464,15 +466,23 @@ function render({ model, el }) {
   slider.addEventListener("input", () => { stop(); show(parseInt(slider.value, 10)); });
   groupSelect.addEventListener("change", () => { groupMode = groupSelect.value; opened = {}; applyGroups(); followCurrent(); });
   if (passSelect) { passSelect.addEventListener("change", () => choosePass(parseInt(passSelect.value, 10))); }
-  root.addEventListener("keydown", (event) => {
+  const onKey = (event) => {
     if (event.target && (event.target.tagName === "INPUT" || event.target.tagName === "SELECT")) { return; }
-    const actions = { ArrowRight: "next", ArrowLeft: "prev", Home: "first", End: "last", "+": "zoom-in", "=": "zoom-in", "-": "zoom-out", "0": "fit" };
+    if (event.ctrlKey || event.metaKey || event.altKey) { return; }
+    const actions = { ArrowRight: "next", ArrowLeft: "prev", j: "next", k: "prev", Home: "first", End: "last", "+": "zoom-in", "=": "zoom-in", "-": "zoom-out", "0": "fit" };
     const action = actions[event.key];
     if (!action) { return; }
     event.preventDefault();
+    // the notebook's own shortcuts (j/k select cells, arrows move between them) must not also run
+    event.stopPropagation();
     if (!action.startsWith("zoom") && action !== "fit") { stop(); }
     go[action]();
-  });
+  };
+  root.addEventListener("keydown", onKey);
+  // Notebook 7 takes the arrow keys before they reach the output (in its capture phase): the window's capture
+  // phase comes first, so keys pressed inside this stepper are handled there
+  const onWindowKey = (event) => { if (root.contains(event.target)) { onKey(event); } };
+  window.addEventListener("keydown", onWindowKey, true);
   viewport.addEventListener("wheel", (event) => {
     if (!event.ctrlKey && !event.metaKey) { return; } // plain wheel scrolls the notebook
     event.preventDefault();
@@ -517,6 +527,7 @@ function render({ model, el }) {
   choosePass(pass, true);
   return () => {
     stop();
+    window.removeEventListener("keydown", onWindowKey, true);
     model.off("change:step", onStep);
     model.off("change:pass_index", onPass);
   };
