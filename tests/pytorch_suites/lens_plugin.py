@@ -26,6 +26,21 @@ def pytest_addoption(parser: Any) -> None:
     group = parser.getgroup("autograd_lens suites")
     group.addoption("--lens", action="store_true", default=False, help="run each test inside a Lens")
     group.addoption("--suite-record", default=None, help="write one JSON line per test to this file")
+    group.addoption("--name-words", default=None,
+                    help="keep only tests whose function name contains one of these comma-separated words")
+
+
+def pytest_collection_modifyitems(config: Any, items: list) -> None:
+    words = config.getoption("--name-words")
+    if not words:
+        return
+    words = [w for w in words.split(",") if w]
+    kept, dropped = [], []
+    for item in items:
+        (kept if any(w in item.name for w in words) else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 class _Recorder:
@@ -81,8 +96,10 @@ class _Recorder:
         phase: dict[str, Any] = {"outcome": outcome}
         if report.failed:
             text = str(report.longrepr)
-            lines = [line for line in text.splitlines() if line.startswith("E ")]
-            phase["error"] = _ADDRESS.sub("0x?", " | ".join(lines[-3:]) if lines else text[-300:])[:600]
+            noise = ("PYTORCH_PRINT_REPRO", "To execute this test", "E       python ")
+            lines = [line[1:].strip() for line in text.splitlines()
+                     if line.startswith("E ") and line[1:].strip() and not any(n in line for n in noise)]
+            phase["error"] = _ADDRESS.sub("0x?", " | ".join(lines[:4]) if lines else text[-300:])[:600]
         elif report.skipped and isinstance(report.longrepr, tuple):
             phase["reason"] = str(report.longrepr[2])[:200]
         entry["phases"][report.when] = phase

@@ -35,7 +35,7 @@ def record_path(out: str, suite: str, mode: str) -> str:
 
 
 def pytest_command(suite: str, mode: str, out: str, k: str | None = None, timeout: int | None = None,
-                   extra: list[str] | None = None) -> list[str]:
+                   extra: list[str] | None = None, words: str | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", "-c", os.path.join(HERE, "pytest.ini"), "-p", "lens_plugin",
            "-q", "-p", "no:cacheprovider", "--suite-record", record_path(out, suite, mode), suite_path(suite)]
     if mode == "lens":
@@ -44,6 +44,8 @@ def pytest_command(suite: str, mode: str, out: str, k: str | None = None, timeou
         cmd += ["-k", k]
     if timeout:
         cmd += [f"--timeout={timeout}"]
+    if words:
+        cmd += ["--name-words", words]
     return cmd + list(extra or [])
 
 
@@ -55,13 +57,14 @@ def environment() -> dict[str, str]:
     return env
 
 
-def run(suite: str, mode: str, out: str, k: str | None, timeout: int | None, extra: list[str]) -> int:
+def run(suite: str, mode: str, out: str, k: str | None, timeout: int | None, extra: list[str],
+        words: str | None = None) -> int:
     if not os.path.exists(suite_path(suite)):
         print(f"{suite_path(suite)} is missing: see {os.path.join(HERE, 'README.md')}", file=sys.stderr)
         return 2
     os.makedirs(out, exist_ok=True)
     start = time.monotonic()
-    code = subprocess.call(pytest_command(suite, mode, out, k, timeout, extra), cwd=os.path.dirname(suite_path(suite)),
+    code = subprocess.call(pytest_command(suite, mode, out, k, timeout, extra, words), cwd=os.path.dirname(suite_path(suite)),
                            env=environment())
     print(f"{suite} {mode}: pytest exit {code}, {time.monotonic() - start:.0f} s", flush=True)
     return code
@@ -140,13 +143,14 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("-k", default=None)
     r.add_argument("--timeout", type=int, default=None)
     r.add_argument("--out", default=DEFAULT_OUT)
+    r.add_argument("--words", default=None, help="only tests whose function name has one of these words (a,b,c)")
     r.add_argument("extra", nargs="*", help="more pytest arguments (after --)")
     c = sub.add_parser("compare")
     c.add_argument("suite", choices=sorted(SUITES))
     c.add_argument("--out", default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     if args.command == "run":
-        return run(args.suite, args.mode, args.out, args.k, args.timeout, args.extra)
+        return run(args.suite, args.mode, args.out, args.k, args.timeout, args.extra, args.words)
     return compare(args.suite, args.out)
 
 
