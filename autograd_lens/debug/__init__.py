@@ -118,12 +118,12 @@ def safe_paths_to(passes: list, name: str, index: int | None = None) -> PathSet:
         chosen = passes if index is None else [passes[index]]
         for backward_pass in reversed(chosen):
             evidence = getattr(backward_pass, "debug", None)
+            if evidence is not None and name in evidence.paths:
+                return evidence.paths[name]
             if not any(node.label == name and node.kind in ("leaf", "output") for node in backward_pass.graph.nodes):
                 continue
             if evidence is None:
                 return PathSet(name, unknown="no evidence was recorded for this pass")
-            if name in evidence.paths:
-                return evidence.paths[name]
             return PathSet(name, unknown=evidence.paths_note or f"{name} is not a leaf of the graph")
         return PathSet(name, unknown=f"no recorded pass has a leaf named {name}")
     except Exception as problem:

@@ -138,17 +138,18 @@ class ForwardRecorder(TorchFunctionMode):
         if not tracking and not carried:
             return
         outputs = list(_flat((result,)))
-        if any(isinstance(out, torch.Tensor) and out.requires_grad and out.grad_fn is not None for out in outputs):
-            for out in outputs:  # a cut value entered a graph: remember where
-                if isinstance(out, torch.Tensor) and out.grad_fn is not None:
-                    for cut in carried:
-                        cut.entries.add(node_key(out.grad_fn))
-            return
-        values = [out for out in outputs if _trackable(out) and not (isinstance(out, torch.Tensor) and out.requires_grad)]
+        differentiated = [out for out in outputs if isinstance(out, torch.Tensor) and out.grad_fn is not None]
+        for out in differentiated:  # a cut value entered a graph: remember where
+            for cut in carried:
+                cut.entries.add(node_key(out.grad_fn))
+        # what does not require grad (torch.max(w, dim=0) returns values that do and indices that do not)
+        values = [out for out in outputs if _trackable(out) and not _holds_grad(out)]
         if not values or name.startswith("__get__") and name != "__get__data":
             return
+        if differentiated and not tracking:
+            return  # the cut values went into a graph; what else came out carries no cut
         if tracking:
-            cut = self._cut(name, tracking, outputs, grad_enabled, inference)
+            cut = self._cut(name, tracking, values, grad_enabled, inference)
             if cut is None:
                 return
         else:
@@ -169,6 +170,8 @@ class ForwardRecorder(TorchFunctionMode):
         tensor_out = next((out for out in outputs if isinstance(out, torch.Tensor)), None)
         if label in DETACHING:
             cause, how = "detached", DETACHING[label]
+        elif label == "requires_grad_":
+            cause, how = "requires_grad_false", "requires_grad_(False)"
         elif label in VALUE_CALLS:
             cause, how = "detached", VALUE_CALLS[label]
         elif tensor_out is None:
@@ -216,6 +219,15 @@ def _warn_again(caught: list, frame: Any) -> None:
         registry = frame.f_globals.setdefault("__warningregistry__", {}) \
             if filename == frame.f_code.co_filename else None
         warnings.warn_explicit(item.message, item.category, filename, lineno, registry=registry)
+
+
+def _holds_grad(value: Any) -> bool:
+    """A tensor requiring grad, or a tuple or list holding one."""
+    if isinstance(value, torch.Tensor):
+        return value.requires_grad
+    if isinstance(value, (tuple, list)) and len(value) <= 64:
+        return any(isinstance(item, torch.Tensor) and item.requires_grad for item in value)
+    return False
 
 
 def _func_name(func: Any) -> str | None:

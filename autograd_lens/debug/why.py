@@ -10,7 +10,7 @@ why w
 where the gradient stopped:
   pass 1: detached (.detach(), .data, .item(), .tolist(), NumPy): w went through .detach(), and this graph uses the result
 where NaN or inf started:
-  pass 1: every recorded gradient is finite
+  every recorded gradient is finite
 which paths it took:
   paths to w: unknown (no recorded pass has a leaf named w)
 """
@@ -39,12 +39,14 @@ class Why:
             if reason is not None:
                 stopped.append((number, reason.title, reason.text))
             origin = backward_pass.first_nonfinite
-            if origin is None:
-                nonfinite.append((number, "every recorded gradient is finite", "", "", ""))
-            else:
+            if origin is not None:
                 where = origin.source.describe() if origin.source is not None else ""
                 what = f"{origin.name} [{origin.label}]" + (f" ({origin.note})" if origin.note else "")
                 nonfinite.append((number, what, origin.inputs, origin.outputs, where))
+        if not nonfinite:
+            everything = "every recorded gradient is finite" if len(self.lens.passes) == 1 else \
+                "every recorded gradient of every pass is finite"
+            nonfinite.append(("", everything if self.lens.passes else "no pass was recorded", "", "", ""))
         if not stopped:
             stopped.append(("", "no pass left it without a gradient" if self.lens.passes else "no pass was recorded",
                             ""))
@@ -67,7 +69,7 @@ class Why:
         lines.append("where NaN or inf started:")
         for number, what, received, sent, where in rows["nonfinite"]:
             detail = f": received {received}, passed on {sent}" if received else ""
-            lines.append(f"  pass {number}: {what}{detail}" + (f" ({where})" if where else ""))
+            lines.append((f"  pass {number}: " if number else "  ") + f"{what}{detail}" + (f" ({where})" if where else ""))
         lines.append("which paths it took:")
         for route, factors, value in rows["paths"]:
             if route == "unknown":
