@@ -547,3 +547,17 @@ def test_indices_of_max_are_a_cut_even_though_its_values_are_differentiable():
     assert w.grad is None
     reason = lens.passes[0].unreached["w"]
     assert reason.code == "non_differentiable" and "max (its result is int64" in reason.text
+
+
+def test_paths_through_broadcasting_are_summed_down_as_the_engine_does():
+    torch.manual_seed(3)
+    x = torch.randn(3, requires_grad=True)
+    b = torch.randn(1, requires_grad=True)
+    with al.Lens(names={"x": x, "b": b}, why=True) as lens:
+        h = torch.tanh(x * torch.randn(4, 3) + b)  # x broadcast over rows, b over everything
+        (h * x + h.exp()).sum().backward()
+    for name, leaf in (("x", x), ("b", b)):
+        path_set = lens.paths_to(name)
+        assert path_set.total.shape == leaf.shape
+        assert torch.allclose(path_set.total, leaf.grad, rtol=1e-5, atol=1e-6)
+    assert lens.paths_to("x").count == 3 and lens.paths_to("b").count == 2

@@ -135,6 +135,7 @@ class _Walker:
             for slot, (next_fn, next_nr) in enumerate(fn.next_functions):
                 if next_fn is None or slot >= len(outs) or outs[slot] is None:
                     continue
+                outs = outs[:slot] + (_fit(outs[slot], next_fn, next_nr),) + outs[slot + 1:]
                 if targets.count(id(next_fn)) > 1:  # x * x: one path through each input
                     route = route[:-1] + (f"{route[-1].split(' [input ')[0]} [input {slot + 1}]",)
                 step = factors
@@ -216,6 +217,21 @@ class _Walker:
                 paths.append(Path(("rest",), snapshot(summed), rest=len(rest)))
             sets[label] = PathSet(label, tuple(paths), snapshot(total), len(found))
         return sets
+
+
+def _fit(grad: torch.Tensor, fn: Any, output_nr: int) -> torch.Tensor:
+    """What the engine does to a gradient before handing it to ``fn``: summed down to the shape of the tensor it
+    is for (a broadcast input), and cast to its dtype."""
+    try:
+        metadata = fn._input_metadata[output_nr]
+        shape, dtype = tuple(metadata.shape), metadata.dtype
+    except (AttributeError, IndexError, RuntimeError, TypeError):
+        return grad
+    if tuple(grad.shape) != shape:
+        grad = grad.sum_to_size(shape)
+    if grad.dtype != dtype:
+        grad = grad.to(dtype)
+    return grad
 
 
 def _product(seed: torch.Tensor, factors: tuple, value: torch.Tensor) -> torch.Tensor:
