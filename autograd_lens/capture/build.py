@@ -15,7 +15,8 @@ import torch
 from ..model import BackwardPass, GradWritten, HookCall, NodeRun, PassError, Value, values_equal
 from ..notes import note, pass_notes
 from .hooks import function_name
-from .observe import GradRecord, HookRecord, NodeRecord, PassObserver
+from .observe import PassObserver
+from .records import GradRecord, HookRecord, NodeRecord
 from .snapshot import snapshot
 from .unhooked import SAME, LeafHistory, Unknown, add, carry, is_known
 from .walk import Walk

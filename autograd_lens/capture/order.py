@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..model import TensorSummary, values_equal
 from .hooks import function_name, runs_python
+from .records import HookRecord
 from .unhooked import Unknown
 
 if TYPE_CHECKING:
-    from .observe import HookRecord, KnownHook, PassObserver
+    from .observe import PassObserver
+    from .records import KnownHook
 
 UNSEEN = "it is written in C: no Python frame shows its call"
 _MISSING: Any = object()  # a value between two hooks that is not known
@@ -32,8 +34,6 @@ _MISSING: Any = object()  # a value between two hooks that is not known
 def unseen_call(function: Any, kind: str, target: str | None, fn: Any, output_nr: int | None, what: str,
                 position: int | None = None) -> "HookRecord":
     """The call of a hook written in C, placed at ``fn``; ``what`` of it is not known (yet)."""
-    from .observe import HookRecord
-
     return HookRecord(code=None, function=function, kind=kind, received=None, grad_in=None, frame=None,
                       target=target, node_fn=fn, output_nr=output_nr, position=position,
                       unseen=f"{UNSEEN}, so {what} is not known")

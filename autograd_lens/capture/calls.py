@@ -1,0 +1,267 @@
+"""The hook calls of one pass, seen by a profile function: which user hook the engine (or torch's Python wrapper)
+calls, with what, and what it returns; backward runs nested inside the pass, noted apart."""
+
+from __future__ import annotations
+
+from types import FrameType
+from typing import Any
+
+import torch
+
+from ..model import values_equal
+from .hooks import (ENGINE_CODE, TORCH_DIR, Wrapper, code_of, engine_call_args, function_name, module_hook_kind,
+                    multi_grad_received, user_function, wrapper_family, wrapper_module, wrapper_state)
+from .order import UNSEEN
+from .records import HookRecord, KnownHook, snapshot_all
+from .snapshot import hidden_from_user as _hidden_from_modes  # the lens's tensor ops never reach a user's mode
+from .snapshot import snapshot
+from .walk import saved_names
+
+_current_node = torch._C._current_autograd_node
+
+class HookCalls:
+    """Part of :class:`~autograd_lens.capture.observe.PassObserver`: the profile function and the hook calls it sees."""
+
+    def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
+        try:
+            if event == "call":
+                if self.nested_frames:
+                    self._nested_profile(frame)
+                    return
+                if frame.f_code is ENGINE_CODE and self.in_engine:  # a backward() run inside the pass
+                    self._nested_start(frame)
+                    return
+                if self.current is not None or not self.in_engine:
+                    if self.engine_frame is None and frame.f_code is ENGINE_CODE:
+                        self.engine_frame = frame
+                    return  # inside a user hook (its own calls are not hooks), or outside the C++ engine
+                parent = frame.f_back
+                if parent is self.engine_frame:
+                    code = frame.f_code
+                    if code in self._own_codes:
+                        return
+                    # The engine runs Python (a hook, a custom Function's backward): it may edit a gradient
+                    # where the version counter does not see it (``.data``, numpy), so no earlier copy is reused.
+                    self.copies.clear()
+                    if code.co_filename.startswith(TORCH_DIR):
+                        self.wrapper = Wrapper(frame, wrapper_family(code))
+                    elif code not in self.unpack_codes and not self._is_unpack_hook(code):
+                        self._begin(frame, None)
+                elif self.wrapper is not None and parent is self.wrapper.frame:
+                    if self.wrapper.family != "ignore" and user_function(frame, self.wrapper) is not None:
+                        self._begin(frame, self.wrapper)
+            elif self.nested_frames and event != "return":
+                if frame is self.nested_frames[-1] and getattr(arg, "__name__", None) == "run_backward":
+                    self.nested_running = event == "c_call"  # like in_engine, for the nested engine
+            elif event == "return" and self.nested_frames:
+                if frame is self.nested_frames[-1]:
+                    self.nested_frames.pop()
+                    self.nested_running = bool(self.nested_frames)
+                elif self.nested_wrapper is not None and frame is self.nested_wrapper.frame:
+                    self.nested_wrapper = None
+            elif event == "return":
+                current = self.current
+                if current is not None and frame is current.frame:
+                    self._end(current, arg)
+                elif self.wrapper is not None and frame is self.wrapper.frame:
+                    self.wrapper = None
+            elif event == "c_call" and self.wrapper is not None and frame is self.wrapper.frame:
+                if self.current is None and self.in_engine and self.wrapper.family != "ignore" \
+                        and any(function is arg for function in _wrapped_user_functions(self.wrapper)):
+                    self._begin_unseen(self.wrapper, arg)  # torch's wrapper calls a hook written in C
+            elif frame is self.engine_frame and getattr(arg, "__name__", None) == "run_backward":
+                self.in_engine = event == "c_call"  # c_call starts the engine; c_return / c_exception end it
+        except Exception as problem:  # never let the profile function raise into the user's code
+            self._failed("a hook call", problem)
+
+    def _nested_start(self, frame: FrameType) -> None:
+        """A backward run inside this pass (reentrant checkpointing, a ``backward()`` in a hook): its hooks are
+        not steps of this pass; they are listed in a note, and values without hooks past the node that ran it
+        are unknown."""
+        self.nested_frames.append(frame)
+        node = _current_node()
+        if node is not None:
+            self.nested_nodes.setdefault(id(node), node.name())
+        # it may write the .grad of leaves this pass has yet to reach: read theirs just before the write
+        for key, leaf in self.shape.leaves.items():
+            if key not in self.ran and key not in self.watched:
+                self.handles.append(leaf.register_prehook(self._before_write))
+                self.watched.add(key)
+
+    def _nested_profile(self, frame: FrameType) -> None:
+        """A call inside a nested backward: note the user hooks its engine calls (directly or through torch's
+        wrappers), by name and target."""
+        parent = frame.f_back
+        code = frame.f_code
+        if code is ENGINE_CODE:
+            self.nested_frames.append(frame)
+            return
+        if parent is None:
+            return
+        if not self.nested_running:
+            return  # the nested engine's Python wrapper (logging), before or after its C++ run
+        if parent.f_code is ENGINE_CODE and parent is self.nested_frames[-1]:
+            if code.co_filename.startswith(TORCH_DIR):
+                self.nested_wrapper = Wrapper(frame, wrapper_family(code))
+            elif code not in self._own_codes and code not in self.unpack_codes and not self._is_unpack_hook(code):
+                self._nested_hook(function_name(None, code))
+        elif self.nested_wrapper is not None and parent is self.nested_wrapper.frame \
+                and self.nested_wrapper.family != "ignore":
+            function = user_function(frame, self.nested_wrapper)
+            if function is not None:
+                module = wrapper_module(self.nested_wrapper)
+                kind = module_hook_kind(self.nested_wrapper, function, module).replace("_", " ")
+                target = self.ensure_names().module_name(module) if module is not None else None
+                where = f"{target or type(module).__name__}: " if module is not None else ""
+                self._nested_hook(f"{where}{kind} hook {function_name(function)}")
+
+    def _nested_hook(self, text: str) -> None:
+        if text not in self.nested_hooks:
+            self.nested_hooks.append(text)
+
+    def _is_unpack_hook(self, code: Any) -> bool:
+        """A saved-tensor unpack hook called while the current node unpacks what it saved."""
+        node = _current_node()
+        if node is None:
+            return False
+        for attribute in saved_names(node):
+            raw_name = "_raw" + attribute
+            if hasattr(type(node), raw_name):
+                raw = getattr(node, raw_name)
+                for item in raw if isinstance(raw, (tuple, list)) else (raw,):
+                    hook = getattr(item, "unpack_hook", None)
+                    if hook is not None and code_of(hook) is code:
+                        self.unpack_codes.add(code)
+                        return True
+        return False
+
+    def _begin(self, frame: FrameType, wrapper: Wrapper | None) -> None:
+        if self.broken:
+            return
+        with _hidden_from_modes():
+            self.ensure_names()
+            function = user_function(frame, wrapper)
+            candidates = self._candidates(frame, function)
+            if function is None and len({id(h.function) for h in candidates}) == 1:
+                function = candidates[0].function
+            args = engine_call_args(frame, function)
+            module = None
+            context = None
+            if wrapper is None:
+                first = args[0] if args else None
+                second = args[1] if len(args) > 1 else None
+                if isinstance(first, tuple) and isinstance(second, tuple):
+                    kind, received, context = "node", first, second
+                elif isinstance(first, tuple):
+                    kind, received = "node_pre", first
+                elif isinstance(first, torch.Tensor) and id(first) in self.leaf_ids and first.grad_fn is None:
+                    kind, received = "post_accumulate_grad", first
+                else:
+                    kind, received = "tensor", first
+            elif wrapper.family == "multi_grad":
+                kind, received = "multi_grad", multi_grad_received(wrapper, args)
+            else:
+                module = wrapper_module(wrapper)
+                kind = module_hook_kind(wrapper, function, module)
+                if kind.endswith("module_full_pre"):
+                    received = args[1] if len(args) > 1 else ()
+                else:
+                    received, context = (args[1], args[2]) if len(args) > 2 else ((), ())
+            limit = self.store_limit
+            node = _current_node()
+            if kind in ("post_accumulate_grad", "node") and node is not None and id(node) in self.shape.leaves \
+                    and id(node) not in self.written:
+                # user code is about to run after AccumulateGrad wrote .grad: keep the value it wrote
+                self.written[id(node)] = snapshot(node.variable.grad, limit)
+            if kind == "post_accumulate_grad":
+                grad_in = snapshot(received.grad, limit)
+            else:
+                grad_in = snapshot_all(received, limit)
+            self.current = HookRecord(
+                code=frame.f_code,
+                function=function,
+                kind=kind,
+                received=received,
+                grad_in=grad_in,
+                frame=frame,
+                candidates=candidates,
+                module=module,
+                context=snapshot_all(context, limit) if context is not None else None,
+                current_fn=node,
+                state=wrapper_state(wrapper) if wrapper is not None else None,
+                slot=wrapper.frame.f_locals.get("idx") if wrapper is not None and wrapper.family == "multi_grad" else None,
+            )
+
+    def _begin_unseen(self, wrapper: Wrapper, function: Any) -> None:
+        """A module or multi-grad hook written in C, called by torch's Python wrapper: the call is seen (a
+        ``c_call`` event) but not its arguments or result, and it may have changed a gradient."""
+        if self.broken:
+            return
+        module = wrapper_module(wrapper)
+        kind = "multi_grad" if wrapper.family == "multi_grad" else module_hook_kind(wrapper, function, module)
+        self.pending.append(HookRecord(
+            code=None, function=function, kind=kind, received=None, grad_in=None, frame=None, module=module,
+            current_fn=_current_node(), candidates=[known for known in self.unseen_multi if known.function is function],
+            unseen=f"{UNSEEN}, so what it received and returned is not known", state=wrapper_state(wrapper),
+        ))
+        self.unhooked.activate(edited_in_place=True)  # "without hooks" is checked against every node
+
+    def _candidates(self, frame: FrameType, function: Any) -> list[KnownHook]:
+        """Hooks found on named tensors that could be the one running in ``frame``.
+
+        Closures made by one ``def`` share a code object; their cells tell them apart.
+        """
+        found = []
+        for known in self.known_hooks.get(frame.f_code, ()):
+            if function is not None:
+                if known.function is function:
+                    found.append(known)
+                continue
+            cells = getattr(known.function, "__closure__", None) or ()
+            names = getattr(getattr(known.function, "__code__", None), "co_freevars", ())
+            try:
+                if all(frame.f_locals.get(name) is cell.cell_contents for name, cell in zip(names, cells)):
+                    found.append(known)
+            except ValueError:  # an empty cell
+                continue
+        return found
+
+    def _end(self, call: HookRecord, returned: Any) -> None:
+        self.current = None
+        limit = self.store_limit
+        with _hidden_from_modes():
+            call.returned_none = returned is None
+            if call.kind == "post_accumulate_grad":
+                call.grad_out = snapshot(call.received.grad, limit)
+            elif call.kind == "multi_grad":  # its return value is ignored; edits in place of what it got count
+                call.grad_out = snapshot_all(call.received, limit)
+            elif returned is None:
+                call.grad_out = snapshot_all(call.received, limit)  # edits in place count
+            else:
+                call.grad_out = snapshot_all(returned, limit)
+            call.modified = not values_equal(call.grad_in, call.grad_out)
+            if call.kind in ("post_accumulate_grad", "multi_grad") or returned is None:
+                edited = call.modified
+            else:  # returned a new value: did it also edit what it received?
+                edited = not values_equal(call.grad_in, snapshot_all(call.received, limit))
+        call.edited_in_place = edited
+        self.edited_in_place = self.edited_in_place or edited
+        if call.modified or edited:
+            self.unhooked.activate(edited)
+        call.frame = None  # don't keep the hook's locals alive
+        call.received = None
+        self.pending.append(call)
+
+
+def _wrapped_user_functions(wrapper: Wrapper) -> tuple:
+    """The user functions torch's wrapper may be calling now (its loop variables or closure)."""
+    local = wrapper.frame.f_locals
+    if wrapper.family == "module_full":
+        return (local.get("hook"),)
+    if wrapper.family == "module_pre":
+        return local.get("user_pre_hook"), local.get("user_hook")
+    if wrapper.family == "multi_grad":
+        return (local.get("fn"),)
+    if wrapper.family == "legacy":
+        return (getattr(local.get("self"), "hook", None),)
+    return ()

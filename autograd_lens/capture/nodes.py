@@ -1,0 +1,257 @@
+"""What each backward function of one pass received and sent, from a post-hook on every node (and a pre-hook on
+the ``AccumulateGrad`` of leaves whose ``.grad`` is read before the write); where each hook call belongs."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import weakref
+from typing import Any
+
+import torch
+
+from ..model import TensorSummary, values_equal
+from .order import arrange_after, arrange_before, unseen_call
+from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord, snapshot_all
+from .snapshot import fast_snapshot, held_bytes, snapshot
+from .snapshot import hidden_from_user as _hidden_from_modes
+from .unhooked import Unknown
+
+_current_node = torch._C._current_autograd_node
+
+class NodeRecorder:
+    """Part of :class:`~autograd_lens.capture.observe.PassObserver`: the node observers and the copies they keep."""
+
+    def _before_write(self, grad_outputs: tuple) -> None:
+        """Pre-hook on ``AccumulateGrad``: the old ``.grad`` and what is about to be added.  Returns None."""
+        if threading.get_ident() != self.thread or self.nested() or self.broken:
+            return None
+        profiling = self.profiling
+        if profiling:
+            sys.setprofile(None)
+        try:
+            with _hidden_from_modes():
+                fn = _current_node()
+                self.old_grads[id(fn)] = self._keep(fn.variable.grad)
+                self.incoming[id(fn)] = self._keep(grad_outputs[0] if grad_outputs else None)
+        except Exception as problem:
+            self._failed("a leaf's .grad", problem)
+        finally:
+            if profiling:
+                sys.setprofile(self._profile)
+        return None
+
+    def _on_node(self, grad_inputs: tuple, grad_outputs: tuple) -> None:
+        """Post-hook on every node: what reached it and what it sent.  Returns None."""
+        if threading.get_ident() != self.thread or self.nested() or self.broken:
+            return None  # another thread's backward, or one run inside a hook: not this pass
+        profiling = self.profiling
+        if profiling:
+            sys.setprofile(None)
+        fn = None
+        try:
+            with _hidden_from_modes():
+                fn = _current_node()
+                self._record_node(fn, grad_inputs, grad_outputs)
+        except Exception as problem:
+            self._failed(f"node {fn.name() if fn is not None else '?'}", problem)
+        finally:
+            if profiling:
+                sys.setprofile(self._profile)
+        return None
+
+    def _copy(self, value: Any) -> Any:
+        """``snapshot_all``, reusing the copy of a tensor already copied in this pass when it is the same
+        object, unchanged since (same version): what one node sends is usually what the next receives.
+        Only a weak reference is kept, so no tensor lives longer and autograd's buffers stay its own.
+        Copies are reused only while the profile function watches: it forgets them whenever the engine runs
+        Python, which could edit a gradient unseen by the version counter (through ``.data``)."""
+        if not self.profiling:
+            return snapshot_all(value, self.store_limit)
+        if isinstance(value, (tuple, list)):
+            return tuple(self._copy(item) for item in value)
+        if not isinstance(value, torch.Tensor):
+            return None
+        key = id(value)
+        try:
+            version = value._version
+        except Exception:  # tensors without a version counter: copy each time
+            return snapshot(value, self.store_limit)
+        hit = self.copies.get(key)
+        if hit is not None and hit[0]() is value and hit[1] == version:
+            return hit[2]
+        kept = fast_snapshot(value, self.store_limit)
+        try:
+            self.copies[key] = (weakref.ref(value), version, kept)
+        except TypeError:
+            pass
+        return kept
+
+    def _keep(self, value: Any) -> Any:
+        """A copy of ``value`` for the record, within the memory budget (shape only beyond it)."""
+        if not isinstance(value, (torch.Tensor, tuple, list)):
+            return None
+        if self.over_budget:
+            return snapshot_all(value, -1)
+        kept = self._copy(value)
+        if self.memory_budget is not None:
+            self.bytes_held += held_bytes(kept)
+            if self.bytes_held > self.memory_budget:
+                self.over_budget = True
+                self.note(f"values not kept past {self.memory_budget} bytes (memory_budget): later gradients are "
+                          "shown as summaries")
+        return kept
+
+    def _record_node(self, fn: Any, grad_inputs: tuple, grad_outputs: tuple) -> None:
+        pending, self.pending = self.pending, []
+        for call in pending:
+            self.place(call, fn, grad_outputs)
+        records = self.records
+        before = [call for call in pending if call.kind in BEFORE_NODE]
+        after = [call for call in pending if call.kind not in BEFORE_NODE]
+        is_leaf = id(fn) in self.shape.leaves
+        if is_leaf:
+            key = id(fn)
+            if key not in self.written:  # no user code ran since the write
+                self.written[key] = self._keep(fn.variable.grad)
+            # a leaf without a .grad before the pass: .grad is exactly what arrived
+            received = self.incoming.pop(key) if key in self.incoming else self.written[key]
+            record: Any = GradRecord(fn, received, self.written[key])
+            arrived: tuple = (received,)
+        else:
+            record = NodeRecord(fn, self._keep(tuple(grad_outputs)), self._keep(tuple(grad_inputs)))
+            arrived = record.received
+        before = arrange_before(self, fn, before, arrived)
+        if not self.hooks_hidden:
+            before += self._unexplained(fn, before, arrived)
+        after = arrange_after(self, fn, after, None if is_leaf else record.sent, is_leaf)
+        if id(fn) in self.nested_nodes and self.nested_hooks:
+            self.unhooked.unknown_from(fn, "hooks ran inside a backward that " + fn.name() + " ran (reentrant "
+                                       "checkpointing, or a backward() inside a hook): they are not recorded")
+        pending = before + after
+        records.extend(before)
+        position = len(records)
+        records.append(record)
+        records.extend(after)
+        self.ran[id(fn)] = position
+        if self.unhooked.active:
+            self.unhooked.on_node(fn, grad_inputs, grad_outputs, pending, is_leaf)
+
+    def _unexplained(self, fn: Any, before: list[HookRecord], arrived: tuple) -> list[HookRecord]:
+        """A gradient that changed on its way into ``fn`` with no hook seen there: a hook no Python frame showed
+        (written in C, on a tensor whose hooks the lens cannot list) changed it.  It becomes a call of an unknown
+        hook, with what the users sent and what ``fn`` received; "without hooks" is then checked at every node.
+        Not when a hook seen in this pass edited a gradient in place, which can reach a sibling branch: then the
+        values without hooks are computed node by node, and no call is invented."""
+        found: list[HookRecord] = []
+        hooked = {_output_of_call(call) for call in before}
+        pre = next((call for call in before if call.kind == "node_pre"), None)
+        if pre is not None:  # what reached the node's pre-hooks is what the tensor hooks passed on
+            if pre.unseen or not isinstance(pre.grad_in, tuple) or len(pre.grad_in) != len(arrived):
+                return found
+            arrived = pre.grad_in
+        consumers = self.shape.consumers
+        records, ran = self.records, self.ran
+        for output, received in enumerate(arrived):
+            users = consumers.get((id(fn), output), ())
+            if output in hooked or received is None and not users:
+                continue
+            if len(users) == 1 and id(users[0][0]) in ran:  # the usual case: one user, its copy reused as is
+                sent = records[ran[id(users[0][0])]].sent
+                slot = users[0][1]
+                if isinstance(sent, tuple) and slot < len(sent) and sent[slot] is received:
+                    continue
+            sent = self.unhooked.input_of(fn, output, hooked=True)
+            if sent is received or isinstance(sent, (Unknown, TensorSummary)) or isinstance(received, TensorSummary):
+                continue
+            if values_equal(sent, received):
+                continue
+            if self.unhooked.edited_in_place:
+                continue
+            call = unseen_call(None, "tensor", None, fn, output, "which hook it is")
+            call.grad_in, call.grad_out, call.modified, call.returned_none = sent, received, True, False
+            call.unseen = ("no Python frame showed this hook: it is written in C, on a tensor whose hooks cannot "
+                           "be listed (no name here, or changed in place after the hook was registered); what it "
+                           "received is what the tensor's users sent, added up, and what it passed on is what "
+                           f"reached {fn.name()}")
+            found.append(call)
+        if found:
+            self.unhooked.activate(edited_in_place=True)
+        return found
+
+    def place(self, call: HookRecord, fn: Any, grad_outputs: tuple) -> None:
+        """Decide what a hook call is attached to (tensor name, node, output index).
+
+        The engine says which node it runs a hook for (``current_fn``); ``fn`` is the node whose
+        post-hook is placing the call (the next to run), the fallback when the engine said nothing."""
+        if call.current_fn is not None and call.kind != "multi_grad":
+            if call.current_fn is not fn:
+                grad_outputs = ()  # fired for another node (an input of autograd.grad): no outputs to match
+            fn = call.current_fn
+        if call.kind in ("tensor", "post_accumulate_grad", "multi_grad"):
+            candidates = [h for h in call.candidates if h.kind == call.kind and id(h) not in self.claimed]
+            if call.kind == "multi_grad":
+                targets = sorted({h.target for h in candidates}, key=[h.target for h in candidates].index)
+                call.target = ", ".join(targets) if targets else "several tensors"
+                call.node_fn = fn
+                mine = next((h for h in candidates if h.grad_fn is fn), None)
+                if mine is not None:  # its place among the hooks of the tensor whose hook called it
+                    call.position, call.output_nr = mine.position, mine.output_nr
+                return
+            here = [h for h in candidates if h.grad_fn is fn]
+            if call.current_fn is not None:  # the engine named the node: only a hook attached there can be it
+                candidates = here
+            if not here and fn is not None:
+                # Only an input of autograd.grad fires its hooks without its node running next.
+                here = [h for h in candidates if self._is_input_node(h.grad_fn) and self._all_consumers_ran(h.grad_fn)]
+            same_target = len({(h.target, id(h.grad_fn)) for h in candidates}) == 1
+            chosen = here[0] if here else (candidates[0] if candidates and same_target and fn is None else None)
+            if chosen is not None:
+                self.claimed.add(id(chosen))  # a tensor hook fires once per pass
+                call.target, call.node_fn, call.output_nr = chosen.target, chosen.grad_fn, chosen.output_nr
+                call.position = chosen.position
+                return
+            if fn is None:  # fired after the last node ran and matches no known tensor
+                call.target = "an unnamed tensor"
+                return
+            call.node_fn = fn
+            call.output_nr = _output_of(call, grad_outputs, self.store_limit)
+            return  # target: the output's label, known once the model is built
+        call.node_fn = fn
+        if call.module is not None:
+            call.target = self.ensure_names().module_name(call.module) or type(call.module).__name__
+            if fn is not None:
+                call.wrapper_seq = fn._sequence_nr()
+        # node hooks: the target is the node's label, known once the model is built
+
+    def _is_input_node(self, node: Any) -> bool:
+        for tensor in self.inputs:
+            if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+                if torch.autograd.graph.get_gradient_edge(tensor).node is node:
+                    return True
+        return False
+
+    def _all_consumers_ran(self, node: Any) -> bool:
+        """True when the engine could now reach ``node`` (it is used, and every user of it ran)."""
+        found = False
+        for (node_id, _), consumers in self.shape.consumers.items():
+            if node_id == id(node):
+                found = True
+                if not all(id(consumer) in self.ran for consumer, _ in consumers):
+                    return False
+        return found
+
+
+def _output_of_call(call: HookRecord) -> int | None:
+    return call.output_nr if call.kind in ("tensor", "multi_grad") else None
+
+
+def _output_of(call: HookRecord, grad_outputs: tuple, limit: int) -> int:
+    """Which output of a multi-output node an unnamed tensor hook belonged to: the one whose
+    gradient equals what the hook passed on."""
+    produced = call.grad_out
+    for index, value in enumerate(grad_outputs):
+        if isinstance(value, torch.Tensor) and produced is not None:
+            if values_equal(snapshot(value, limit), produced):
+                return index
+    return 0

@@ -1,0 +1,83 @@
+"""What one backward pass is recorded as while it runs: plain records, filled in by the observer
+(``observe.py``, ``calls.py``, ``nodes.py``, ``ending.py``) and turned into the pass's model by ``build.py``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+import torch
+
+from ..model import Value
+from .snapshot import snapshot
+
+BEFORE_NODE = ("tensor", "node_pre", "multi_grad")  # hook kinds that run before their node's backward
+
+
+@dataclass
+class NodeRecord:
+    """A backward function ran: what reached it (after hooks) and what it sent, as copies."""
+
+    fn: Any
+    received: tuple[Value, ...]
+    sent: tuple[Value, ...]
+
+
+@dataclass
+class GradRecord:
+    """``AccumulateGrad`` wrote a leaf's ``.grad``."""
+
+    fn: Any
+    received: Value  # what this pass added
+    grad: Value  # .grad right after the write, before any post-accumulate hook
+
+
+@dataclass
+class HookRecord:
+    """One user hook call while it is being recorded."""
+
+    code: Any
+    function: Any
+    kind: str
+    received: Any  # the live object the hook got (dropped when the call ends)
+    grad_in: Any
+    frame: FrameType | None  # while the hook runs
+    candidates: list = field(default_factory=list)
+    module: Any = None
+    target: str | None = None
+    node_fn: Any = None
+    output_nr: int | None = None
+    grad_out: Any = None
+    returned_none: bool = True
+    modified: bool = False
+    error: str | None = None
+    context: Any = None
+    wrapper_seq: int | None = None
+    current_fn: Any = None  # the node the engine was running the hook for (torch._C._current_autograd_node)
+    edited_in_place: bool = False
+    unseen: str | None = None  # a hook the profile function cannot see run (C code): how its values are known
+    position: int | None = None  # its place among the hooks on its tensor, when known
+    state: int | None = None  # id of the per-registration state of torch's wrapper (multi-grad hooks)
+    slot: int | None = None  # a multi-grad hook (mode="all"): which watched tensor's hook called it
+
+
+@dataclass
+class KnownHook:
+    """A hook found on a named tensor before the pass: where it is attached."""
+
+    function: Any
+    kind: str  # "tensor" / "post_accumulate_grad" / "multi_grad"
+    target: str
+    grad_fn: Any  # the node whose execution it precedes (AccumulateGrad for leaves)
+    output_nr: int
+    position: int = 0  # its place among the hooks of its kind on that tensor (registration order)
+    count: int = 1  # how many hooks of its kind that tensor has
+    rank: int | None = None  # when that tensor's hook dict was attached to the node (its first handle's id)
+
+
+def snapshot_all(values: Any, limit: int) -> Any:
+    """Copies (or summaries) of a tensor or a tuple of them; anything else becomes None."""
+    if isinstance(values, (tuple, list)):
+        return tuple(snapshot_all(item, limit) for item in values)
+    return snapshot(values, limit) if isinstance(values, torch.Tensor) else None

@@ -1,0 +1,125 @@
+"""What the steps of one pass are made of (:class:`Step`) and what they look up: the pass's graph, the hooks that
+ran right after each node, the gradients that reached each tensor, and how many times each hook fired."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..model import BackwardPass, Graph, HookCall, NodeRun
+from .questions import Question
+
+
+
+
+STEP_LIMIT = 1000  # events shown as steps; a larger pass ends with one step saying how many more there are
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the walk-through."""
+
+    index: int
+    kind: str  # "start", "node", "hook", "grad", "error"
+    node: str | None  # graph node to highlight
+    title: str  # one line, plain text
+    lines: tuple[str, ...] = ()  # more plain-text lines for the card
+    edges: tuple[tuple[str, str], ...] = ()  # (edge id, gradient text) revealed at this step
+    grads: tuple[tuple[str, str], ...] = ()  # (node id, new text of its grad field)
+    done: tuple[str, ...] = ()  # nodes that are finished after this step
+    modified: bool = False
+    changes: tuple[tuple[str, str], ...] = ()  # (before, after) entries, for a hook that changed a tensor
+    note: str = ""  # a "classic surprise" remark
+    question: Question | None = None  # what a student may predict before this step reveals it
+
+
+def leaf_copies(graph: Graph, node_id: str | None) -> list[str]:
+    """Every drawn copy of a leaf (a widely used leaf is drawn once per use)."""
+    if node_id is None:
+        return []
+    label = graph.node(node_id).label
+    return [n.id for n in graph.nodes_labelled(label)
+            if n.kind in ("leaf", "output") and n.op.endswith("AccumulateGrad")] or [node_id]
+
+
+def hook_totals(passes: list[BackwardPass]) -> dict[tuple, int]:
+    """How many times each registered hook (``HookCall.registration``) fired over the given passes."""
+    totals: dict[tuple, int] = {}
+    for backward_pass in passes:
+        for call in backward_pass.hook_calls:
+            key = _registration(call)
+            totals[key] = max(totals.get(key, 0), call.invocation)
+    return totals
+
+
+def _registration(call: HookCall) -> tuple:
+    """Which registered hook made ``call`` (records made before ``registration`` existed: name, target, kind)."""
+    return ("registration", call.registration) if call.registration else (call.hook, call.target, call.kind)
+
+
+def hook_positions(backward_pass: BackwardPass) -> dict[int, tuple[int, int]]:
+    """For each hook call (by step): its place among the hooks of its kind that fired on the same
+    target in this pass, and how many there were.  PyTorch runs the hooks on one tensor (or node,
+    or module call) in registration order, so the place is the registration order.  Hooks are told apart
+    by their registration: one hook firing twice on a target is one hook, two hooks are two."""
+    groups: dict[tuple, list[HookCall]] = {}
+    for event in backward_pass.events:
+        if isinstance(event, HookCall):
+            key = (event.kind, event.target, event.node, event.forward_call)
+            groups.setdefault(key, []).append(event)
+    positions = {}
+    for calls in groups.values():
+        hooks = list(dict.fromkeys(call.registration or ("step", call.step) for call in calls))
+        for call in calls:
+            positions[call.step] = (hooks.index(call.registration or ("step", call.step)) + 1, len(hooks))
+    return positions
+
+
+# hooks that run on a backward function after it computed (they may change what it sends)
+_AFTER_NODE = ("node", "module_full", "global_module_full", "module_legacy", "global_module_legacy",
+               "module_full_pre", "global_module_full_pre")
+
+
+@dataclass
+class _Pass:
+    """What the steps of one pass look up: its graph, the hooks that ran right after each node on that node,
+    and every gradient that arrived at each drawn tensor (one entry per use)."""
+
+    backward_pass: BackwardPass
+    after_node: dict[int, list[HookCall]] = field(default_factory=dict)
+    arrivals: dict[str, list] = field(default_factory=dict)
+    first_change: float = float("inf")  # the step of the first hook that changed a gradient, or may have
+
+    @property
+    def graph(self) -> Graph:
+        return self.backward_pass.graph
+
+    @classmethod
+    def of(cls, backward_pass: BackwardPass) -> "_Pass":
+        context = cls(backward_pass)
+        graph = backward_pass.graph
+        events = backward_pass.events
+        for position, event in enumerate(events):
+            if isinstance(event, HookCall) and (event.modified or event.edited_in_place or event.error or (
+                    event.unseen and (event.grad_in is None or event.grad_out is None))):
+                context.first_change = min(context.first_change, event.step)
+            if not isinstance(event, NodeRun):
+                continue
+            following = context.after_node.setdefault(event.step, [])
+            for later in events[position + 1:]:
+                if not (isinstance(later, HookCall) and later.node == event.node and event.node
+                        and later.kind in _AFTER_NODE):
+                    break
+                following.append(later)
+            for edge_id, value in zip(event.edges, event.grad_out):
+                if edge_id and value is not None:
+                    context.arrivals.setdefault(graph.edge(edge_id).src, []).append((event.step, value))
+        return context
+
+    def arrived(self, node_id: str | None, by_op: bool = False) -> list:
+        """The gradients the uses of a tensor sent it (a leaf drawn once per use: all its copies); with
+        ``by_op``, (step of the node that sent it, gradient) pairs."""
+        if node_id is None:
+            return []
+        copies = leaf_copies(self.graph, node_id) if self.graph.node(node_id).kind == "leaf" else [node_id]
+        found = [item for copy in copies for item in self.arrivals.get(copy, ())]
+        return found if by_op else [value for _, value in found]
