@@ -561,3 +561,17 @@ def test_paths_through_broadcasting_are_summed_down_as_the_engine_does():
         assert path_set.total.shape == leaf.shape
         assert torch.allclose(path_set.total, leaf.grad, rtol=1e-5, atol=1e-6)
     assert lens.paths_to("x").count == 3 and lens.paths_to("b").count == 2
+
+
+def test_a_forward_record_that_forgot_cuts_does_not_claim_not_on_path(monkeypatch):
+    from autograd_lens.debug import forward
+
+    monkeypatch.setattr(forward, "CUT_LIMIT", 2)
+    x = torch.randn(3, requires_grad=True)
+    w = torch.randn(3, requires_grad=True)
+    with al.Lens(names={"x": x, "w": w}, why=True) as lens:
+        for _ in range(3):
+            (x * 2).sum().item()  # a cut each time (logging a loss)
+        (x * 3).sum().backward()
+    reason = lens.passes[0].unreached["w"]
+    assert reason.code == "unknown" and "too long to look at in full" in reason.text

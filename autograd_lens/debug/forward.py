@@ -29,6 +29,7 @@ VALUE_CALLS = {"item": ".item()", "tolist": ".tolist()", "numpy": ".numpy()", "_
                "__int__": "int()", "__index__": "int()", "__array__": "NumPy"}
 DETACHING = {"detach": ".detach()", "detach_": ".detach_()", "data": ".data"}
 TABLE_LIMIT = 20000  # values followed at most; the oldest are forgotten first
+CUT_LIMIT = 2000  # cuts kept at most (each holds the functions behind it); the oldest are forgotten first
 UPSTREAM_LIMIT = 400  # backward functions walked from a cut to find what it was computed from
 CHAIN_LIMIT = 6
 _LENS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -188,7 +189,7 @@ class ForwardRecorder(TorchFunctionMode):
         cut = Cut(cause=cause, how=how, sources=tuple(weakref.ref(source) for source in sources))
         _upstream(sources, cut)  # e.g. linear(x, weight, bias) under no_grad cuts both parameters
         self.cuts.append(cut)
-        if len(self.cuts) > TABLE_LIMIT:
+        if len(self.cuts) > CUT_LIMIT:
             del self.cuts[0]
             self.forgot += 1
         return cut
