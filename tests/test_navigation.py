@@ -60,3 +60,77 @@ def test_keys_step_in_jupyterlab(browser, lab):
     where = ".jp-OutputArea .al-stepper"
     assert press_and_read(page, where, ["ArrowRight", "j", "k", "ArrowLeft"]) == [2, 3, 2, 1]
     page.close()
+
+
+def mlp_page(browser, tmp_path, layers=50, modules=False, name="mlp.html", color_scheme="light"):
+    """A pass through layers x (Linear + Tanh) as a static page: (lens, page, errors)."""
+    import torch
+
+    import autograd_lens as al
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[m for _ in range(layers) for m in (torch.nn.Linear(8, 8), torch.nn.Tanh())])
+    x = torch.randn(4, 8)
+    with al.Lens(names={"model": model, "x": x}, modules=modules) as lens:
+        loss = model(x).sum()
+        loss.backward()
+    path = tmp_path / name
+    lens.to_html(str(path))
+    page = browser.new_page(viewport={"width": 1300, "height": 900}, color_scheme=color_scheme)
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(path.as_uri())
+    page.wait_for_selector(".al-stepper[data-step='0']")
+    return lens, page, errors
+
+
+def test_search_select_upstream_downstream_and_root_in_the_static_page(browser, tmp_path):
+    lens, page, errors = mlp_page(browser, tmp_path)
+    graph = lens.passes[0].graph
+    root = next(node.id for node in graph.nodes if node.kind == "output")
+    in_view = """id => { const box = document.querySelector('.al-canvas #' + id).getBoundingClientRect();
+        const port = document.querySelector('.al-viewport').getBoundingClientRect();
+        return box.left >= port.left && box.right <= port.right && box.top >= port.top && box.bottom <= port.bottom; }"""
+    assert page.evaluate(in_view, root)  # the root (the loss) is in view from the start
+    # search by a module path: the parameter's box is found, selected and brought into view
+    page.fill("input.al-search", "model.60.weight")
+    assert page.get_attribute(".al-stepper", "data-found") == "1"
+    page.press("input.al-search", "Enter")
+    target = next(node for node in graph.nodes if node.label == "model.60.weight")
+    assert page.get_attribute(".al-stepper", "data-selected") == target.id
+    assert page.evaluate(in_view, target.id)
+    # upstream and downstream, counted in Python along the same arrows
+    def reach(start, forward):
+        seen, todo = set(), [start]
+        while todo:
+            node = todo.pop()
+            for edge in (graph.edges_from(node) if forward else graph.edges_into(node)):
+                other = edge.dst if forward else edge.src
+                if other not in seen:
+                    seen.add(other)
+                    todo.append(other)
+        return seen
+    assert int(page.get_attribute(".al-stepper", "data-downstream")) == len(reach(target.id, True)) > 10
+    assert int(page.get_attribute(".al-stepper", "data-upstream")) == len(reach(target.id, False)) == 0
+    opacity = "id => getComputedStyle(document.querySelector('.al-canvas #' + id)).opacity"
+    unrelated = next(n.id for n in graph.nodes if n.id not in reach(target.id, True) and n.id != target.id)
+    assert page.evaluate(opacity, root) == "1" and page.evaluate(opacity, unrelated) == "0.2"
+    # by op name: every box showing it
+    page.fill("input.al-search", "TanhBackward0")
+    assert page.get_attribute(".al-stepper", "data-found") == str(sum(n.op == "TanhBackward0" for n in graph.nodes))
+    page.press("input.al-search", "Escape")
+    assert page.get_attribute(".al-stepper", "data-selected") == ""
+    # the root button brings the root back
+    page.click("button[data-go=fit]")
+    page.click("button[data-go=zoom-in]")
+    for _ in range(6):
+        page.click("button[data-go=zoom-in]")
+    page.click("button[data-go=root]")
+    assert page.evaluate(in_view, root)
+    # a click on a box selects it
+    page.click("button[data-go=fit]")
+    page.locator(f".al-canvas #{root} > polygon").click(force=True)
+    assert page.get_attribute(".al-stepper", "data-selected") == root
+    assert int(page.get_attribute(".al-stepper", "data-upstream")) == len(reach(root, False))
+    assert errors == []
+    page.close()

@@ -21,12 +21,17 @@ from ..format import format_value
 from ..model import BackwardPass
 from .dot import to_dot
 from .render import render_svg
-from .trace_display import pass_title
 from .steps import (Frame, Step, card_html, frame, grads_table_html, hook_totals, question_html, question_rule,
                     steps_for)
 
 CURRENT_COLOR = "#2563eb"
 DONE_COLOR = "#16a34a"
+
+
+def pass_title(backward_pass: BackwardPass) -> str:
+    what = "backward()" if backward_pass.kind == "backward" else "autograd.grad()"
+    roots = ", ".join(backward_pass.roots)
+    return f"pass {backward_pass.index + 1}: {what} of {roots}"
 
 
 @dataclass
@@ -101,6 +106,9 @@ class PassView:
             ],
             "cards": self.cards,
             "table": self.table,
+            # the arrows (data-flow direction) and the roots: search, upstream/downstream highlight, root in view
+            "links": [[edge.src, edge.dst, edge.id] for edge in self.backward_pass.graph.edges],
+            "roots": [node.id for node in self.backward_pass.graph.nodes if node.kind == "output"],
         }
         if self.backward_pass.sources:  # shown on hover over a node
             data["sources"] = {node: source.describe() for node, source in self.backward_pass.sources.items()}

@@ -125,6 +125,7 @@ function render({ model, el }) {
   baseStyle.textContent = data.css.split("{scope}").join(scope);
   const frameStyle = make("style", { class: "al-frame" });
   const groupStyle = make("style", { class: "al-group-frame" });
+  const selectStyle = make("style", { class: "al-select-frame" }); // the selected node, upstream and downstream
 
   // controls
   const toolbar = make("div", { class: "al-controls", role: "toolbar", "aria-label": "step through the backward pass" });
@@ -156,10 +157,15 @@ function render({ model, el }) {
   });
   groupSelect.style.display = "none";
   toolbar.appendChild(groupSelect);
+  // find a node by what it shows (variable, module path, op); Enter goes to the next match
+  const search = make("input", { type: "search", class: "al-search", placeholder: "find: name, module, op",
+    "aria-label": "find a node by name, module path or op (Enter: next match, Escape: clear)" });
+  toolbar.appendChild(search);
   const zoom = make("span", { class: "al-zoom", role: "group", "aria-label": "zoom" });
   button("zoom-out", "-", "zoom out (-)", zoom);
   button("zoom-in", "+", "zoom in (+)", zoom);
   button("fit", "fit", "fit the whole graph (0)", zoom);
+  button("root", "root", "show the root, where the backward pass starts (r)", zoom);
   const followLabel = make("label", { class: "al-follow", title: "keep the current node in view" });
   const follow = make("input", { type: "checkbox", checked: "" });
   followLabel.appendChild(follow);
@@ -173,7 +179,10 @@ function render({ model, el }) {
   viewport.appendChild(canvas);
   const cardBox = make("div", { class: "al-cardbox", "aria-live": "polite" });
   const tableBox = make("div", { class: "al-tablebox" });
-  root.append(baseStyle, frameStyle, groupStyle, toolbar, viewport, cardBox, tableBox);
+  baseStyle.textContent += "\n" + [scope + " .al-found > polygon, " + scope + " .al-found > path, " + scope +
+    " .al-found > ellipse {stroke: #db2777; stroke-width: 3px}", scope + " .al-search {width: 12em}",
+    scope + " .node {cursor: pointer}"].join("\n");
+  root.append(baseStyle, frameStyle, groupStyle, selectStyle, toolbar, viewport, cardBox, tableBox);
   el.replaceChildren(root);
 
   const svgs = passes.map(() => null);
@@ -262,6 +271,79 @@ function render({ model, el }) {
     view.x += port.left + port.width / 2 - (box.left + box.width / 2);
     view.y += port.top + port.height / 2 - (box.top + box.height / 2);
     apply();
+  }
+
+  function centreOn(id) {
+    const target = canvas.querySelector("#" + (hiddenIn[id] || id));
+    if (!target) { return; }
+    if (view.scale * FONT_PX < MIN_TEXT_PX) { view.scale = MIN_TEXT_PX / FONT_PX; apply(); }
+    const box = target.getBoundingClientRect();
+    const port = viewport.getBoundingClientRect();
+    if (box.left >= port.left && box.right <= port.right && box.top >= port.top && box.bottom <= port.bottom) { return; }
+    view.x += port.left + port.width / 2 - (box.left + box.width / 2);
+    view.y += port.top + port.height / 2 - (box.top + box.height / 2);
+    apply();
+  }
+
+  // what feeds the selected node (upstream) and what it feeds (downstream), along the drawing's arrows
+  function related(node) {
+    const into = {};
+    const out = {};
+    (passes[pass].links || []).forEach(([a, b, e]) => {
+      (into[b] = into[b] || []).push([a, e]);
+      (out[a] = out[a] || []).push([b, e]);
+    });
+    const reach = (next) => {
+      const seen = {};
+      const edges = {};
+      const todo = [node];
+      while (todo.length) {
+        (next[todo.pop()] || []).forEach(([m, e]) => {
+          edges[e] = 1;
+          if (!seen[m]) { seen[m] = 1; todo.push(m); }
+        });
+      }
+      return [keys(seen), keys(edges)];
+    };
+    const [up, upEdges] = reach(into);
+    const [down, downEdges] = reach(out);
+    return { up, down, edges: upEdges.concat(downEdges) };
+  }
+
+  function select(node) {
+    root.setAttribute("data-selected", node || "");
+    if (!node) { selectStyle.textContent = ""; root.removeAttribute("data-upstream"); root.removeAttribute("data-downstream"); return; }
+    const near = related(node);
+    const kept = [node].concat(near.up, near.down, near.edges).map((id) => scope + " #" + id);
+    const shape = (id) => ["polygon", "path", "ellipse"].map((s) => scope + " #" + id + " > " + s).join(", ");
+    selectStyle.textContent = [scope + " .al-canvas g.node, " + scope + " .al-canvas g.edge {opacity: 0.2}",
+      kept.join(", ") + " {opacity: 1}", shape(node) + " {stroke: #db2777; stroke-width: 4px}"].join("\n");
+    root.setAttribute("data-upstream", String(near.up.length));
+    root.setAttribute("data-downstream", String(near.down.length));
+  }
+
+  let found = [];
+  let foundAt = -1;
+  function find(query) {
+    const q = query.trim().toLowerCase();
+    canvas.querySelectorAll(".al-found").forEach((g) => { g.classList.remove("al-found"); });
+    found = !q ? [] : Array.from(canvas.querySelectorAll("g.node, g.cluster"))
+      .filter((g) => g.id && (g.textContent || "").toLowerCase().includes(q)).map((g) => g.id);
+    found.forEach((id) => { canvas.querySelector("#" + id).classList.add("al-found"); });
+    foundAt = -1;
+    root.setAttribute("data-found", String(found.length));
+  }
+
+  function reveal(id) {
+    // a node inside a collapsed module group: open the groups around it first
+    const groups = passes[pass].groups;
+    if (groups && hiddenIn[id]) {
+      groups.list.forEach((g) => { if (g.nodeSet && g.nodeSet.has(id)) { opened[g.id] = true; } });
+      applyGroups();
+    }
+    const target = canvas.querySelector("#" + id);
+    if (target && target.classList.contains("node")) { select(id); }
+    centreOn(id);
   }
 
   function setupGroups(p) {
@@ -392,6 +474,8 @@ function render({ model, el }) {
       }
     }
     setupGroups(p);
+    select(null);
+    find(search.value);
     tableBox.innerHTML = passes[p].table;
     if (passSelect) { passSelect.value = String(p); }
     stop();
@@ -400,6 +484,7 @@ function render({ model, el }) {
     const scale = Math.max(Math.min((viewport.clientWidth || 800) / w, 1), MIN_TEXT_PX / FONT_PX);
     viewport.style.height = Math.round(Math.max(160, Math.min(h * scale + 8, 620))) + "px";
     readable();
+    (passes[p].roots || []).slice(0, 1).forEach(centreOn); // the root (the loss) in view from the start
     if (!fromModel && model.get("pass_index") !== p) {
       model.set("pass_index", p);
       model.save_changes();
@@ -444,12 +529,13 @@ function render({ model, el }) {
     "zoom-in": () => zoomAt(1.25),
     "zoom-out": () => zoomAt(0.8),
     fit: () => fit(),
+    root: () => (passes[pass].roots || []).slice(0, 1).forEach(centreOn),
   };
   toolbar.addEventListener("click", (event) => {
     const action = event.target.getAttribute && event.target.getAttribute("data-go");
     if (!action) { return; }
     if (action === "play") { play(); return; }
-    if (action.startsWith("zoom") || action === "fit") { go[action](); return; }
+    if (action.startsWith("zoom") || action === "fit" || action === "root") { go[action](); return; }
     stop();
     go[action]();
   });
@@ -464,18 +550,31 @@ function render({ model, el }) {
     }
   });
   slider.addEventListener("input", () => { stop(); show(parseInt(slider.value, 10)); });
+  search.addEventListener("input", () => { find(search.value); });
+  search.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && found.length) {
+      event.preventDefault();
+      foundAt = (foundAt + 1) % found.length;
+      reveal(found[foundAt]);
+    } else if (event.key === "Escape") {
+      search.value = "";
+      find("");
+      select(null);
+    }
+  });
   groupSelect.addEventListener("change", () => { groupMode = groupSelect.value; opened = {}; applyGroups(); followCurrent(); });
   if (passSelect) { passSelect.addEventListener("change", () => choosePass(parseInt(passSelect.value, 10))); }
   const onKey = (event) => {
     if (event.target && (event.target.tagName === "INPUT" || event.target.tagName === "SELECT")) { return; }
     if (event.ctrlKey || event.metaKey || event.altKey) { return; }
-    const actions = { ArrowRight: "next", ArrowLeft: "prev", j: "next", k: "prev", Home: "first", End: "last", "+": "zoom-in", "=": "zoom-in", "-": "zoom-out", "0": "fit" };
+    const actions = { ArrowRight: "next", ArrowLeft: "prev", j: "next", k: "prev", Home: "first", End: "last", "+": "zoom-in", "=": "zoom-in", "-": "zoom-out", "0": "fit", r: "root", Escape: "unselect" };
     const action = actions[event.key];
     if (!action) { return; }
     event.preventDefault();
     // the notebook's own shortcuts (j/k select cells, arrows move between them) must not also run
     event.stopPropagation();
-    if (!action.startsWith("zoom") && action !== "fit") { stop(); }
+    if (action === "unselect") { select(null); return; }
+    if (!action.startsWith("zoom") && action !== "fit" && action !== "root") { stop(); }
     go[action]();
   };
   root.addEventListener("keydown", onKey);
@@ -506,7 +605,10 @@ function render({ model, el }) {
     // a click (no drag) on a module group's outline or name opens or closes it
     const cluster = drag && Math.abs(event.clientX - drag.x) + Math.abs(event.clientY - drag.y) < 4 &&
       drag.target && drag.target.closest ? drag.target.closest("g.cluster") : null;
+    const node = drag && !cluster && Math.abs(event.clientX - drag.x) + Math.abs(event.clientY - drag.y) < 4 &&
+      drag.target && drag.target.closest ? drag.target.closest("g.node") : null;
     endDrag();
+    if (node && node.id) { select(root.getAttribute("data-selected") === node.id ? null : node.id); }
     if (cluster && passes[pass].groups && cluster.id) {
       opened[cluster.id] = cluster.classList.contains("al-collapsed");
       applyGroups();
