@@ -575,3 +575,19 @@ def test_a_forward_record_that_forgot_cuts_does_not_claim_not_on_path(monkeypatc
         (x * 3).sum().backward()
     reason = lens.passes[0].unreached["w"]
     assert reason.code == "unknown" and "too long to look at in full" in reason.text
+
+
+def test_the_forward_record_names_the_first_forward_call_that_made_nan_or_inf(shell):
+    from autograd_lens.debug import forward_nonfinite
+
+    shell.run_cell("import torch\nv = torch.tensor([0.0, 2.0], requires_grad=True)")
+    shell.run_cell("%%lens --no-show --why v\nsafe = v + 1\nlogs = torch.log(v)\n(logs * 0 + safe).sum().backward()")
+    lens = shell.user_ns["_lens"]
+    found, source = forward_nonfinite(lens.passes[0])
+    assert torch.isinf(torch.log(torch.tensor(0.0)))  # plain torch: log(0) = -inf
+    assert (found.op, found.inputs, found.output) == ("log", "([0.0, 2.0])", "[-inf, 0.6931]")
+    assert source.text.startswith("logs = torch.log(v)")
+    assert "forward: log (the block's first NaN or inf)" in repr(lens.why("v"))
+    with al.Lens(names={}) as plain_lens:
+        (torch.log(torch.zeros(1, requires_grad=True)) * 0).sum().backward()
+    assert forward_nonfinite(plain_lens.passes[0]) == (None, None)  # not recorded without why=True

@@ -112,6 +112,26 @@ def safe_first_nonfinite(backward_pass: Any) -> NonFinite | None:
                          note=f"could not be worked out ({type(problem).__name__}: {problem})")
 
 
+def forward_nonfinite(backward_pass: Any) -> tuple[Any, Any]:
+    """(the block's first forward call that returned NaN or inf from finite inputs, up to this pass; the cell
+    line that made it, when its result is on this pass's graph): (None, None) when there is none or forward ops
+    were not recorded (``Lens(why=True)``).  Never raises."""
+    try:
+        evidence = getattr(backward_pass, "debug", None)
+        found = getattr(evidence, "forward_nonfinite", None)
+        if found is None:
+            return None, None
+        source = None
+        if found.node is not None:
+            for node in backward_pass.graph.nodes:
+                if node.kind == "function" and (node.sequence_nr, node.op) == found.node:
+                    source = backward_pass.sources.get(node.id)
+                    break
+        return found, source
+    except Exception:
+        return None, None
+
+
 def safe_paths_to(passes: list, name: str, index: int | None = None) -> PathSet:
     """The paths to ``name`` in pass ``index`` (default: the last pass whose graph has it)."""
     try:
@@ -128,3 +148,14 @@ def safe_paths_to(passes: list, name: str, index: int | None = None) -> PathSet:
         return PathSet(name, unknown=f"no recorded pass has a leaf named {name}")
     except Exception as problem:
         return PathSet(name, unknown=f"could not be worked out ({type(problem).__name__}: {problem})")
+
+
+def _register() -> None:
+    """Hand ``BackwardPass.unreached`` / ``.first_nonfinite`` their answers (``model.py`` imports nothing of this
+    package)."""
+    from ..model import provide
+
+    provide(unreached=safe_unreached, first_nonfinite=safe_first_nonfinite)
+
+
+_register()

@@ -51,6 +51,7 @@ class Evidence:
     saved_note: str = ""  # why saved tensors were not (all) looked at
     paths: dict[str, Any] = field(default_factory=dict)  # leaf name -> PathSet (with a forward record only)
     paths_note: str = ""
+    forward_nonfinite: Any = None  # the block's first forward call returning NaN or inf from finite inputs
 
 
 def collect(shape: Any, names: Any, recorder: Any = None) -> Evidence:
@@ -74,8 +75,9 @@ def collect(shape: Any, names: Any, recorder: Any = None) -> Evidence:
             candidates.append(Candidate(name, fn is None, True, True, node, tensor.output_nr))
         else:
             missing.append((name, tensor))
+    nonfinite = recorder.nonfinite if recorder is not None else None
     if not missing:
-        return Evidence(tuple(candidates), forward=recorder is not None)
+        return Evidence(tuple(candidates), forward=recorder is not None, forward_nonfinite=nonfinite)
     saved, saved_note = [], ""
     if any(tensor.requires_grad for _, tensor in missing):  # a frozen parameter's clue needs no saved tensor
         saved, saved_note = _saved_tensors(shape)
@@ -92,7 +94,7 @@ def collect(shape: Any, names: Any, recorder: Any = None) -> Evidence:
     elif recorder is not None and (recorder.forgot or len(recorder.cuts) > CUT_SCAN_LIMIT):
         forward_note = "the forward record is too long to look at in full (its oldest cuts were not looked at)"
     return Evidence(tuple(candidates), forward=recorder is not None, forward_note=forward_note,
-                    saved_note=saved_note)
+                    saved_note=saved_note, forward_nonfinite=nonfinite)
 
 
 def _key(fn: Any) -> tuple[int, str]:

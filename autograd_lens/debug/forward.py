@@ -66,6 +66,19 @@ class Cut:
         return f"{self.how}{after}"
 
 
+@dataclass(frozen=True)
+class ForwardNonFinite:
+    """The first forward call of the block that returned NaN or inf from finite inputs."""
+
+    op: str  # e.g. "log"
+    inputs: str  # a summary of its tensor inputs
+    output: str  # a summary of what it returned
+    node: tuple[int, str] | None = None  # (sequence_nr, backward function) of its result, when it requires grad
+
+    def text(self) -> str:
+        return f"forward: {self.op} returned {self.output} from {self.inputs}"
+
+
 def node_key(fn: Any) -> tuple[int, str]:
     return (fn._sequence_nr(), fn.name())
 
@@ -107,6 +120,7 @@ class ForwardRecorder(TorchFunctionMode):
         self.cuts: list[Cut] = []
         self.failed: str | None = None
         self.forgot = 0  # cuts and followed values dropped past TABLE_LIMIT
+        self.nonfinite: ForwardNonFinite | None = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -122,12 +136,30 @@ class ForwardRecorder(TorchFunctionMode):
         if caught:
             _warn_again(caught, sys._getframe(1))
         try:
+            if self.nonfinite is None:
+                self._check_finite(func, args, kwargs, result)
             self._note(func, args, kwargs, result, grad_enabled, inference)
         except Exception as problem:  # never let the recorder change what the user's call returns
             self.failed = self.failed or f"{type(problem).__name__}: {problem}"
         return result
 
     # ------------------------------------------------------------------ bookkeeping
+    def _check_finite(self, func: Any, args: tuple, kwargs: dict, result: Any) -> None:
+        outputs = [out for out in _flat((result,)) if _floating(out)]
+        if not outputs or all(bool(out.isfinite().all()) for out in outputs):
+            return
+        inputs = [value for value in list(_flat(args)) + list(_flat(kwargs.values())) if _floating(value)]
+        if not all(bool(value.isfinite().all()) for value in inputs):
+            return
+        from ..capture.snapshot import snapshot
+        from .nonfinite import describe
+
+        bad = next(out for out in outputs if not bool(out.isfinite().all()))
+        node = node_key(bad.grad_fn) if bad.grad_fn is not None else None
+        name = (_func_name(func) or "a call").replace("__get__", ".")
+        self.nonfinite = ForwardNonFinite(name, describe(tuple(snapshot(value, 16) for value in inputs)),
+                                          describe(snapshot(bad, 16)), node)
+
     def _note(self, func: Any, args: tuple, kwargs: dict, result: Any, grad_enabled: bool, inference: bool) -> None:
         name = _func_name(func)
         if name is None:
@@ -220,6 +252,11 @@ def _warn_again(caught: list, frame: Any) -> None:
         registry = frame.f_globals.setdefault("__warningregistry__", {}) \
             if filename == frame.f_code.co_filename else None
         warnings.warn_explicit(item.message, item.category, filename, lineno, registry=registry)
+
+
+def _floating(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex()) \
+        and value.layout == torch.strided and value.device.type != "meta"
 
 
 def _holds_grad(value: Any) -> bool:

@@ -30,9 +30,10 @@ class Why:
 
     def rows(self) -> dict[str, list[tuple[str, ...]]]:
         """Each section's table rows (plain strings), in pass order."""
-        from . import safe_paths_to
+        from . import forward_nonfinite, safe_paths_to
 
         stopped, nonfinite = [], []
+        forward = forward_nonfinite(self.lens.passes[-1]) if self.lens.passes else (None, None)
         for backward_pass in self.lens.passes:
             number = str(backward_pass.index + 1)
             reason = backward_pass.unreached.get(self.name)
@@ -43,6 +44,10 @@ class Why:
                 where = origin.source.describe() if origin.source is not None else ""
                 what = f"{origin.name} [{origin.label}]" + (f" ({origin.note})" if origin.note else "")
                 nonfinite.append((number, what, origin.inputs, origin.outputs, where))
+        if forward[0] is not None:
+            where = forward[1].describe() if forward[1] is not None else ""
+            nonfinite.insert(0, ("", f"forward: {forward[0].op} (the block's first NaN or inf)", forward[0].inputs,
+                                 forward[0].output, where))
         if not nonfinite:
             everything = "every recorded gradient is finite" if len(self.lens.passes) == 1 else \
                 "every recorded gradient of every pass is finite"
