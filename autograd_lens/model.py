@@ -14,8 +14,27 @@ from functools import cached_property
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
+from .numbers import format_number, format_shape
+
 if TYPE_CHECKING:
     import torch
+
+
+# What shows or explains these records lives in views/ and debug/, which import this module; they hand their
+# functions in here as they load (importing autograd_lens loads both), so this module imports neither.
+_PROVIDED: dict[str, Any] = {}
+
+
+def provide(**functions: Any) -> None:
+    """Called by ``autograd_lens.views`` and ``autograd_lens.debug`` as they load."""
+    _PROVIDED.update(functions)
+
+
+def _provided(name: str) -> Any:
+    function = _PROVIDED.get(name)
+    if function is None:  # only when importing autograd_lens stopped early (see compat.py)
+        raise RuntimeError(f"autograd_lens is not loaded ({name} is missing): `import autograd_lens` first")
+    return function
 
 
 @dataclass(frozen=True)
@@ -43,8 +62,6 @@ class TensorSummary:
         return count
 
     def text(self) -> str:
-        from .format import format_shape, format_number
-
         parts = [f"[{format_shape(self.shape)} {self.dtype}" + ("" if self.kind == "dense" else f" {self.kind}") + "]"]
         if self.min is not None:
             parts.append(f"min {format_number(self.min)} max {format_number(self.max)}")
@@ -233,9 +250,7 @@ class Graph:
 
     def to_dot(self, **options: Any) -> str:
         """The DOT source of this graph (deterministic text)."""
-        from .views.dot import to_dot
-
-        return to_dot(self, **options)
+        return _provided("to_dot")(self, **options)
 
     def render(self, path: str | None = None, format: str = "svg", renderer: str | None = None) -> bytes:
         """Lay out and render the graph; write it to ``path`` when given.
@@ -243,19 +258,14 @@ class Graph:
         SVG comes from the in-process WebAssembly Graphviz (or the ``dot``
         binary); PNG and PDF need the ``dot`` binary.
         """
-        from .views.render import render_graph
-
-        return render_graph(self, path=path, format=format, renderer=renderer)
+        return _provided("render_graph")(self, path=path, format=format, renderer=renderer)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from .views.display import graph_bundle
-
-        return graph_bundle(self)
+        return _provided("graph_bundle")(self)
 
     def __repr__(self) -> str:
-        from .views.display import graph_text
-
-        return graph_text(self)
+        text = _PROVIDED.get("graph_text")
+        return text(self) if text is not None else f"<Graph: {len(self.nodes)} nodes, {len(self.edges)} edges>"
 
 
 @dataclass(frozen=True)
@@ -448,16 +458,12 @@ class BackwardPass:
     @cached_property
     def unreached(self) -> dict:
         """``{name: Reason}``: each named tensor requiring grad that got no gradient in this pass, and why."""
-        from .debug import safe_unreached
-
-        return safe_unreached(self)
+        return _provided("unreached")(self)
 
     @cached_property
     def first_nonfinite(self):
         """Where NaN or inf started in this pass (a :class:`~autograd_lens.debug.NonFinite`), or None."""
-        from .debug import safe_first_nonfinite
-
-        return safe_first_nonfinite(self)
+        return _provided("first_nonfinite")(self)
 
     def group_of(self, node_id: str) -> ModuleGroup | None:
         """The innermost module call that made (or owns) ``node_id``, if known."""

@@ -15,6 +15,13 @@ import torch
 _SKIPPED = {"In", "Out", "exit", "quit", "get_ipython"}
 
 
+def hook_name(hook: Any) -> str:
+    """The name a hook is shown by: its ``__qualname__`` without ``<locals>`` noise."""
+    target = getattr(hook, "func", None) or getattr(hook, "hook", None) or hook  # partial / _WrappedHook
+    name = getattr(target, "__qualname__", None) or type(target).__qualname__
+    return name.split("<locals>.")[-1]
+
+
 @dataclass
 class Names:
     """Names of the tensors and modules of one namespace.
@@ -69,8 +76,6 @@ class Names:
 
     def module_badges(self) -> dict[int, tuple[str, ...]]:
         """``id(parameter)`` → badges for the backward hooks of the module that owns it."""
-        from .walk import hook_name
-
         badges: dict[int, tuple[str, ...]] = {}
         for module in self.module_objects:
             hooks = [("pre-hook", h) for h in module._backward_pre_hooks.values()]

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ..compat import other_profiler
+from ..debug import DebugRecording
 from ..model import BackwardPass, GraphOptions, HookCall, Note, values_equal
 from ..notes import note
 from .build import HookCounter, build_pass, relabel
@@ -145,8 +146,6 @@ class Lens:
         self.module_calls: ModuleCalls | None = None
         if not isinstance(why, bool):
             raise TypeError(f"why must be True or False, not {why!r}")
-        from ..debug import DebugRecording
-
         self._debug = DebugRecording(why)  # why=True: forward ops recorded for .unreached, paths for paths_to
 
     @property

@@ -17,7 +17,7 @@ import torch
 from torch.autograd.graph import GradientEdge
 
 from ..model import Edge, Graph, GraphOptions, Node, TensorSummary, Value
-from .names import Names
+from .names import Names, hook_name  # hook_name: also imported from here
 from .snapshot import dtype_name, snapshot
 
 _BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
@@ -195,13 +195,6 @@ def _hook_badges(tensor: torch.Tensor) -> tuple[str, ...]:
     if tensor.grad_fn is not None and tensor.retains_grad:
         badges.append("[retain_grad]")
     return tuple(badges)
-
-
-def hook_name(hook: Any) -> str:
-    """The name a hook is shown by: its ``__qualname__`` without ``<locals>`` noise."""
-    target = getattr(hook, "func", None) or getattr(hook, "hook", None) or hook  # partial / _WrappedHook
-    name = getattr(target, "__qualname__", None) or type(target).__qualname__
-    return name.split("<locals>.")[-1]
 
 
 class _Builder:

@@ -277,8 +277,7 @@ def slim_svg(svg: str) -> str:
     svg = _CLOSED.sub(lambda m: f' points="{m.group(1)}{m.group(2)}"', svg)
     svg = re.sub(r">\n<", "><", svg)
     defaults = ' text-anchor="middle" font-size="11"'
-    if _FONT in svg:
-        svg = svg.replace(_FONT, "")
+    svg = svg.replace(_FONT, "").replace(' font-family="Helvetica"', "")  # the drawing says it once, as a list
     svg = svg.replace("<svg ", '<svg class="al-g"' + _FONT + defaults + " ", 1)
     svg = svg.replace('<g id="graph0" class="graph"', '<g id="graph0" class="graph" stroke="black"', 1)
     return re.sub(r"(<svg[^>]*>)", lambda m: m.group(1) + _SHEET, svg, count=1)

@@ -15,8 +15,7 @@ import json
 import zlib
 from importlib import resources
 
-from .passview import PassView, stepper_data, views_for
-from .trace_display import pass_title
+from .passview import PassView, pass_title, stepper_data, views_for
 
 _MODULE: str | None = None
 

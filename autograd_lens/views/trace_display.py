@@ -6,12 +6,7 @@ import html
 from typing import Any
 
 from ..model import BackwardPass
-
-
-def pass_title(backward_pass: BackwardPass) -> str:
-    what = "backward()" if backward_pass.kind == "backward" else "autograd.grad()"
-    roots = ", ".join(backward_pass.roots)
-    return f"pass {backward_pass.index + 1}: {what} of {roots}"
+from .passview import pass_title
 
 
 def lens_text(lens: Any) -> str:
