@@ -193,10 +193,15 @@ def _same_values(value: torch.Tensor, tensor: torch.Tensor) -> bool:
             return False
         if value.dim() and tuple(value.shape) != tuple(tensor.shape):
             return False
-        mine = tensor.detach().reshape(-1).double()
-        theirs = value.detach().reshape(-1).double()
-        if bool((mine == mine.round()).all()):
-            return False
-        return bool(torch.equal(mine, theirs))
+        with torch.no_grad():
+            return _equal_values(value, tensor)
     except Exception:
         return False
+
+
+def _equal_values(value: torch.Tensor, tensor: torch.Tensor) -> bool:
+    mine = tensor.detach().reshape(-1).double()
+    theirs = value.detach().reshape(-1).double()
+    if bool((mine == mine.round()).all()):
+        return False
+    return bool(torch.equal(mine, theirs))

@@ -137,7 +137,9 @@ class ForwardRecorder(TorchFunctionMode):
             _warn_again(caught, sys._getframe(1))
         try:
             if self.nonfinite is None:
-                self._check_finite(func, args, kwargs, result)
+                # no graph for the lens's own ops: a saved-tensor hook (checkpoint) must not see them
+                with torch.no_grad():
+                    self._check_finite(func, args, kwargs, result)
             self._note(func, args, kwargs, result, grad_enabled, inference)
         except Exception as problem:  # never let the recorder change what the user's call returns
             self.failed = self.failed or f"{type(problem).__name__}: {problem}"
