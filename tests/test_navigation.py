@@ -71,7 +71,7 @@ def mlp_page(browser, tmp_path, layers=50, modules=False, name="mlp.html", color
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[m for _ in range(layers) for m in (torch.nn.Linear(8, 8), torch.nn.Tanh())])
     x = torch.randn(4, 8)
-    with al.Lens(names={"model": model, "x": x}, modules=modules) as lens:
+    with al.Lens(names={"model": model, "x": x}, modules=modules, max_nodes=2000) as lens:
         loss = model(x).sum()
         loss.backward()
     path = tmp_path / name
@@ -132,5 +132,55 @@ def test_search_select_upstream_downstream_and_root_in_the_static_page(browser, 
     page.locator(f".al-canvas #{root} > polygon").click(force=True)
     assert page.get_attribute(".al-stepper", "data-selected") == root
     assert int(page.get_attribute(".al-stepper", "data-upstream")) == len(reach(root, False))
+    assert errors == []
+    page.close()
+
+
+MEASURE_LABELS = """() => {
+    // every text drawn (visible), as a box on screen; a node's texts must sit inside its shape
+    const visible = t => { const s = getComputedStyle(t); return s.display !== 'none' && s.visibility === 'visible'
+                                                                   && t.getClientRects().length && t.textContent.trim(); };
+    const texts = Array.from(document.querySelectorAll('.al-canvas svg text')).filter(visible);
+    const boxes = texts.map(t => { const r = t.getBoundingClientRect();
+        return {l: r.left, r: r.right, t: r.top, b: r.bottom, text: t.textContent,
+                owner: (t.closest('g.node, g.edge, g.cluster') || {}).id || ''}; });
+    const overlaps = [];
+    const sorted = boxes.slice().sort((a, b) => a.l - b.l);
+    for (let i = 0; i < sorted.length; i++) {
+        for (let j = i + 1; j < sorted.length && sorted[j].l < sorted[i].r - 0.5; j++) {
+            const a = sorted[i], b = sorted[j];
+            if (Math.min(a.b, b.b) - Math.max(a.t, b.t) > 0.5 && Math.min(a.r, b.r) - Math.max(a.l, b.l) > 0.5) {
+                overlaps.push([a.owner + ':' + a.text, b.owner + ':' + b.text]);
+            }
+        }
+    }
+    const cut = [];
+    texts.forEach((t, i) => {
+        const node = t.closest('g.node');
+        if (!node) { return; }
+        const shape = node.querySelector('polygon, path, ellipse');
+        const s = shape.getBoundingClientRect(), b = boxes[i];
+        if (b.l < s.left - 1 || b.r > s.right + 1 || b.t < s.top - 1 || b.b > s.bottom + 1) {
+            cut.push(node.id + ':' + b.text);
+        }
+    });
+    return {count: texts.length, overlaps: overlaps.slice(0, 10), overlapCount: overlaps.length, cut: cut.slice(0, 10),
+            cutCount: cut.length};
+}"""
+
+
+@pytest.mark.parametrize("layers", [50, 200])  # 252 and 1,002 boxes
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_no_label_overlaps_another_and_no_number_is_cut(browser, tmp_path, layers, theme):
+    lens, page, errors = mlp_page(browser, tmp_path, layers=layers, color_scheme=theme)
+    assert len(lens.passes[0].graph.nodes) in (252, 1002)
+    page.click("button[data-go=last]")  # every arrow shows the gradient it carried
+    page.evaluate("document.querySelector('.al-stepper').classList.remove('al-overview')")  # texts at any zoom
+    for _ in range(3):
+        page.click("button[data-go=zoom-in]")
+    result = page.evaluate(MEASURE_LABELS)
+    assert result["count"] > 2 * len(lens.passes[0].graph.nodes)
+    assert result["overlapCount"] == 0, result
+    assert result["cutCount"] == 0, result
     assert errors == []
     page.close()

@@ -28,7 +28,9 @@ COLORS = {
     "hidden": "#fee2e2",
 }
 HOOK_COLOR = "#d97706"
-FONT = "Helvetica,Arial,sans-serif"
+# One family Graphviz knows the widths of: given a list ("Helvetica,Arial,sans-serif") it lays out with Times's
+# narrower widths, and browsers, drawing Helvetica or Arial, then overflow every box and overlap arrow labels.
+FONT = "Helvetica"
 _RECORD_SPECIALS = set('{}|<>"\\')
 
 
