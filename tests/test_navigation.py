@@ -4,6 +4,8 @@ Uses the servers and helpers of test_browser.py; skipped where it is (no chromiu
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from test_browser import (ARTIFACTS, browser, lab, notebook7, open_live_notebook, open_static_page,  # noqa: F401
@@ -183,4 +185,30 @@ def test_no_label_overlaps_another_and_no_number_is_cut(browser, tmp_path, layer
     assert result["overlapCount"] == 0, result
     assert result["cutCount"] == 0, result
     assert errors == []
+    page.close()
+
+
+PICTURES = os.path.join(os.path.dirname(ARTIFACTS), "docs", "pictures")
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_a_folded_transformer_is_readable_and_pictured(browser, theme):
+    """The 12-layer transformer of test_fold as graph() shows it: one box for the layers, every label inside its
+    box and none over another; the screenshot goes to docs/pictures/ (light and dark page)."""
+    from test_fold import transformer_loss
+
+    import autograd_lens as al
+
+    model, loss = transformer_loss()
+    svg = al.graph(loss, names={"model": model})._repr_mimebundle_()["image/svg+xml"]
+    background = "#ffffff" if theme == "light" else "#111111"
+    page = browser.new_page(viewport={"width": 1400, "height": 500}, color_scheme=theme)
+    page.set_content(f"<body style='margin:0;background:{background}'><div class='al-canvas' "
+                     f"style='display:inline-block;padding:12px'>{svg}</div></body>")
+    texts = page.evaluate("Array.from(document.querySelectorAll('svg g.node text')).map(t => t.textContent)")
+    assert "layers.0-11 (x12)" in texts and "Block · 35 backward functions each" in texts
+    result = page.evaluate(MEASURE_LABELS)
+    assert result["count"] > 20 and result["overlapCount"] == 0 and result["cutCount"] == 0, result
+    os.makedirs(PICTURES, exist_ok=True)
+    page.locator(".al-canvas").screenshot(path=os.path.join(PICTURES, f"folded-transformer-{theme}.png"))
     page.close()
