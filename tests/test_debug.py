@@ -628,3 +628,30 @@ def test_generated_programs_under_why_agree_with_torch_and_their_paths_add_up(mo
                     assert torch.allclose(path_set.total.double(), want.double(), rtol=1e-4, atol=1e-5), (seed, name)
                     checked += 1
     assert checked > 40
+
+
+def test_a_view_taken_under_no_grad_is_named_as_a_possibility_and_told_apart_with_the_record():
+    def program(ns):
+        x, w = leaves(ns, "x", "w")
+        with torch.no_grad():
+            part = w[:2]
+        (x[:2] * part).sum().backward()
+    plain, _, lens = run(program, why=False)
+    assert plain["w"].grad is None
+    reason = lens.passes[0].unreached["w"]
+    assert reason.code == "detached" and "a separate leaf that shares w's memory" in reason.text
+    assert plain["x"].grad is not None  # plain torch: the product's gradient went to part, a leaf of its own
+    _, _, lens = run(program, why=True)
+    reason = lens.passes[0].unreached["w"]
+    assert reason.code == "no_grad" and reason.text == "w went through __getitem__ under no_grad, and this graph uses the result"
+
+
+def test_detach_then_requires_grad_is_a_cut_with_the_record():
+    def program(ns):
+        x, w = leaves(ns, "x", "w")
+        copy = w.detach().requires_grad_()
+        (x * copy).sum().backward()
+    plain, _, lens = run(program)
+    assert plain["w"].grad is None
+    reason = lens.passes[0].unreached["w"]
+    assert reason.code == "detached" and reason.text == "w went through .detach(), and this graph uses the result"

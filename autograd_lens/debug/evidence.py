@@ -157,10 +157,17 @@ def _clues(name: str, tensor: torch.Tensor, saved: list, cuts: list, graph_keys:
             clues.append(Clue("requires_grad_false", f"{op} used {name} while it had requires_grad=False (it was "
                                                      "set to True after the forward ran)"))
             break
-        if storage is not None and not value.requires_grad and _storage(value) == storage:
+        if storage is None or _storage(value) != storage or value.grad_fn is not None:
+            continue
+        if not value.requires_grad:
             clues.append(Clue("detached", f"{op} saved a tensor that shares {name}'s memory but not its autograd "
-                                          "history (made by .detach(), .data or a NumPy view)"))
+                                          "history (made by .detach(), .data, a NumPy view, or a view "
+                                          "taken under no_grad)"))
             break
+        clues.append(Clue("detached", f"{op} saved a separate leaf that shares {name}'s memory (a view taken under "
+                                      "no_grad, or .detach().requires_grad_()): the gradient goes to that leaf, "
+                                      f"not to {name}"))
+        break
     else:
         copy = next((op for op, value in saved if _same_values(value, tensor)), None)
         if copy is not None:

@@ -177,8 +177,10 @@ class ForwardRecorder(TorchFunctionMode):
         for out in differentiated:  # a cut value entered a graph: remember where
             for cut in carried:
                 cut.entries.add(node_key(out.grad_fn))
-        # what does not require grad (torch.max(w, dim=0) returns values that do and indices that do not)
-        values = [out for out in outputs if _trackable(out) and not _holds_grad(out)]
+        # what is off the graph (torch.max(w, dim=0) returns values on it and indices off it; w[:2] under no_grad is
+        # a new leaf that requires grad: its gradient goes to it, not to w)
+        inputs_ids = {id(value) for value in inputs}
+        values = [out for out in outputs if _trackable(out) and not _on_graph(out, inputs_ids)]
         if not values or name.startswith("__get__") and name != "__get__data":
             return
         if differentiated and not tracking:
@@ -261,12 +263,13 @@ def _floating(value: Any) -> bool:
         and value.layout == torch.strided and value.device.type != "meta"
 
 
-def _holds_grad(value: Any) -> bool:
-    """A tensor requiring grad, or a tuple or list holding one."""
+def _on_graph(value: Any, inputs_ids: set[int]) -> bool:
+    """A result autograd tracks back to the call's inputs: made by a backward function, or an input requiring grad
+    itself (an in-place call on a leaf); a tuple or list holding one."""
     if isinstance(value, torch.Tensor):
-        return value.requires_grad
+        return value.grad_fn is not None or (value.requires_grad and id(value) in inputs_ids)
     if isinstance(value, (tuple, list)) and len(value) <= 64:
-        return any(isinstance(item, torch.Tensor) and item.requires_grad for item in value)
+        return any(_on_graph(item, inputs_ids) for item in value if isinstance(item, torch.Tensor))
     return False
 
 
