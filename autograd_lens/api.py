@@ -66,4 +66,27 @@ def graph(
         return walk(roots, found, options).graph
     from .views.fold import folded_walk
 
-    return folded_walk(lambda limit: walk(roots, found, options.replace(max_nodes=limit)).graph, modules, options)
+    drawn = folded_walk(lambda limit: walk(roots, found, options.replace(max_nodes=limit)).graph, modules, options)
+    return _with_grad_norms(drawn, found)
+
+
+def _with_grad_norms(drawn: Graph, found: Any) -> Graph:
+    """Parameters' ``.grad`` kept as summaries get their norm (one reduction each), which the drawing shows as
+    the size of the gradient (``views.gradsize``).  Nothing else is read or changed."""
+    import dataclasses
+
+    from .model import TensorSummary
+
+    by_name = {found.tensors[id(t)]: t for t in found.tensor_objects}
+    nodes, changed = [], False
+    for node in drawn.nodes:
+        summary = node.grad
+        if node.kind == "leaf" and isinstance(summary, TensorSummary) and summary.norm is None \
+                and summary.kind == "dense":
+            grad = getattr(by_name.get(node.label), "grad", None)
+            if grad is not None and tuple(grad.shape) == tuple(summary.shape) and grad.layout == torch.strided:
+                with torch.no_grad():
+                    norm = float(grad.detach().double().norm())
+                node, changed = dataclasses.replace(node, grad=dataclasses.replace(summary, norm=norm)), True
+        nodes.append(node)
+    return dataclasses.replace(drawn, nodes=tuple(nodes)) if changed else drawn

@@ -224,3 +224,35 @@ def test_a_tied_weight_does_not_make_a_group_that_swallows_the_model(tied):
     paths = [g.path for g in drawn.groups]
     assert ("model.emb" in paths) is not tied  # the tied weight's module spans the others: not outlined
     assert re.search(r"layers", " ".join(p for p in paths if p))
+
+
+def test_gradient_sizes_module_norms_and_a_legend():
+    """After backward: each module's outline says the norm of its parameters' gradients (as torch computes it),
+    the folded box lists its blocks' norms, parameters are outlined by size step, and a legend says the steps."""
+    from autograd_lens.numbers import format_number
+    from autograd_lens.views.gradsize import SIZE_WIDTHS, size_bins
+
+    model, loss = transformer_loss()
+    loss.backward()
+    again = model(torch.randint(0, 10, (2, 5))).logsumexp(-1).mean()  # drawn with the .grad the first pass left
+    dot = al.graph(again, names={"model": model}).to_dot()
+
+    def norm(prefix):
+        return sum(float(p.grad.double().norm()) ** 2 for n, p in model.named_parameters(prefix="model")
+                   if n.startswith(prefix + ".")) ** 0.5
+
+    for path in ("model", "model.layers", "model.head", "model.emb"):
+        assert f"{path} · " in dot and f"· grad norm {format_number(norm(path))}\"" in dot, path
+    blocks = [norm(f"model.layers.{i}") for i in range(12)]
+    assert (f"grad norm per block: {format_number(blocks[0])}, {format_number(blocks[1])} … {format_number(blocks[-1])} "
+            f"(min {format_number(min(blocks))}, max {format_number(max(blocks))})") in dot
+    drawn = {"model.emb.weight": norm("model.emb"), "model.head.weight": float(model.head.weight.grad.norm()),
+             "model.head.bias": float(model.head.bias.grad.norm())}
+    bins = size_bins(list(drawn.values()))
+    assert len(bins) == 4 and 'label="outline: size of .grad"' in dot
+    largest = max(drawn, key=drawn.get)
+    line = next(line for line in dot.splitlines() if f'"{largest} [' in line or f"{largest} [" in line)
+    assert f"penwidth={SIZE_WIDTHS[-1]}" in line
+    # before any backward nothing is known: no sizes, no legend
+    model, loss = transformer_loss()
+    assert "grad norm" not in al.graph(loss, names={"model": model}).to_dot()

@@ -101,16 +101,22 @@ def to_dot(
     grad field) let the backward-pass views put gradients on the drawing; ``groups`` (module calls) are
     drawn as nested clusters around the nodes they made.
     """
+    sizes = None
     if not groups:  # a graph from graph(): past ~60 boxes, its modules outlined and repeated blocks folded
         from .fold import plan
 
         drawn = plan(graph)
-        graph, groups = drawn.graph, drawn.groups
+        if drawn.groups or drawn.folds:  # with gradient sizes: outlines of parameters, norms of modules
+            from .gradsize import sizes_for
+
+            sizes = sizes_for(graph, drawn)
+            graph, groups = sizes.graph, drawn.groups
     options = graph.options
     direction = direction or (options.direction if options else "forward")
     legend = options.legend if legend is None and options else bool(legend)
     edge_labels = edge_labels or {}
     grad_texts = grad_texts or {}
+    outlines = sizes.outlines if sizes else {}
 
     dot = _Digraph(name="autograd")
     across = orientation(graph) == "across"
@@ -119,7 +125,7 @@ def to_dot(
     dot.attr("node", fontname=FONT, fontsize="11")
     dot.attr("edge", fontname=FONT, fontsize="10", color="#4b5563")
     for node in graph.nodes:
-        _add_node(dot, node, grad_texts.get(node.id), across)
+        _add_node(dot, node, grad_texts.get(node.id), across, outlines.get(node.id))
     for edge in graph.edges:
         attributes = {"id": edge.id}
         label = edge_labels.get(edge.id, edge.label if edge.kind != "saved" else "")
@@ -131,7 +137,9 @@ def to_dot(
             attributes["dir"] = "back"
         dot.edge(edge.src, edge.dst, **attributes)
     if groups:
-        _add_groups(dot, groups)
+        _add_groups(dot, groups, sizes.labels if sizes else None)
+    if sizes and sizes.bins:
+        _add_size_legend(dot, sizes.bins)
     if legend:
         _add_legend(dot)
     return dot.source
@@ -141,7 +149,7 @@ GROUP_COLOR = "#8b5cf6"
 FOLD_FILL = "#ede9fe"
 
 
-def _add_groups(dot: _Digraph, groups: Sequence[ModuleGroup]) -> None:
+def _add_groups(dot: _Digraph, groups: Sequence[ModuleGroup], labels: Mapping[str, str] | None = None) -> None:
     """Each module call as a cluster (``subgraph cluster_m3``, SVG id ``m3``) holding its nodes, nested as
     the calls were."""
     children: dict[int | None, list[int]] = {}
@@ -151,7 +159,7 @@ def _add_groups(dot: _Digraph, groups: Sequence[ModuleGroup]) -> None:
     def emit(index: int, indent: str) -> None:
         group = groups[index]
         dot.body.append(f"{indent}subgraph cluster_{group.id} {{\n")
-        dot.body.append(f"{indent}\t{_cluster_attributes(plain_text(group.describe()), {'id': group.id, 'style': 'rounded,dashed', 'color': GROUP_COLOR, 'fontcolor': '#5b21b6', 'fontname': FONT, 'fontsize': '10', 'labeljust': 'l', 'margin': '10'})}\n")
+        dot.body.append(f"{indent}\t{_cluster_attributes(plain_text((labels or {}).get(group.id) or group.describe()), {'id': group.id, 'style': 'rounded,dashed', 'color': GROUP_COLOR, 'fontcolor': '#5b21b6', 'fontname': FONT, 'fontsize': '10', 'labeljust': 'l', 'margin': '10'})}\n")
         for node_id in group.nodes:
             dot.body.append(f"{indent}\t{_quote_short(node_id)}\n")
         for child in children.get(index, ()):
@@ -290,7 +298,7 @@ def orientation(graph: Graph) -> str:
     return "down" if levels > ACROSS_MAX_DEPTH and levels > 3 * width else "across"
 
 
-def _add_node(dot: _Digraph, node: Node, grad_text: str | None, across: bool = True) -> None:
+def _add_node(dot: _Digraph, node: Node, grad_text: str | None, across: bool = True, size=None) -> None:
     attributes = {"id": node.id, "style": "filled", "fillcolor": COLORS.get(node.kind, "#ffffff")}
     if node.is_tensor:
         fields = tensor_fields(node, grad_text)
@@ -308,9 +316,24 @@ def _add_node(dot: _Digraph, node: Node, grad_text: str | None, across: bool = T
         attributes.update(shape="ellipse", style="dashed,filled", label=plain_text(node.label), fontsize="10")
     else:
         attributes.update(shape="note", label=plain_text(f"{node.label}\n{node.detail}".strip()))
+    if size is not None:  # the size of its .grad (see views.gradsize); a hook's outline wins
+        attributes.update(color=size.color, penwidth=size.width)
     if node.hooks:
         attributes.update(color=HOOK_COLOR, penwidth="2.5")
     dot.node(node.id, **attributes)
+
+
+def _add_size_legend(dot: _Digraph, bins) -> None:
+    """The outlines' meaning: one sample box per size step, smallest first."""
+    dot.body.append("\tsubgraph cluster_grad_sizes {\n")
+    dot.body.append(f"\t\t{_cluster_attributes(plain_text('outline: size of .grad'), {'id': 'grad_sizes', 'style': 'dashed', 'color': '#9ca3af', 'fontname': FONT, 'fontsize': '10'})}\n")
+    for index, size_bin in enumerate(bins):
+        attributes = {"id": f"grad_size{index + 1}", "shape": "box", "style": "filled", "fillcolor": COLORS["leaf"],
+                      "color": size_bin.color, "penwidth": size_bin.width, "fontsize": "10"}
+        dot.body.append(f"\t\tgrad_size{index + 1} [{_cluster_attributes(plain_text(size_bin.text), attributes)}]\n")
+    for index in range(1, len(bins)):
+        dot.body.append(f"\t\tgrad_size{index} -> grad_size{index + 1} [style=invis]\n")
+    dot.body.append("\t}\n")
 
 
 def _add_legend(dot: _Digraph) -> None:
