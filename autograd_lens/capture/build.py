@@ -19,7 +19,7 @@ from .observe import PassObserver
 from .records import GradRecord, HookRecord, NodeRecord
 from .snapshot import snapshot
 from .unhooked import SAME, LeafHistory, Unknown, add, carry, is_known
-from .walk import Walk
+from .walk import Walk, gradient_edge
 
 
 def build_pass(observer: PassObserver, walk: Walk, index: int, history: dict, invocations: "HookCounter",
@@ -234,11 +234,10 @@ def _stopped_by_hooks(observer: PassObserver) -> Unknown | None:
 def _unhooked_input(observer: PassObserver, tensor: Any) -> Any:
     if not isinstance(tensor, torch.Tensor):
         return None
-    if tensor.grad_fn is not None:
-        fn, output_nr = tensor.grad_fn, tensor.output_nr
-    else:
-        fn, output_nr = torch.autograd.graph.get_gradient_edge(tensor).node, 0
-    return observer.unhooked.input_of(fn, output_nr)
+    edge = gradient_edge(tensor, observer.shape.leaves)
+    if edge is None:
+        return Unknown("torch cannot say which node takes this tensor's gradient (its layout has no views)")
+    return observer.unhooked.input_of(*edge)
 
 
 # ----------------------------------------------------------------------------- events
@@ -418,8 +417,9 @@ class _Namer:
             name = observer.ensure_names().tensor_name(tensor)
             if name is not None:
                 return name
-            if tensor.grad_fn is None and tensor.requires_grad:
-                fn = torch.autograd.graph.get_gradient_edge(tensor).node
+            edge = gradient_edge(tensor, observer.shape.leaves) if tensor.grad_fn is None and tensor.requires_grad else None
+            if edge is not None:
+                fn = edge[0]
                 if id(fn) in observer.shape.leaf_labels:
                     return observer.shape.leaf_labels[id(fn)]
         return f"input {index}"

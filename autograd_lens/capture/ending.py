@@ -10,6 +10,7 @@ import torch
 from .hooks import runs_python
 from .order import arrange_before, arrange_input_chain, until_error
 from .records import BEFORE_NODE, HookRecord
+from .walk import gradient_edge
 from .snapshot import hidden_from_user as _hidden_from_modes
 
 class PassEnd:
@@ -126,8 +127,10 @@ class PassEnd:
         for index, tensor in enumerate(self.inputs):
             if not isinstance(tensor, torch.Tensor) or not tensor.requires_grad:
                 continue
-            edge = torch.autograd.graph.get_gradient_edge(tensor)
-            node, output = edge.node, edge.output_nr
+            edge = gradient_edge(tensor, self.shape.leaves)
+            if edge is None:
+                continue  # torch cannot say which node takes its gradient: no hook of it can be placed
+            node, output = edge
             chain = self.chains.get((id(node), output))
             if not chain or id(node) in self.ran or all(runs_python(known.function) for known in chain):
                 continue

@@ -16,6 +16,7 @@ from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord, snapshot_a
 from .snapshot import fast_snapshot, held_bytes, snapshot
 from .snapshot import hidden_from_user as _hidden_from_modes
 from .unhooked import Unknown
+from .walk import gradient_edge
 
 _current_node = torch._C._current_autograd_node
 
@@ -227,7 +228,8 @@ class NodeRecorder:
     def _is_input_node(self, node: Any) -> bool:
         for tensor in self.inputs:
             if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
-                if torch.autograd.graph.get_gradient_edge(tensor).node is node:
+                edge = gradient_edge(tensor, self.shape.leaves)
+                if edge is not None and edge[0] is node:
                     return True
         return False
 

@@ -47,7 +47,7 @@ from .order import describe_c_hooks
 from .records import HookRecord, KnownHook
 from .snapshot import snapshot
 from .unhooked import Unhooked
-from .walk import Structure
+from .walk import Structure, gradient_edge
 
 DEEP_GRAPH = 30_000  # chains deeper than this may crash torch when freed after a Python walk (measured: 40k ok, 50k not)
 
@@ -251,8 +251,8 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
                 grad_fn, output_nr = tensor.grad_fn, tensor.output_nr
             elif id(tensor) in leaf_nodes:
                 grad_fn, output_nr = leaf_nodes[id(tensor)], 0
-            elif tensor.requires_grad:
-                grad_fn, output_nr = torch.autograd.graph.get_gradient_edge(tensor).node, 0
+            elif tensor.requires_grad and gradient_edge(tensor) is not None:
+                grad_fn, output_nr = gradient_edge(tensor)
             else:
                 continue
             entries = list((hooks or {}).items())

@@ -31,6 +31,9 @@ from .lines import CellLines
 from .modules import ModuleCalls, groups_for
 from .names import caller_namespace, names_from, user_frame
 from .observe import PassObserver
+from .stack import install as install_warn
+from .stack import lens_frame
+from .stack import uninstall as uninstall_warn
 from .snapshot import hidden_from_user, snapshot
 from .unhooked import Unknown
 from .walk import leaf_state, structure, walk
@@ -179,6 +182,8 @@ class Lens:
             return lens._run(t_outputs, args, kwargs)
 
         torch.autograd._engine_run_backward = traced_run_backward
+        lens_frame(traced_run_backward.__code__)
+        install_warn()  # warnings raised in a pass point past the lens's two frames, as without it
         _ACTIVE.append(self)
         if self.modules:
             self.module_calls = ModuleCalls().__enter__()
@@ -192,6 +197,7 @@ class Lens:
 
     def __exit__(self, exc_type: Any = None, exc: Any = None, traceback: Any = None) -> None:
         torch.autograd._engine_run_backward = self._original
+        uninstall_warn()
         _ACTIVE.remove(self)
         if self.module_calls is not None:
             self.module_calls.__exit__()
@@ -454,6 +460,9 @@ class Lens:
             with open(path, "w", encoding="utf-8") as handle:
                 handle.write(page)
         return page
+
+
+lens_frame(Lens._run.__code__)
 
 
 def _sources(graph: Any, cell_lines: CellLines | None) -> dict:

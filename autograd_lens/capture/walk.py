@@ -74,6 +74,22 @@ def root_edges(roots: Sequence[Any]) -> list[tuple[Any, int]]:
     return edges
 
 
+def gradient_edge(tensor: torch.Tensor, leaves: dict | None = None) -> tuple[Any, int] | None:
+    """The (node, output) that receives ``tensor``'s gradient; None when torch cannot say: for a leaf,
+    ``get_gradient_edge`` makes a view, which sparse, mkldnn and nested layouts refuse, so a leaf is first looked
+    for among ``leaves`` (the graph's ``AccumulateGrad`` nodes) by identity."""
+    if tensor.grad_fn is not None:
+        return tensor.grad_fn, tensor.output_nr
+    for fn in (leaves or {}).values():
+        if fn.variable is tensor:
+            return fn, 0
+    try:
+        edge = torch.autograd.graph.get_gradient_edge(tensor)
+    except Exception:
+        return None
+    return edge.node, edge.output_nr
+
+
 @dataclass
 class Structure:
     """The shape of a graph, read cheaply before a backward pass: which nodes, who uses what.
@@ -555,11 +571,9 @@ def _storage_key(tensor: torch.Tensor) -> tuple | None:
     """Where a tensor's numbers live: saved tensors are new objects over the same memory."""
     try:
         pointer = tensor.untyped_storage().data_ptr()
-    except Exception:  # sparse, nested, meta, subclasses: no storage to share
+        return (pointer, tensor.storage_offset(), tuple(tensor.shape), tensor.stride(), tensor.dtype) if pointer else None
+    except Exception:  # sparse, nested (no sizes), meta, subclasses: no storage to share
         return None
-    if pointer == 0:
-        return None
-    return (pointer, tensor.storage_offset(), tuple(tensor.shape), tensor.stride(), tensor.dtype)
 
 
 def _storage_names(names: Names) -> dict[tuple, str]:
