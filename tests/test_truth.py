@@ -428,3 +428,32 @@ def test_a_users_torch_profiler_lists_the_same_ops_with_and_without_the_lens():
         traced = profiled()
     assert traced == plain
     assert len(lens.passes) == 1 and lens.passes[0].hook_calls
+
+
+def test_python_code_the_engine_calls_that_is_no_hook_is_not_shown_as_a_hook_call():
+    """A callback queued on the engine (what DDP does), called with no arguments at the end of the pass, is noted,
+    never listed as a tensor hook; the real hook is listed once, as it fired."""
+    ran = []
+
+    def finish():
+        ran.append("finish")
+
+    def hook(grad):
+        torch.autograd.Variable._execution_engine.queue_callback(finish)
+        return grad * 2
+
+    def program():
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        y = x * 3
+        y.register_hook(hook)
+        y.sum().backward()
+        return x.grad
+
+    plain = program()
+    assert ran == ["finish"]
+    with al.Lens() as lens:
+        traced = program()
+    assert ran == ["finish", "finish"] and torch.equal(traced, plain)
+    calls = lens.passes[0].hook_calls
+    assert [(call.hook, call.kind, call.target) for call in calls] == [("hook", "tensor", "y")]
+    assert any("finish" in note and "not a gradient hook" in note for note in lens.passes[0].notes)

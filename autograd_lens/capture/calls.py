@@ -147,6 +147,9 @@ class HookCalls:
             args = engine_call_args(frame, function)
             module = None
             context = None
+            if wrapper is None and not candidates and _not_a_gradient_hook(args):
+                self._foreign(function_name(function, frame.f_code))
+                return
             if wrapper is None:
                 first = args[0] if args else None
                 second = args[1] if len(args) > 1 else None
@@ -191,6 +194,14 @@ class HookCalls:
                 state=wrapper_state(wrapper) if wrapper is not None else None,
                 slot=wrapper.frame.f_locals.get("idx") if wrapper is not None and wrapper.family == "multi_grad" else None,
             )
+
+    def _foreign(self, name: str) -> None:
+        """Python code torch's C++ side called during the pass that is no gradient hook (a DDP communication hook
+        and its future's callbacks, a callback queued on the engine): not a step; it may change gradients where no
+        node sees it (DDP writes .grad after its all-reduce), so values without hooks are checked at every node."""
+        if name not in self.foreign_calls:
+            self.foreign_calls.append(name)
+        self.unhooked.activate(edited_in_place=True)
 
     def _begin_unseen(self, wrapper: Wrapper, function: Any) -> None:
         """A module or multi-grad hook written in C, called by torch's Python wrapper: the call is seen (a
@@ -265,3 +276,14 @@ def _wrapped_user_functions(wrapper: Wrapper) -> tuple:
     if wrapper.family == "legacy":
         return (getattr(local.get("self"), "hook", None),)
     return ()
+
+
+def _not_a_gradient_hook(args: list[Any]) -> bool:
+    """Arguments no gradient hook is called with: a tensor hook gets a tensor, a node hook a tuple (then another),
+    a post-accumulate hook the leaf; a DDP communication hook gets (state, bucket), an engine callback nothing."""
+    if not args:
+        return True
+    first = args[0]
+    if isinstance(first, (torch.Tensor, tuple)):
+        return False
+    return first is not None or len(args) > 1

@@ -109,6 +109,11 @@ class PassEnd:
             self.note(f"hooks ran inside a nested backward run by {ran} (reentrant checkpointing, or a backward() "
                       f"inside a hook), not recorded as steps of this pass: {'; '.join(self.nested_hooks)}; values "
                       "without hooks that depend on them are unknown")
+        if self.foreign_calls:
+            self.note(f"Python code that is not a gradient hook ran during this pass, called by torch's C++ side "
+                      f"({', '.join(self.foreign_calls)}: e.g. a DistributedDataParallel communication hook, or a "
+                      "callback queued on the engine); it is not a step, and what it changed (DDP writes .grad after "
+                      "its all-reduce) is not attributed to it")
         for call in self.pending:
             if call.target is None and call.node_fn is None:
                 self.place(call, None, ())
