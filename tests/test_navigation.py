@@ -212,3 +212,48 @@ def test_a_folded_transformer_is_readable_and_pictured(browser, theme):
     os.makedirs(PICTURES, exist_ok=True)
     page.locator(".al-canvas").screenshot(path=os.path.join(PICTURES, f"folded-transformer-{theme}.png"))
     page.close()
+
+
+def test_a_large_graph_from_graph_navigates_and_reads_without_scripts(browser, tmp_path):
+    """graph() of the 12-layer transformer shows as HTML running the stepper's module: find the folded layers,
+    select them (upstream: the embedding and its inputs; downstream: up to the root), no step controls.  With
+    scripts off: the folded drawing as a picture and the boxes as a table."""
+    from test_fold import transformer_loss
+
+    import autograd_lens as al
+    from autograd_lens.views.fold import plan
+
+    model, loss = transformer_loss()
+    graph = al.graph(loss, names={"model": model})
+    bundle = graph._repr_mimebundle_()
+    assert set(bundle) == {"text/html", "text/plain"} and bundle == graph._repr_mimebundle_()  # deterministic
+    path = tmp_path / "graph.html"
+    path.write_text(f"<!DOCTYPE html><html><body>{bundle['text/html']}</body></html>", encoding="utf-8")
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(path.as_uri())
+    page.wait_for_selector(".al-stepper")
+    assert not page.is_visible("button[data-go=next]") and page.is_visible("button[data-go=fit]")
+    drawn = plan(graph).graph
+    page.fill("input.al-search", "layers.0-11")
+    assert page.get_attribute(".al-stepper", "data-found") == "1"
+    page.press("input.al-search", "Enter")
+    assert page.get_attribute(".al-stepper", "data-selected") == "f1"
+    upstream = {e.src for e in drawn.edges_into("f1")}
+    todo = list(upstream)
+    while todo:
+        for edge in drawn.edges_into(todo.pop()):
+            if edge.src not in upstream:
+                upstream.add(edge.src)
+                todo.append(edge.src)
+    assert int(page.get_attribute(".al-stepper", "data-upstream")) == len(upstream) >= 3
+    assert errors == []
+    page.close()
+    context = browser.new_context(java_script_enabled=False)
+    quiet = context.new_page()
+    quiet.goto(path.as_uri())
+    assert quiet.evaluate("document.querySelector('img.al-picture').naturalWidth") > 300
+    quiet.click("summary")
+    assert "layers.0-11 (x12)" in quiet.inner_text("table.autograd-lens-table")
+    context.close()

@@ -63,6 +63,12 @@ def graph_bundle(graph: Graph) -> dict[str, str]:
             svg = render_svg(graph.to_dot())
         except Exception as error:  # never raise from a display method: a table and the real cause
             return {"text/html": hint_html(error) + graph_table_html(graph), "text/plain": text}
+        from .fold import FOLD_OVER
+
+        if len(graph.nodes) > FOLD_OVER:  # a large graph: zoom, pan, find, upstream/downstream (see graphview)
+            from .graphview import graph_html
+
+            return {"text/html": graph_html(graph, svg, text, graph_table_html), "text/plain": text}
         return {"image/svg+xml": svg, "text/plain": text}
     except Exception as error:
         return safe_bundle("graph", error)

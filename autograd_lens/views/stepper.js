@@ -172,6 +172,12 @@ function render({ model, el }) {
   followLabel.appendChild(document.createTextNode(" follow"));
   zoom.appendChild(followLabel);
   toolbar.appendChild(zoom);
+  if (passes.every((p) => p.steps.length <= 1)) { // a graph to look at (graph(), %lens_graph): nothing to step
+    toolbar.querySelectorAll("[data-go=first], [data-go=prev], [data-go=play], [data-go=next], [data-go=last]")
+      .forEach((b) => { b.style.display = "none"; });
+    slider.style.display = "none";
+    position.style.display = "none";
+  }
 
   // the drawing: a viewport that pans and zooms one inlined SVG per pass
   const viewport = make("div", { class: "al-viewport", title: "drag to pan; Ctrl + wheel (or the buttons) to zoom" });
