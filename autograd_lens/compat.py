@@ -105,12 +105,20 @@ def untested() -> str | None:
 def other_profiler() -> str | None:
     """What else is profiling this thread, or None.
 
-    ``sys.setprofile`` holds one function per thread (cProfile, ``%prun``, yappi and torch.profiler's stacks use
-    it up to Python 3.11).  From Python 3.12 cProfile and ``%prun`` register a ``sys.monitoring`` tool instead, so
-    ``sys.getprofile()`` is None while they profile: the profiler slot of ``sys.monitoring`` is read too.
+    ``sys.setprofile`` holds one function per thread: cProfile and ``%prun`` use it up to Python 3.11, yappi on
+    every Python (from C, with no object: ``sys.getprofile()`` says None, so yappi itself is asked).  From Python
+    3.12 cProfile and ``%prun`` register a ``sys.monitoring`` tool instead, and ``sys.getprofile()`` is None while
+    they profile: the profiler slot of ``sys.monitoring`` is read too.  line_profiler traces (``sys.settrace``, or
+    its own ``sys.monitoring`` tool): it and the lens do not share a slot.
     """
     if sys.getprofile() is not None:
         return "a profile function (sys.setprofile)"
+    yappi = sys.modules.get("yappi")  # sets its profile function from C with no object: getprofile() says None
+    try:
+        if yappi is not None and yappi.is_running():
+            return "yappi"
+    except Exception:  # another module by that name, or a yappi that cannot say: not known to be running
+        pass
     monitoring = getattr(sys, "monitoring", None)
     if monitoring is not None:
         tool = monitoring.get_tool(monitoring.PROFILER_ID)

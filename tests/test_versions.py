@@ -78,7 +78,7 @@ NOTHING_ELSE = """
     ("import torch; torch.__version__ = '2.12.1+cu130'",
      'autograd_lens needs torch >= 2.13.0; this is torch 2.12.1+cu130: nothing was loaded '
      '(pip install "torch>=2.13,<2.16")'),
-    ("import sys; sys.version_info = (3, 10, 13, 'final', 0)",
+    ("import sys, torch; sys.version_info = (3, 10, 13, 'final', 0)",  # torch first: its typing needs the real one
      "autograd_lens needs Python >= 3.11; this is Python 3.10.13: nothing was loaded"),
 ])
 def test_below_the_range_import_says_what_is_needed_in_one_line_and_loads_nothing(patch, line):
@@ -204,3 +204,42 @@ def test_the_self_check_fails_when_the_lens_misses_a_running_profiler(monkeypatc
     monkeypatch.setattr(compat, "other_profiler", lambda: None)
     (result,) = selfcheck.check_other_profiler()
     assert result[0] == selfcheck.WRONG and "not detected" in result[2]
+
+
+def test_yappi_which_getprofile_cannot_see_makes_the_lens_step_aside(monkeypatch):
+    """yappi sets its profile function from C with no object, so sys.getprofile() is None while it runs, on every
+    Python: before the lens asked yappi, a Lens replaced yappi's function and yappi saw nothing more."""
+    running = types.SimpleNamespace(is_running=lambda: True)
+    monkeypatch.setitem(sys.modules, "yappi", running)
+    assert compat.other_profiler() == "yappi"
+    x = torch.ones(2, requires_grad=True)
+    with al.Lens() as lens:
+        y = x * 2
+        y.register_hook(lambda grad: grad * 3)
+        y.sum().backward()
+    assert not lens.hook_calls and any("yappi" in note for note in lens.passes[0].notes)
+    monkeypatch.setitem(sys.modules, "yappi", types.SimpleNamespace(is_running=lambda: False))
+    assert compat.other_profiler() is None
+    monkeypatch.setitem(sys.modules, "yappi", types.SimpleNamespace())  # not the profiler: not known to run
+    assert compat.other_profiler() is None
+
+
+def test_a_real_yappi_keeps_profiling_through_a_lens():
+    yappi = pytest.importorskip("yappi")
+
+    def user_step(x):
+        y = x * 2
+        y.register_hook(lambda grad: grad * 3)
+        y.sum().backward()
+
+    x = torch.ones(2, requires_grad=True)
+    yappi.clear_stats()
+    yappi.start()
+    try:
+        with al.Lens() as lens:
+            user_step(x)
+        user_step(x)
+    finally:
+        yappi.stop()
+    assert [stat.ncall for stat in yappi.get_func_stats() if stat.name == "user_step"] == [2]
+    assert not lens.hook_calls and torch.equal(x.grad, torch.full((2,), 12.0))
