@@ -108,8 +108,8 @@ def other_profiler() -> str | None:
     ``sys.setprofile`` holds one function per thread: cProfile and ``%prun`` use it up to Python 3.11, yappi on
     every Python (from C, with no object: ``sys.getprofile()`` says None, so yappi itself is asked).  From Python
     3.12 cProfile and ``%prun`` register a ``sys.monitoring`` tool instead, and ``sys.getprofile()`` is None while
-    they profile: the profiler slot of ``sys.monitoring`` is read too.  line_profiler traces (``sys.settrace``, or
-    its own ``sys.monitoring`` tool): it and the lens do not share a slot.
+    they profile: the profiler slot of ``sys.monitoring`` is read too (line_profiler 5 takes it there as well; up
+    to 3.11 it traces with ``sys.settrace``, and it and the lens do not share a slot).
     """
     if sys.getprofile() is not None:
         return "a profile function (sys.setprofile)"
