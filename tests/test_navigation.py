@@ -200,7 +200,7 @@ def test_a_folded_transformer_is_readable_and_pictured(browser, theme):
     import autograd_lens as al
 
     model, loss = transformer_loss()
-    svg = al.graph(loss, names={"model": model})._repr_mimebundle_()["image/svg+xml"]
+    svg = al.graph(loss, names={"model": model}).render().decode("utf-8")
     background = "#ffffff" if theme == "light" else "#111111"
     page = browser.new_page(viewport={"width": 1400, "height": 500}, color_scheme=theme)
     page.set_content(f"<body style='margin:0;background:{background}'><div class='al-canvas' "
@@ -240,6 +240,7 @@ def test_a_large_graph_from_graph_navigates_and_reads_without_scripts(browser, t
     assert page.get_attribute(".al-stepper", "data-found") == "1"
     page.press("input.al-search", "Enter")
     assert page.get_attribute(".al-stepper", "data-selected") == "f1"
+    assert 'expand="layers.0"' in page.inner_text(".al-cardbox") and "--expand layers.0" in page.inner_text(".al-cardbox")
     upstream = {e.src for e in drawn.edges_into("f1")}
     todo = list(upstream)
     while todo:

@@ -15,10 +15,17 @@ from .passview import base_css, slim_svg, svg_uri_text
 from .static_html import _data_script, classic_script
 
 
+def _short(path: str) -> str:
+    """``model.layers.0`` -> ``layers.0`` (what ``expand`` matches)."""
+    parts = path.split(".")
+    return ".".join(parts[-2:]) if len(parts) > 1 else path
+
+
 def graph_html(graph: Graph, svg: str, text: str, table_of) -> str:
     """The navigator for ``graph`` drawn as ``svg`` (its SVG from ``to_dot``), titled ``text``, with
     ``table_of(drawn graph)`` as its table: deterministic bytes."""
-    drawn = plan(graph).graph
+    folded = plan(graph)
+    drawn = folded.graph
     slim = slim_svg(svg)
     key = "al-g-" + hashlib.sha1(slim.encode("utf-8")).hexdigest()[:10]
     table = table_of(drawn)
@@ -34,6 +41,10 @@ def graph_html(graph: Graph, svg: str, text: str, table_of) -> str:
             "table": f"<details><summary>the boxes as a table</summary>{table}</details>",
             "links": [[edge.src, edge.dst, edge.id] for edge in drawn.edges],
             "roots": [node.id for node in drawn.nodes if node.kind == "output"],
+            # shown when a folded box is selected: how to draw one of its blocks in full
+            "notes": {fold.id: f"{fold.label}: {len(fold.paths)} blocks of the same structure drawn as one box. "
+                      f"To draw one in full: autograd_lens.graph(..., expand=\"{_short(fold.paths[0])}\") or "
+                      f"%lens_graph ... --expand {_short(fold.paths[0])}" for fold in folded.folds},
         }],
     }
     alt = html.escape(text, quote=True)

@@ -318,12 +318,20 @@ function render({ model, el }) {
 
   function select(node) {
     root.setAttribute("data-selected", node || "");
-    if (!node) { selectStyle.textContent = ""; root.removeAttribute("data-upstream"); root.removeAttribute("data-downstream"); return; }
+    if (!node) {
+      selectStyle.textContent = "";
+      root.removeAttribute("data-upstream");
+      root.removeAttribute("data-downstream");
+      if (passes[pass].notes) { cardBox.textContent = ""; }
+      return;
+    }
     const near = related(node);
     const kept = [node].concat(near.up, near.down, near.edges).map((id) => scope + " #" + id);
     const shape = (id) => ["polygon", "path", "ellipse"].map((s) => scope + " #" + id + " > " + s).join(", ");
     selectStyle.textContent = [scope + " .al-canvas g.node, " + scope + " .al-canvas g.edge {opacity: 0.2}",
       kept.join(", ") + " {opacity: 1}", shape(node) + " {stroke: #db2777; stroke-width: 4px}"].join("\n");
+    const notes = passes[pass].notes;
+    if (notes) { cardBox.textContent = notes[node] || ""; } // a folded box: how to draw it in full
     root.setAttribute("data-upstream", String(near.up.length));
     root.setAttribute("data-downstream", String(near.down.length));
   }
