@@ -182,7 +182,7 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
         return out
     for key, fn in observer.shape.leaves.items():
         variable = fn.variable
-        real = snapshot(variable.grad, limit)
+        real = observer.copied(variable.grad)  # usually the copy taken as AccumulateGrad wrote it
         out["grads"][key] = real
         entry = history.get(id(variable))
         if entry is not None and entry.ref() is not variable:

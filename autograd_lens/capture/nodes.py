@@ -88,6 +88,18 @@ class NodeRecorder:
             pass
         return kept
 
+    def copied(self, value: Any) -> Any:
+        """The copy this pass already took of tensor ``value`` when it is the same object, unchanged since (same
+        version) and no Python ran inside the engine since (which could have edited it unseen): else a new one."""
+        if isinstance(value, torch.Tensor):
+            hit = self.copies.get(id(value))
+            try:
+                if hit is not None and hit[0]() is value and hit[1] == value._version and isinstance(hit[2], torch.Tensor):
+                    return hit[2]
+            except Exception:  # no version counter
+                pass
+        return snapshot(value, self.store_limit)
+
     def _keep(self, value: Any) -> Any:
         """A copy of ``value`` for the record, within the memory budget (shape only beyond it)."""
         if not isinstance(value, (torch.Tensor, tuple, list)):
