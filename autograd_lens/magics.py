@@ -85,7 +85,7 @@ class LensMagics(Magics):
 
         Shows the graph and a step-through of each pass, hooks included. The
         recording is kept as a ``Lens`` object under ``_lens`` (``--as NAME``).
-        If the cell raises, the usual traceback is followed by the partial trace.
+        If the cell raises, what was recorded is shown first, then the usual traceback.
         """
         import builtins
         import keyword

@@ -252,11 +252,11 @@ class Graph:
         """The DOT source of this graph (deterministic text)."""
         return _provided("to_dot")(self, **options)
 
-    def render(self, path: str | None = None, format: str = "svg", renderer: str | None = None) -> bytes:
+    def render(self, path: str | None = None, format: str | None = None, renderer: str | None = None) -> bytes:
         """Lay out and render the graph; write it to ``path`` when given.
 
-        SVG comes from the in-process WebAssembly Graphviz (or the ``dot``
-        binary); PNG and PDF need the ``dot`` binary.
+        The format is ``format``, else the path's suffix (``g.png``), else SVG. SVG comes from the in-process
+        WebAssembly Graphviz (or the ``dot`` binary); PNG and PDF need the ``dot`` binary.
         """
         return _provided("render_graph")(self, path=path, format=format, renderer=renderer)
 

@@ -192,3 +192,16 @@ def test_a_5000_node_pass_lays_out_in_process():
     assert len(graph.nodes) == 5002 and graph.hidden_nodes == 0
     svg = render_svg(PassView(lens.passes[0]).dot, renderer="wasm", timeout=300)
     assert svg.count('class="node"') == 5002
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="PNG needs Graphviz's dot binary")
+def test_render_takes_the_format_from_the_paths_suffix(tmp_path):
+    """graph.render("g.png") writes a PNG (it wrote SVG bytes into g.png before); format= still wins."""
+    x = torch.tensor(2.0, requires_grad=True)
+    graph = al.graph(x * x)
+    graph.render(str(tmp_path / "g.png"))
+    graph.render(str(tmp_path / "g.svg"))
+    graph.render(str(tmp_path / "forced.png"), format="svg")
+    assert (tmp_path / "g.png").read_bytes().startswith(b"\x89PNG")
+    assert b"<svg" in (tmp_path / "g.svg").read_bytes()
+    assert b"<svg" in (tmp_path / "forced.png").read_bytes()

@@ -145,7 +145,7 @@ def safe_paths_to(passes: list, name: str, index: int | None = None) -> PathSet:
             if evidence is None:
                 return PathSet(name, unknown="no evidence was recorded for this pass")
             return PathSet(name, unknown=evidence.paths_note or f"{name} is not a leaf of the graph")
-        return PathSet(name, unknown=f"no recorded pass has a leaf named {name}")
+        return PathSet(name, unknown=f"no recorded pass reaches a leaf named {name}: no path from a root leads to it (unreached says why)")
     except Exception as problem:
         return PathSet(name, unknown=f"could not be worked out ({type(problem).__name__}: {problem})")
 

@@ -12,7 +12,7 @@ where the gradient stopped:
 where NaN or inf started:
   every recorded gradient is finite
 which paths it took:
-  paths to w: unknown (no recorded pass has a leaf named w)
+  paths to w: unknown (no recorded pass reaches a leaf named w: no path from a root leads to it (unreached says why))
 """
 
 from __future__ import annotations

@@ -280,8 +280,13 @@ def clean_svg(svg: str) -> str:
     return _VERSION_COMMENT.sub("", svg)
 
 
-def render_graph(graph, path: str | None = None, format: str = "svg", renderer: str | None = None, **dot_options) -> bytes:
-    """Render a :class:`~autograd_lens.model.Graph`; also write it to ``path`` when given."""
+def render_graph(graph, path: str | None = None, format: str | None = None, renderer: str | None = None,
+                 **dot_options) -> bytes:
+    """Render a :class:`~autograd_lens.model.Graph`; also write it to ``path`` when given.  With no ``format``,
+    the path's suffix says which (``g.png``: PNG), else SVG."""
+    if format is None:
+        suffix = path.rsplit(".", 1)[-1].lower() if path and "." in path else ""
+        format = suffix if suffix in ("svg", "png", "pdf") else "svg"
     output = render_dot(graph.to_dot(**dot_options), format=format, renderer=renderer)
     if path is not None:
         with open(path, "wb") as handle:
