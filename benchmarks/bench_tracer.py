@@ -3,7 +3,7 @@
     python benchmarks/bench_tracer.py [--batch 256]
 
 Model: 50 x (Linear(64, 64) + Tanh), batch 32 (about 251 autograd nodes).  Prints the median time of
-plain and traced ``backward()`` and their ratio (target: at most 2.0), the same with a tensor hook on
+plain and traced ``backward()`` and their ratio (target of issue #24: at most 4.0), the same with a tensor hook on
 every Tanh output (one that returns None, one that halves the gradient), a teaching-size graph (how
 many milliseconds the lens adds), and the floors any per-node observer pays: Python hooks that record
 nothing, and hooks that only copy each gradient a node sends.  The lens builds each pass's model inside
@@ -249,7 +249,7 @@ def main(rounds: int = 60, batch: int = 32) -> float:
     print(f"graph: {found['nodes']} drawn nodes; {found['ran']} backward functions ran")
     print(f"plain backward   median {found['plain'] * 1e3:7.2f} ms")
     print(f"traced backward  median {found['traced'] * 1e3:7.2f} ms")
-    print(f"ratio traced/plain: {ratio:.2f}  (target <= 2.0)")
+    print(f"ratio traced/plain: {ratio:.2f}  (target <= 4.0, issue #24)")
     print(f"reference, hooks that record nothing: ratio {found['floor'] / found['plain']:.2f}")
     print(f"reference, hooks that only copy what each node sends: ratio {found['copy_floor'] / found['plain']:.2f}")
     print(f"reference, torch.profiler: ratio {found['profiler'] / found['plain']:.2f}")

@@ -51,7 +51,8 @@ def main() -> None:
     def ratio_row(measure: str, ratio: float, target: float, extra: str = "") -> None:
         rows.append((measure, f"×{ratio:.2f}{extra}", f"≤ ×{target}", ratio <= target))
 
-    for batch, target in ((32, 2.0), (256, 1.4)):
+    # targets of issue #24 (batch 32: the MLP traced <= x4.0; traced + model built <= x6.0; hooks on every layer <= x4.0)
+    for batch, target in ((32, 4.0), (256, 4.0)):
         found = bench_tracer.measure(rounds, batch)
         plain = found["plain"]
         ratio_row(f"traced / plain backward(), {found['nodes']} drawn nodes, batch {batch} (model built inside backward)",
@@ -60,9 +61,9 @@ def main() -> None:
                   f"×{found['floor'] / plain:.2f}, hooks only copying what each node sends ×{found['copy_floor'] / plain:.2f}; "
                   f"torch.profiler ×{found['profiler'] / plain:.2f})")
         if batch == 32:
-            ratio_row("trace + building the pass model, same graph", found["traced"] / plain, 3.0,
+            ratio_row("trace + building the pass model, same graph", found["traced"] / plain, 6.0,
                       " (the model is built inside backward(): the row above)")
-    for (label, times), target in zip(bench_tracer.measure_hooked(rounds).items(), (2.5, 3.0)):
+    for (label, times), target in zip(bench_tracer.measure_hooked(rounds).items(), (4.0, 4.0)):
         ratio_row(f"traced / plain, a tensor hook that {label} on every Tanh output (batch 32)",
                   times["traced"] / times["plain"], target)
     teaching = bench_tracer.measure_teaching(rounds * 5)
