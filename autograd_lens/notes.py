@@ -46,8 +46,8 @@ MESSAGES = {
         "ReLU(inplace=True)): torch refuses that. Use an out-of-place op, or a forward hook plus a tensor hook on "
         "the output instead of the module backward hook.", MODULES),
     "used_several_times": (
-        "{target} is used by {uses} operations, yet its hook fired once: autograd adds up the gradients from every "
-        "use first, then calls the hook with the sum.", INVOCATIONS),
+        "{target} is used {uses}, yet its hook fired once: autograd adds up the gradients from every use first, "
+        "then calls the hook with the sum.", INVOCATIONS),
     "forgot_zero_grad": (
         "{names} already held the previous pass's gradient when this pass added to it: backward() accumulates into "
         ".grad. If each step should start fresh, call optimizer.zero_grad() (or set .grad = None) before backward(); "
@@ -85,10 +85,11 @@ def pass_notes(backward_pass: BackwardPass, refilled: tuple[str, ...] = ()) -> t
             if event.edited_in_place and event.kind in ("tensor", "node_pre"):
                 found.append(note("inplace_hook_edit", index, event.step, hook=event.hook, target=event.target))
             if event.kind == "tensor" and event.node and ("uses", event.target) not in said:
-                uses = sum(1 for edge in graph.edges_from(event.node) if edge.kind == "data")
-                if uses > 1:
+                edges = [edge for edge in graph.edges_from(event.node) if edge.kind == "data"]
+                if len(edges) > 1:
                     said.add(("uses", event.target))
-                    found.append(note("used_several_times", index, event.step, target=event.target, uses=str(uses)))
+                    found.append(note("used_several_times", index, event.step, target=event.target,
+                                      uses=_uses_text(len(edges), len({edge.dst for edge in edges}))))
         elif isinstance(event, PassError):
             if "backward through the graph a second time" in event.message:
                 found.append(note("freed_graph", index, event.step))
@@ -100,3 +101,10 @@ def pass_notes(backward_pass: BackwardPass, refilled: tuple[str, ...] = ()) -> t
         first = next((e.step for e in backward_pass.events if isinstance(e, GradWritten) and e.name in refilled), None)
         found.append(note("forgot_zero_grad", index, first, names=", ".join(f"{name}.grad" for name in refilled)))
     return tuple(found)
+
+
+def _uses_text(uses: int, operations: int) -> str:
+    """``by 3 operations``; ``2 times by one operation`` (``w * w``); ``3 times by 2 operations``."""
+    if uses == operations:
+        return f"by {operations} operations"
+    return f"{uses} times by {'one operation' if operations == 1 else f'{operations} operations'}"

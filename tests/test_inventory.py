@@ -110,3 +110,23 @@ def test_modules_this_pass_does_not_go_through_are_not_listed_and_parameterless_
     assert any(text.startswith("elsewhere: has module backward hooks; whether this pass goes through it cannot be told")
                for text in texts)
     assert fired(lens) == [("module_full", "used", "<lambda>")]
+
+
+def test_one_function_registered_twice_is_listed_as_two_hooks():
+    """Registration, not identity: halve registered twice is 'halve (1 of 2)' and 'halve (2 of 2)', and it fires
+    twice, as torch calls it."""
+    calls = []
+
+    def halve(grad):
+        calls.append(grad.item())
+        return grad / 2
+
+    with al.Lens() as lens:
+        x = torch.tensor(8.0, requires_grad=True)
+        h = x * 1
+        h.register_hook(halve)
+        h.register_hook(halve)
+        h.backward()
+    listed = [f"{e.target}: {e.hook} ({e.position} of {e.of})" for e in lens.passes[0].inventory if e.kind == "tensor"]
+    assert listed == ["h: halve (1 of 2)", "h: halve (2 of 2)"]
+    assert calls == [1.0, 0.5] and x.grad.item() == 0.25

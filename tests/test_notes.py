@@ -261,3 +261,18 @@ def test_every_note_points_to_a_notebook_that_exists():
     root = Path(__file__).resolve().parent.parent
     for code, (_, notebook) in MESSAGES.items():
         assert (root / notebook).is_file(), f"{code} points to {notebook}"
+
+
+@pytest.mark.parametrize("expression, said", [
+    ("w * w", "w is used 2 times by one operation"),
+    ("w * w * w", "w is used 3 times by 2 operations"),
+    ("w * 2 + w * 3", "w is used by 2 operations"),
+])
+def test_used_several_times_counts_operations_and_uses_apart(expression, said):
+    with al.Lens() as lens:
+        x = torch.tensor(2.0, requires_grad=True)
+        w = x * 1
+        w.register_hook(lambda grad: None)
+        eval(expression).backward()
+    messages = [n.message for n in lens.passes[0].mistakes if n.code == "used_several_times"]
+    assert len(messages) == 1 and messages[0].startswith(said + ", yet its hook fired once")

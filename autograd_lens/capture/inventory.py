@@ -42,10 +42,12 @@ def inventory(observer: Any) -> tuple[InventoryEntry, ...]:
             continue
         hooks = list((getattr(tensor, "_backward_hooks", None) or {}).values())
         plain = [hook for hook in hooks if multi_grad_user_fn(hook) is None]
+        place = 0  # by registration: one function registered twice is two hooks, 1 of 2 and 2 of 2
         for hook in hooks:
             user = multi_grad_user_fn(hook)
             if user is None:
-                entries.append(InventoryEntry("tensor", label, function_name(hook), plain.index(hook) + 1, len(plain)))
+                place += 1
+                entries.append(InventoryEntry("tensor", label, function_name(hook), place, len(plain)))
             elif id(user) in multi:  # one multi-grad hook watches several tensors: one entry naming them all
                 index = multi[id(user)]
                 entries[index] = dataclasses.replace(entries[index], target=f"{entries[index].target}, {label}")
