@@ -208,8 +208,8 @@ def test_a_tensor_used_twice_by_one_op_gets_the_sum_of_both_parts():
 @pytest.mark.parametrize("name, fn, values, backward_name", UNEXPLAINED, ids=[op[0] for op in UNEXPLAINED])
 def test_an_op_without_a_written_formula_says_so_instead_of_guessing(name, fn, values, backward_name):
     lines, *_ = card(fn, values, backward_name)
-    assert lines[-1] == (f"This card has no hand-written formula for {backward_name}: what it sends is what torch's "
-                         "backward function computed.")
+    assert lines[-1] == (f"This card has no hand-written formula for {backward_name}: what it sends is what its "
+                         "backward computed (torch's derivative formula, or the backward of your autograd.Function).")
     assert not any(line.startswith("Chain rule") or "∂" in line for line in lines)
 
 

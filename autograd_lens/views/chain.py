@@ -269,8 +269,8 @@ def chain_rule(event: NodeRun, graph: Graph, limit: int = 16, computed: tuple | 
     afterwards (``True``: nothing changed it, it is ``event.grad_out``; ``None``: not known)."""
     rule = RULES.get(event.name)
     if rule is None:
-        return [f"This card has no hand-written formula for {event.name}: what it sends is what torch's backward "
-                "function computed."]
+        return [f"This card has no hand-written formula for {event.name}: what it sends is what its backward "
+                "computed (torch's derivative formula, or the backward of your autograd.Function)."]
     values = event.grad_out if computed is True else computed
     names = operands(event, graph)
     keys = _keys(event, graph, rule, names)
