@@ -9,7 +9,7 @@ import torch
 
 from .hooks import runs_python
 from .order import arrange_before, arrange_input_chain, until_error
-from .records import BEFORE_NODE, HookRecord
+from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord
 from .walk import gradient_edge
 from .snapshot import hidden_from_user as _hidden_from_modes
 
@@ -147,7 +147,8 @@ class PassEnd:
             done.add(id(node))
             seen = [record for record in self.records if isinstance(record, HookRecord)
                     and record.kind in ("tensor", "multi_grad") and (record.current_fn is node or record.node_fn is node
-                    or any(known.grad_fn is node for known in record.candidates))]
+                    or record.current_fn is None and record.node_fn is None  # placed nowhere yet: its candidates say
+                    and any(known.grad_fn is node for known in record.candidates))]
             merged = arrange_input_chain(self, node, output, seen, result[index] if index < len(result) else None)
             if seen:
                 at = next(position for position, record in enumerate(self.records) if record is seen[0])
@@ -159,5 +160,6 @@ class PassEnd:
                     at += 1
             self.records = [record for record in self.records if not any(record is call for call in seen)]
             self.records[at:at] = merged
-            shift = len(merged) - len(seen)
-            self.ran = {key: position + shift if position >= at else position for key, position in self.ran.items()}
+            # where each node's record is now (the calls taken out may have sat on either side of them)
+            self.ran = {id(record.fn): position for position, record in enumerate(self.records)
+                        if isinstance(record, (NodeRecord, GradRecord))}
