@@ -78,9 +78,9 @@ class NodeRecorder:
             version = value._version
         except Exception:  # tensors without a version counter: copy each time
             return snapshot(value, self.store_limit)
-        hit = self.copies.get(key)
-        if hit is not None and hit[0]() is value and hit[1] == version:
-            return hit[2]
+        earlier = self._earlier_copy(value, version)
+        if earlier is not None:
+            return earlier
         kept = fast_snapshot(value, self.store_limit)
         try:
             self.copies[key] = (weakref.ref(value), version, kept)
@@ -92,13 +92,18 @@ class NodeRecorder:
         """The copy this pass already took of tensor ``value`` when it is the same object, unchanged since (same
         version) and no Python ran inside the engine since (which could have edited it unseen): else a new one."""
         if isinstance(value, torch.Tensor):
-            hit = self.copies.get(id(value))
             try:
-                if hit is not None and hit[0]() is value and hit[1] == value._version and isinstance(hit[2], torch.Tensor):
-                    return hit[2]
+                earlier = self._earlier_copy(value, value._version)
             except Exception:  # no version counter
-                pass
+                earlier = None
+            if isinstance(earlier, torch.Tensor):  # a copy, not a summary made past the memory budget
+                return earlier
         return snapshot(value, self.store_limit)
+
+    def _earlier_copy(self, value: torch.Tensor, version: int) -> Any:
+        """The copy kept of ``value`` in this pass if it is the same object at the same version, else None."""
+        hit = self.copies.get(id(value))
+        return hit[2] if hit is not None and hit[0]() is value and hit[1] == version else None
 
     def _keep(self, value: Any) -> Any:
         """A copy of ``value`` for the record, within the memory budget (shape only beyond it)."""

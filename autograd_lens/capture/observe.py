@@ -252,8 +252,8 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
                 grad_fn, output_nr = tensor.grad_fn, tensor.output_nr
             elif id(tensor) in leaf_nodes:
                 grad_fn, output_nr = leaf_nodes[id(tensor)], 0
-            elif tensor.requires_grad and gradient_edge(tensor) is not None:
-                grad_fn, output_nr = gradient_edge(tensor)
+            elif tensor.requires_grad and (edge := gradient_edge(tensor)) is not None:
+                grad_fn, output_nr = edge
             else:
                 continue
             entries = list((hooks or {}).items())

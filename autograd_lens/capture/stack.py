@@ -18,8 +18,8 @@ from typing import Any
 
 _LENS_CODES: set[CodeType] = set()  # frames of these functions are skipped when a stacklevel is counted
 _lock = threading.Lock()
-_installed: list[Any] = []  # [original warn] while installed; a count of the blocks using it
-_users = [0]
+_installed: list[Any] = []  # [the warnings.warn it replaced] while installed
+_users = [0]  # how many Lens blocks are using it
 
 
 def lens_frame(code: CodeType) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..capture.modules import attach
 from ..model import Graph, ModuleGroup
 
 
@@ -109,15 +110,3 @@ def _assign(graph: Graph, paths: list[str], spans: dict, parent: dict) -> dict[s
             made[node.id] = max(holders, key=lambda p: (depth[p], spans[p][0]))
     attach(graph, made)
     return made
-
-
-def attach(graph: Graph, made: dict[str, str]) -> None:
-    for node in graph.nodes:
-        if node.kind in ("tensor", "output"):
-            sources = [made[e.src] for e in graph.edges_into(node.id) if e.src in made]
-            if sources:
-                made[node.id] = sources[0]
-        elif node.kind in ("saved", "constant"):
-            keepers = {made[e.dst] for e in graph.edges_from(node.id) if e.dst in made}
-            if len(keepers) == 1:
-                made[node.id] = keepers.pop()
