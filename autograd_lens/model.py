@@ -261,7 +261,8 @@ class Graph:
         return _provided("render_graph")(self, path=path, format=format, renderer=renderer)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        return _provided("graph_bundle")(self)
+        bundle = _PROVIDED.get("graph_bundle")  # a display method never raises
+        return bundle(self) if bundle is not None else {"text/plain": repr(self)}
 
     def __repr__(self) -> str:
         text = _PROVIDED.get("graph_text")
