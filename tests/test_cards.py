@@ -3,6 +3,7 @@
 import dataclasses
 import re
 
+import pytest
 import torch
 
 import autograd_lens as al
@@ -170,9 +171,10 @@ def test_a_module_hook_boundary_is_named_by_its_module_and_no_operand_is_called_
     text = "\n".join(line for step in steps for line in (step.title, *step.lines))
     assert "module hook ←" not in text and "(module hook)" not in text and "module hook @" not in text
     assert "Chain rule: tanh = tanh(addmm)." in text  # the boundary passes addmm's output through unchanged
-    boundary = [s for s in steps if s.title == "model.1 hook boundary (BackwardHookFunctionBackward) runs"]
-    assert len(boundary) == 1 and "pass through it unchanged" in boundary[0].lines[-1]
-    assert "model.1 hook boundary" in [node.label for node in lens.passes[0].graph.nodes]
+    for side in ("output", "input"):
+        boundary = [s for s in steps if s.title == f"model.1 {side} hook boundary (BackwardHookFunctionBackward) runs"]
+        assert len(boundary) == 1 and "pass through" in boundary[0].lines[-1] and "unchanged" in boundary[0].lines[-1]
+        assert f"model.1 {side} hook boundary" in [node.label for node in lens.passes[0].graph.nodes]
     # the factor of tanh's rule is bracketed, and the numbers are autograd's
     tanh = [s for s in steps if s.title.startswith("tanh")][0]
     assert any("g × (1 - tanh²) =" in line for line in tanh.lines)
@@ -246,3 +248,96 @@ def test_no_hook_is_the_only_cause_in_a_recording_with_a_gap():
     (hook,) = [s for s in steps_for(gap) if s.kind == "hook"]
     assert "only hook" not in hook.note and "What it returned replaces what it received" in hook.note
     assert x.grad.item() == 24.0
+
+
+def _boundary_labels(lens, pass_index=0):
+    """sequence number of each drawn hook boundary -> its label."""
+    return {node.sequence_nr: node.label for node in lens.passes[pass_index].graph.nodes
+            if node.op == "BackwardHookFunctionBackward"}
+
+
+def test_both_hook_boundaries_of_a_module_are_named_with_their_side_whichever_hooks_it_has():
+    """The output side is the grad_fn of the module's output; the input side is what its input passed through.
+    Named so whether a hook ran there or not (torch's wrapper runs at both sides), with or without --modules."""
+    for hooks in ("full", "pre", "both"):
+        for modules in (False, True):
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Tanh(), torch.nn.Linear(2, 1))
+            if hooks in ("full", "both"):
+                model[1].register_full_backward_hook(lambda module, grad_input, grad_output: None)
+            if hooks in ("pre", "both"):
+                model[1].register_full_backward_pre_hook(lambda module, grad_output: None)
+            inputs = torch.ones(1, 2)
+            with al.Lens(names={"model": model, "inputs": inputs}, modules=modules) as lens:
+                hidden = model[0](inputs)
+                squashed = model[1](hidden)
+                model[2](squashed).sum().backward()
+            output_side = squashed.grad_fn
+            assert output_side.name() == "BackwardHookFunctionBackward"
+            (tanh, _), = output_side.next_functions
+            (input_side, _), = tanh.next_functions
+            assert input_side.name() == "BackwardHookFunctionBackward"
+            labels = _boundary_labels(lens)
+            assert labels == {output_side._sequence_nr(): "model.1 output hook boundary",
+                              input_side._sequence_nr(): "model.1 input hook boundary"}, (hooks, modules)
+            titles = [s.title for s in steps_for(lens.passes[0]) if "boundary" in s.title]
+            assert titles == ["model.1 output hook boundary (BackwardHookFunctionBackward) runs",
+                              "model.1 input hook boundary (BackwardHookFunctionBackward) runs"]
+
+
+def test_a_hook_boundary_card_says_which_side_runs_which_hooks():
+    model = torch.nn.Linear(2, 2)
+    model.register_full_backward_hook(lambda module, grad_input, grad_output: None)
+    inputs = torch.ones(1, 2, requires_grad=True)
+    with al.Lens(names={"model": model, "inputs": inputs}) as lens:
+        model(inputs).sum().backward()
+    cards = {s.title.split(" (")[0]: "\n".join(s.lines) for s in steps_for(lens.passes[0]) if "boundary" in s.title}
+    assert set(cards) == {"model output hook boundary", "model input hook boundary"}
+    assert "backward pre-hooks, if any, run here" in cards["model output hook boundary"]
+    assert "full backward hooks, if any, run here" in cards["model input hook boundary"]
+
+
+def test_a_module_with_no_name_is_named_by_its_class_on_its_boundaries():
+    layer = torch.nn.Tanh()
+    layer.register_full_backward_hook(lambda module, grad_input, grad_output: None)
+    x = torch.tensor([0.5], requires_grad=True)
+    with al.Lens(names={"x": x}) as lens:
+        [layer][0](x).sum().backward()
+    assert sorted(_boundary_labels(lens).values()) == ["Tanh input hook boundary", "Tanh output hook boundary"]
+
+
+def test_two_unnamed_results_of_one_op_are_told_apart_on_the_card_of_the_op_that_uses_them():
+    """``a * b + b * a``: the add card says which mul receives what; when the two are written alike
+    (``a * b + a * b``) they are numbered and the card says so. Its values are autograd's."""
+    a = torch.tensor(2.0, requires_grad=True)
+    b = torch.tensor(3.0, requires_grad=True)
+    with al.Lens() as lens:
+        ((a * b) / (b * a * 2)).backward()
+    # what each product received, from plain torch
+    plain_a, plain_b = a.detach().requires_grad_(), b.detach().requires_grad_()
+    products = [plain_a * plain_b, plain_b * plain_a * 2]
+    for product in products:
+        product.retain_grad()
+    (products[0] / products[1]).backward()
+    lines = node_lines(lens, "DivBackward0")
+    assert f"It sends mul(a, b) ← {format_value(products[0].grad)}, mul(mul, 2) ← " \
+           f"{format_value(products[1].grad)}." in lines
+    assert "Chain rule: output = mul(a, b) / mul(mul, 2)." in lines
+    assert products[0].grad.item() == pytest.approx(1 / 12) and products[1].grad.item() == pytest.approx(-6 / 144)
+
+    with al.Lens() as lens:
+        (a * b + a * b).backward()
+    steps = steps_for(lens.passes[0])
+    (add,) = [s for s in steps if "(AddBackward0)" in s.title]
+    assert "It sends mul₁ ← 1.0, mul₂ ← 1.0." in add.lines
+    assert any(line.startswith("mul₁ and mul₂ are 2 different unnamed mul results") for line in add.lines)
+    assert add.question is not None and add.question.prompt.endswith("What does mul₁ receive?")
+    assert add.question.answer == (1.0,)
+
+
+def test_one_tensor_used_twice_keeps_its_name():
+    y = torch.tensor(3.0, requires_grad=True)
+    with al.Lens() as lens:
+        (y * y).backward()
+    lines = node_lines(lens, "MulBackward0")
+    assert "It sends y ← 3.0, y ← 3.0." in lines and y.grad.item() == 6.0

@@ -257,7 +257,7 @@ def test_a_module_hook_boundary_says_what_its_hooks_changed():
     with al.Lens(names={"layer": layer, "x": x}) as lens:
         (layer(x) * 10).sum().backward()
     steps = steps_for(lens.passes[0])
-    (boundary,) = [s for s in steps if s.title == "layer hook boundary (BackwardHookFunctionBackward) runs"]
+    (boundary,) = [s for s in steps if s.title == "layer output hook boundary (BackwardHookFunctionBackward) runs"]
     text = " ".join(boundary.lines)
     assert "pass through it unchanged" not in text
     assert "it received [[10.0]] and sends [[100.0]]" in text and x.grad.item() == 100.0
@@ -281,13 +281,19 @@ def test_hooks_are_numbered_among_distinct_hooks_even_when_one_fires_twice_on_a_
     assert titles == ["hook 1 of 2 on layer: <lambda>", "hook 2 of 2 on layer: <lambda>"] * 2
 
 
-def test_two_inputs_that_share_a_name_are_not_added_together():
-    """``(x * 2) * (x * 3)``: both inputs of the last mul are called "mul"; they are two tensors, not one used
-    twice, so the card adds nothing up and no question asks about "mul" without saying which."""
+def test_two_inputs_that_share_a_name_are_told_apart_and_not_added_together():
+    """``(x * 2) * (x * 3)``: both inputs of the last mul are unnamed mul results; they are two tensors, not one
+    used twice, so the card calls them by what made them, adds nothing up, and a question says which it means."""
     x = t(2.0)
     with al.Lens(names={"x": x}) as lens:
         ((x * 2) * (x * 3)).backward()
+    plain = x.detach().requires_grad_()
+    doubled, tripled = plain * 2, plain * 3
+    doubled.retain_grad(), tripled.retain_grad()
+    (doubled * tripled).backward()
     top = [s for s in steps_for(lens.passes[0]) if s.kind == "node"][0]
-    assert top.lines[-2:] == ("∂output/∂mul = mul; mul receives g × mul = 1.0 × 6.0 = 6.0.",
-                              "∂output/∂mul = mul; mul receives g × mul = 1.0 × 4.0 = 4.0.")
-    assert top.question is None and x.grad.item() == 24.0
+    assert top.lines[-2:] == ("∂output/∂mul(x, 2) = mul(x, 3); mul(x, 2) receives g × (mul(x, 3)) = 1.0 × 6.0 = 6.0.",
+                              "∂output/∂mul(x, 3) = mul(x, 2); mul(x, 3) receives g × (mul(x, 2)) = 1.0 × 4.0 = 4.0.")
+    assert doubled.grad.item() == 6.0 and tripled.grad.item() == 4.0
+    assert top.question.prompt.endswith("What does mul(x, 2) receive?") and top.question.answer == (6.0,)
+    assert x.grad.item() == 24.0 == plain.grad.item()

@@ -112,9 +112,9 @@ def test_module_hook_boundaries_are_inside_their_module():
     assert len(boundaries) == 2 and calls == [1]
     for node in boundaries:  # both sides are the module's, and named so (no hook ran at the output side)
         assert backward_pass.group_of(node.id).path == "model.1"
-        assert node.label == "model.1 hook boundary"
+    assert sorted(node.label for node in boundaries) == ["model.1 input hook boundary", "model.1 output hook boundary"]
     runs = [e.label for e in backward_pass.node_runs if e.name == "BackwardHookFunctionBackward"]
-    assert runs == ["model.1 hook boundary", "model.1 hook boundary"]
+    assert runs == ["model.1 output hook boundary", "model.1 input hook boundary"]
 
 
 def test_the_same_outcome_as_a_plain_run_and_no_hook_left_behind():

@@ -78,9 +78,14 @@ def build_pass(observer: PassObserver, walk: Walk, index: int, history: dict, in
 
 
 def _name_hook_boundaries(walk: Walk, observer: PassObserver) -> None:
-    """A ``BackwardHookFunctionBackward`` node where a module's backward hook ran is that module's hook
-    boundary: label it with the module's path (in the drawing and on the cards)."""
+    """A ``BackwardHookFunctionBackward`` node where a module's backward hook (or torch's wrapper of them) ran is
+    that module's hook boundary: label it with the module's path and side ("net.2 output hook boundary" where the
+    gradients of the module's outputs arrive, "input" where its inputs' leave), in the drawing and on the cards."""
     found = {}
+    names = observer.ensure_names() if observer.boundaries else None
+    for fn_id, (module, side) in observer.boundaries.items():
+        name = names.module_name(module) or type(module).__name__  # a module with no name here: its class
+        found[fn_id] = f"{name} {side[:-1]} hook boundary"
     for record in observer.records:
         if isinstance(record, HookRecord) and record.module is not None and record.node_fn is not None \
                 and record.target and record.node_fn.name() == "BackwardHookFunctionBackward":

@@ -45,6 +45,8 @@ class HookCalls:
                     self.copies.clear()
                     if code.co_filename.startswith(TORCH_DIR):
                         self.wrapper = Wrapper(frame, wrapper_family(code))
+                        if self.wrapper.family in ("module_full", "module_pre"):
+                            self._boundary(self.wrapper)
                     elif code not in self.unpack_codes and not self._is_unpack_hook(code):
                         self._begin(frame, None)
                 elif self.wrapper is not None and parent is self.wrapper.frame:
@@ -194,6 +196,15 @@ class HookCalls:
                 state=wrapper_state(wrapper) if wrapper is not None else None,
                 slot=wrapper.frame.f_locals.get("idx") if wrapper is not None and wrapper.family == "multi_grad" else None,
             )
+
+    def _boundary(self, wrapper: Wrapper) -> None:
+        """torch's wrapper of a module's backward hooks runs at the module's hook boundary even when no hook of
+        that side is there (the output side of a module with only a full backward hook): it says whose it is, and
+        which side (the pre-hook wrapper runs where the module's outputs' gradients arrive, the other at its inputs)."""
+        node = _current_node()
+        module = wrapper_module(wrapper)
+        if node is not None and module is not None:
+            self.boundaries.setdefault(id(node), (module, "outputs" if wrapper.family == "module_pre" else "inputs"))
 
     def _foreign(self, name: str) -> None:
         """Python code torch's C++ side called during the pass that is no gradient hook (a DDP communication hook

@@ -98,6 +98,7 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         self.nested_nodes: dict[int, str] = {}  # id(node) -> name: nodes that ran a backward inside this pass
         self.nested_hooks: list[str] = []  # hooks that ran in those nested backwards
         self.foreign_calls: list[str] = []  # Python code called during the pass that is no gradient hook
+        self.boundaries: dict[int, tuple[Any, str]] = {}  # id(BackwardHookFunctionBackward) -> (module, side)
         self.leaf_ids: set[int] = set()
         self.claimed: set[int] = set()  # id(KnownHook) already matched to a call in this pass
         self.old_grads: dict[int, Value] = {}  # id(AccumulateGrad) -> .grad before this pass wrote it

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..format import format_value
 from ..model import Graph, NodeRun
+from .operands import NO_GRAD as _NO_GRAD, card_targets, input_keys, ordinal as _ordinal
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,6 @@ RULES: dict[str, Rule] = {
     "AliasBackward0": Rule(("self",), "{out} = {self} (an alias)", ("g, unchanged",), "identity"),
 }
 REDUCTIONS = {name for name, rule in RULES.items() if rule.family == "reduction"}
-_NO_GRAD = "(no grad needed)"
-_ORDINALS = ("1st", "2nd", "3rd")
 
 
 def rule_name(backward_name: str) -> str:
@@ -130,24 +129,13 @@ def operands(event: NodeRun, graph: Graph) -> list[str]:
     rule = RULES.get(event.name)
     constants = constants_of(event, graph)
     names = []
-    for slot, target in enumerate(event.targets):
+    for slot, target in enumerate(card_targets(event, graph)):
         if target != _NO_GRAD:
             names.append(target)
             continue
         arg = rule.args[slot] if rule and slot < len(rule.args) else None
         names.append(constants.get(arg, "(no-grad tensor)") if arg else "(no-grad tensor)")
     return names
-
-
-def input_keys(event: NodeRun, graph: Graph) -> list[Any]:
-    """What each input slot is: the drawn node its gradient goes to, so that one tensor used twice (``y * y``) is
-    told from two tensors that share a name (two unnamed ``mul`` results); a slot whose arrow is not drawn is
-    its own input."""
-    keys: list[Any] = []
-    for slot, target in enumerate(event.targets):
-        edge_id = event.edges[slot] if slot < len(event.edges) else None
-        keys.append(graph.edge(edge_id).src if edge_id else ("slot", slot))
-    return keys
 
 
 def output_name(event: NodeRun, graph: Graph) -> str:
@@ -282,7 +270,8 @@ def chain_rule(event: NodeRun, graph: Graph, limit: int = 16, computed: tuple | 
                      "(autograd never builds the Jacobian itself):")
     parts: dict[Any, list[Any]] = {}
     inputs = input_keys(event, graph)
-    for slot, target in enumerate(event.targets):
+    targets = card_targets(event, graph)
+    for slot, target in enumerate(targets):
         if target == _NO_GRAD or slot >= len(rule.local) or slot >= len(event.grad_out):
             continue
         sent = values[slot] if values is not None and slot < len(values) else None
@@ -293,22 +282,18 @@ def chain_rule(event: NodeRun, graph: Graph, limit: int = 16, computed: tuple | 
         parts.setdefault(inputs[slot], []).append(sent)
     for key, sents in parts.items():
         if len(sents) > 1:
-            lines.append(_sum_line(event.targets[inputs.index(key)], sents))
+            lines.append(_sum_line(targets[inputs.index(key)], sents))
     if values is None:
         lines.append("Hooks on this node then changed what it sends, and what it computed before them is not "
                      "known: the numbers are on the hook steps.")
     elif computed is not True:
         changed = [f"{target} ← {format_value(before)} became {format_value(after)}"
-                   for target, before, after in zip(event.targets, values, event.grad_out)
+                   for target, before, after in zip(targets, values, event.grad_out)
                    if target != _NO_GRAD and not _same(before, after)]
         if changed:
             lines.append("Then hooks on this node changed what it sends: " + ", ".join(changed) + " (see the hook "
                          "steps).")
     return lines
-
-
-def _ordinal(slot: int) -> str:
-    return _ORDINALS[slot] if slot < len(_ORDINALS) else f"{slot + 1}th"
 
 
 def _same(first: Any, second: Any) -> bool:

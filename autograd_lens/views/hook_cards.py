@@ -32,7 +32,7 @@ def _hook_step(index: int, call: HookCall, context: _Pass, totals: dict, positio
         if call.kind == "post_accumulate_grad":
             lines.append(f"It may have changed {call.target}.grad in place: the drawing shows it as not known.")
         return Step(index, "hook", call.node, title, lines=tuple(lines), modified=False, grads=grads)
-    returned = "None (gradient unchanged)" if call.returned_none and not call.modified else format_value(call.grad_out)
+    returned = "None" if call.returned_none and not call.modified else format_value(call.grad_out)
     if call.kind == "post_accumulate_grad":
         lines = [f"It received the leaf itself; its .grad was {format_value(call.grad_in)}.",
                  "Post-accumulate hooks must return None; they may change .grad in place."]

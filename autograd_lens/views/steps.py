@@ -18,7 +18,8 @@ from ..model import values_equal
 from ..format import format_block, format_value
 from ..model import BackwardPass, GradWritten, Graph, HookCall, NodeRun, PassError
 from ..capture.inventory import NODE_HOOKS_NOTE
-from .chain import chain_rule, input_keys
+from .chain import chain_rule
+from .operands import card_targets, input_keys, numbered_note
 from .context import STEP_LIMIT, Step, _Pass, hook_positions, hook_totals, leaf_copies
 from .hook_cards import _hook_step, _sum_text, _summable
 from .questions import (CHAIN_RULE_LIMIT, Question, check_answer, check_answers, question_about, question_html,
@@ -209,20 +210,22 @@ def _node_step(index: int, event: NodeRun, context: _Pass, made_by: str = "") ->
     title = f"{event.label} ({event.name}) runs"
     lines = [made_by] if made_by else []
     lines.append(f"It received {received}.")
+    targets = card_targets(event, graph)
     sends = [
         f"{target} ← {format_value(value)}"
-        for target, value in zip(event.targets, event.grad_out)
+        for target, value in zip(targets, event.grad_out)
         if target != "(no grad needed)"
     ]
     if sends:
         lines.append("It sends " + ", ".join(sends) + ".")
+    if numbered_note(event, targets):
+        lines.append(numbered_note(event, targets))
     computed = _computed(event, context.after_node.get(event.step, []))
     if event.name == "BackwardHookFunctionBackward":
         rule = []
         if computed is True:
-            lines.append("torch adds this node around the inputs and outputs of a module that has a full backward "
-                         "hook (or pre-hook): gradients pass through it unchanged, and the module's backward hooks "
-                         "run here.")
+            side = next((key for key in ("output", "input") if event.label.endswith(f" {key} hook boundary")), "")
+            lines.append(_BOUNDARY_TEXT[side])
         else:
             lines.append("torch adds this node around the inputs and outputs of a module that has a full backward "
                          "hook (or pre-hook): the node itself passes gradients through unchanged, but the module's "
@@ -235,22 +238,35 @@ def _node_step(index: int, event: NodeRun, context: _Pass, made_by: str = "") ->
     edges += [(edge, format_block(value)) for edge, value in zip(event.in_edges, event.grad_in) if edge]
     done = [event.node] if event.node else []
     done += [edge_dst for edge_dst in _output_tensors(graph, event)]
-    question = _node_question(event, computed, rule or lines[-1:], received, title, input_keys(event, graph))
+    question = _node_question(event, targets, computed, rule or lines[-1:], received, title, input_keys(event, graph))
     return Step(index, "node", event.node, title, lines=tuple(lines), edges=tuple(edges), done=tuple(done),
                 question=question)
 
 
-def _node_question(event: NodeRun, computed, rule: list[str], received: str, title: str, inputs: list) -> Question | None:
+_BOUNDARY_TEXT = {
+    "": "torch adds this node around the inputs and outputs of a module that has a full backward hook (or pre-hook): "
+        "gradients pass through it unchanged, and the module's backward hooks run here.",
+    "output": "torch adds this node where a module with backward hooks returned its outputs: their gradients arrive "
+              "here and pass through unchanged. The module's backward pre-hooks, if any, run here, and what arrives "
+              "is the grad_output its full backward hooks will receive.",
+    "input": "torch adds this node where the inputs entered a module with backward hooks: their gradients pass "
+             "through it unchanged, and the module's full backward hooks, if any, run here (grad_input is what this "
+             "node passes on).",
+}
+
+
+def _node_question(event: NodeRun, targets: list[str], computed, rule: list[str], received: str, title: str,
+                   inputs: list) -> Question | None:
     """What one input receives from this node (all of it, when the input is used by several of its slots)."""
     import torch
 
     values = event.grad_out if computed is True else computed
     if values is None:
         return None
-    for slot, target in enumerate(event.targets):
+    for slot, target in enumerate(targets):
         if target == "(no grad needed)" or slot != inputs.index(inputs[slot]):
             continue
-        if any(name == target and inputs[other] != inputs[slot] for other, name in enumerate(event.targets)):
+        if any(name == target and inputs[other] != inputs[slot] for other, name in enumerate(targets)):
             continue  # two inputs with one name: a question about "target" would not say which
         parts = [values[other] for other, key in enumerate(inputs) if key == inputs[slot] and other < len(values)]
         if not parts or not all(isinstance(p, torch.Tensor) for p in parts) or len({p.shape for p in parts}) > 1:

@@ -1,0 +1,72 @@
+"""What a step card calls the inputs of an op: the drawn node each input slot is, and a name a reader can tell
+apart from the others (``mul(a, b)`` and ``mul(b, a)``; ``mul₁`` and ``mul₂``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..model import Graph, NodeRun
+
+NO_GRAD = "(no grad needed)"
+_ORDINALS = ("1st", "2nd", "3rd")
+_SUBSCRIPTS = "₀₁₂₃₄₅₆₇₈₉"
+
+
+def ordinal(slot: int) -> str:
+    return _ORDINALS[slot] if slot < len(_ORDINALS) else f"{slot + 1}th"
+
+
+def input_keys(event: NodeRun, graph: Graph) -> list[Any]:
+    """What each input slot is: the drawn node its gradient goes to, so that one tensor used twice (``y * y``) is
+    told from two tensors that share a name (two unnamed ``mul`` results); a slot whose arrow is not drawn is
+    its own input."""
+    keys: list[Any] = []
+    for slot, target in enumerate(event.targets):
+        edge_id = event.edges[slot] if slot < len(event.edges) else None
+        keys.append(graph.edge(edge_id).src if edge_id else ("slot", slot))
+    return keys
+
+
+def card_targets(event: NodeRun, graph: Graph) -> list[str]:
+    """What a card calls each input of the op: its label, told apart when two different inputs share one
+    (``a * b + b * a`` sends to ``mul(a, b)`` and ``mul(b, a)``; when even that does not tell them apart,
+    ``mul₁`` and ``mul₂`` in the order of the op's inputs: :func:`numbered_note` says so on the card)."""
+    keys = input_keys(event, graph)
+    names = list(event.targets)
+    for label in {name for name in names if name != NO_GRAD}:
+        slots = [slot for slot, name in enumerate(names) if name == label]
+        distinct = list(dict.fromkeys(keys[slot] for slot in slots))
+        if len(distinct) < 2:
+            continue  # one tensor (maybe used twice): its name says which
+        called = {key: _called_with(graph, key, label) for key in distinct}
+        if None in called.values() or len(set(called.values())) < len(distinct):
+            called = {key: label + _subscript(number + 1) for number, key in enumerate(distinct)}
+        for slot in slots:
+            names[slot] = called[keys[slot]]
+    return names
+
+
+def numbered_note(event: NodeRun, targets: list[str]) -> str:
+    """The card's line saying what ``mul₁``, ``mul₂`` are ("" when :func:`card_targets` numbered nothing)."""
+    numbered: dict[str, list[str]] = {}
+    for original, name in zip(event.targets, targets):
+        if name != original and name[len(original):] and set(name[len(original):]) <= set(_SUBSCRIPTS):
+            numbered.setdefault(original, [])
+            if name not in numbered[original]:
+                numbered[original].append(name)
+    return " ".join(f"{', '.join(names[:-1])} and {names[-1]} are {len(names)} different unnamed {label} results: this op's inputs "
+                    "in order (the highlighted arrows show which is which)." for label, names in numbered.items())
+
+
+def _subscript(number: int) -> str:
+    return "".join(_SUBSCRIPTS[int(digit)] for digit in str(number))
+
+
+def _called_with(graph: Graph, key: Any, label: str) -> str | None:
+    """``mul(a, b)``: a drawn op named by the labels of what flows into it (None when it is not drawn)."""
+    if isinstance(key, tuple):
+        return None
+    sources = [graph.node(edge.src).label for edge in graph.edges_into(key) if edge.kind == "data"]
+    constants = [graph.node(edge.src).label for edge in graph.edges_into(key)
+                 if edge.kind == "saved" and graph.node(edge.src).kind == "constant"]
+    return f"{label}({', '.join(sources + constants)})" if sources or constants else None
