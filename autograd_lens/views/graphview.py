@@ -2,17 +2,29 @@
 select it to see what is upstream and downstream, the root in view.  It runs the stepper's own module (one step,
 no step controls).  Where scripts do not run (an untrusted notebook, GitHub, nbconvert without JS) the output is
 the drawing as a picture — folded, so a readable overview — and the boxes as a table.
+
+A folded box ("layers.0-11 (x12)") opens on a click (or Enter / Space): Graphviz lays out in the kernel, not in the
+page, so the drawings with folds opened are laid out here, in advance, and stored in the page (compressed), which
+then works offline and without a kernel.  Each drawing is a *state*, the set of runs drawn in full; from the folded
+one, breadth first, at most ``VARIANT_LAYOUTS`` states holding at most ``VARIANT_BOXES`` boxes in all.  A box whose
+state is not stored says so when clicked, with the ``expand=`` call that draws it.  Clicking the outline of an
+opened block (or Enter / Space on it) folds its run again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import html
 
 from ..model import Graph
-from .fold import plan
+from .fold import Folded, fold_label, plan
 from .passview import base_css, slim_svg, svg_uri_text
+from .render import render_svg
 from .static_html import _data_script, classic_script
+
+VARIANT_LAYOUTS = 8  # drawings with folds opened, laid out in advance, per graph
+VARIANT_BOXES = 2_500  # boxes in all those drawings (each costs layout time at display and page size)
 
 
 def _short(path: str) -> str:
@@ -21,14 +33,99 @@ def _short(path: str) -> str:
     return ".".join(parts[-2:]) if len(parts) > 1 else path
 
 
+Run = tuple[str, ...]  # the module paths of one run of folded blocks
+State = tuple[Run, ...]  # the runs drawn in full, sorted
+
+
+def expanded(graph: Graph, state: State) -> Graph:
+    """``graph`` with the blocks of these runs drawn in full (added to its own ``expand``)."""
+    extra = tuple(path for run in state for path in run)
+    return dataclasses.replace(graph, options=graph.options.replace(expand=graph.options.expand + extra))
+
+
+def fold_states(graph: Graph, layouts: int = VARIANT_LAYOUTS, boxes: int = VARIANT_BOXES) -> list[tuple[State, Folded]]:
+    """The folded drawing's state (first) and the states reached by opening folds, breadth first, within the
+    budget (no layout here: ``boxes`` counts what each would draw)."""
+    states = [((), plan(graph))]
+    known = {()}
+    used = 0
+    at = 0
+    while at < len(states):
+        state, folded = states[at]
+        at += 1
+        for box in folded.folds:
+            child = tuple(sorted(set(state) | {box.paths}))
+            if child in known or len(states) > layouts:
+                continue
+            drawn = plan(expanded(graph, child))
+            if used + len(drawn.graph.nodes) > boxes:
+                continue
+            known.add(child)
+            used += len(drawn.graph.nodes)
+            states.append((child, drawn))
+    return states
+
+
+def _nested(run: Run, other: Run) -> bool:
+    return other == run or all(any(path.startswith(outer + ".") for outer in run) for path in other)
+
+
+def _how(box_label: str, paths: Run) -> str:
+    return (f"autograd_lens.graph(..., expand=\"{_short(paths[0])}\") or %lens_graph ... --expand "
+            f"{_short(paths[0])} draws that block in full; expand=\"all\" (--expand all) every block")
+
+
+def _state_data(graph: Graph, index: int, states: list[tuple[State, Folded]], svg: str | None) -> dict:
+    """One drawing: its picture (the first is the page's <img>), arrows, roots, what clicks open and close."""
+    state, folded = states[index]
+    where = {key: number for number, (key, _) in enumerate(states)}
+    drawn = folded.graph
+    opening, notes, labels = {}, {}, {}
+    for box in folded.folds:
+        target = where.get(tuple(sorted(set(state) | {box.paths})), -1)
+        first = next((g.id for g in states[target][1].groups if g.path == box.paths[0]), box.id) if target >= 0 else box.id
+        opening[box.id] = [target, first]
+        labels[box.id] = f"{box.label}: {len(box.paths)} blocks of the same structure folded into one box"
+        notes[box.id] = (f"{labels[box.id]}. " + ("Click it (or Enter) to draw them in full. " if target >= 0 else
+                         f"This page stores at most {VARIANT_LAYOUTS} drawings with folds opened "
+                         f"({VARIANT_BOXES:,} boxes in all), and not this one. ") + "To draw one in full: "
+                         + _how(box.label, box.paths))
+    closing = {}
+    for run in state:
+        back = tuple(r for r in state if not _nested(run, r))
+        target = where.get(back, -1)
+        box = next((f.id for f in states[target][1].folds if f.paths == run), "") if target >= 0 else ""
+        for group in folded.groups:
+            if group.path in run:
+                closing[group.id] = [target, box]
+                labels[group.id] = f"{group.path}, one of {fold_label(run, '')} drawn in full: fold them again"
+    return {"svg": svg, "links": [[edge.src, edge.dst, edge.id] for edge in drawn.edges],
+            "roots": [node.id for node in drawn.nodes if node.kind == "output"], "notes": notes,
+            "open": opening, "close": closing, "labels": labels}
+
+
+def fold_data(graph: Graph, states: list[tuple[State, Folded]]) -> dict | None:
+    """What the page needs to open and close folds: every stored state's drawing and transitions."""
+    if len(states) == 1 and not states[0][1].folds:
+        return None
+    result = []
+    for index, (state, _) in enumerate(states):
+        svg = None if index == 0 else "data:image/svg+xml," + svg_uri_text(slim_svg(render_svg(expanded(graph, state).to_dot())))
+        result.append(_state_data(graph, index, states, svg))
+    return {"states": result}
+
+
 def graph_html(graph: Graph, svg: str, text: str, table_of) -> str:
     """The navigator for ``graph`` drawn as ``svg`` (its SVG from ``to_dot``), titled ``text``, with
     ``table_of(drawn graph)`` as its table: deterministic bytes."""
-    folded = plan(graph)
+    states = fold_states(graph)
+    folded = states[0][1]
     drawn = folded.graph
     slim = slim_svg(svg)
     key = "al-g-" + hashlib.sha1(slim.encode("utf-8")).hexdigest()[:10]
     table = table_of(drawn)
+    folds = fold_data(graph, states)
+    first = folds["states"][0] if folds else _state_data(graph, 0, states, None)
     data = {
         "key": key,
         "predict": False,
@@ -39,14 +136,14 @@ def graph_html(graph: Graph, svg: str, text: str, table_of) -> str:
             "steps": [{"node": None, "edges": [], "grads": [], "done": []}],
             "cards": [""],
             "table": f"<details><summary>the boxes as a table</summary>{table}</details>",
-            "links": [[edge.src, edge.dst, edge.id] for edge in drawn.edges],
-            "roots": [node.id for node in drawn.nodes if node.kind == "output"],
-            # shown when a folded box is selected: how to draw one of its blocks in full
-            "notes": {fold.id: f"{fold.label}: {len(fold.paths)} blocks of the same structure drawn as one box. "
-                      f"To draw one in full: autograd_lens.graph(..., expand=\"{_short(fold.paths[0])}\") or "
-                      f"%lens_graph ... --expand {_short(fold.paths[0])}" for fold in folded.folds},
+            "links": first["links"],
+            "roots": first["roots"],
+            # shown when a folded box is selected: what it holds, how to open it
+            "notes": first["notes"],
         }],
     }
+    if folds:
+        data["passes"][0]["folds"] = folds
     alt = html.escape(text, quote=True)
     picture = (f'<img class="al-picture" alt="{alt}" '
                f'src="data:image/svg+xml,{svg_uri_text(slim).replace("&", "&amp;")}">')

@@ -360,6 +360,110 @@ function render({ model, el }) {
     centreOn(id);
   }
 
+  // folded boxes of graph() ("layers.0-11 (x12)"): a click, Enter or Space opens one, showing a drawing laid out in
+  // advance with its blocks in full (passes[p].folds.states); the outline of an opened block folds its run again
+  let foldState = 0;
+  const foldSvgs = {};
+  function foldsOf(p) { return passes[p].folds || null; }
+
+  function markFolds() {
+    const folds = foldsOf(pass);
+    root.removeAttribute("data-fold-state");
+    if (!folds) { return; }
+    const state = folds.states[foldState];
+    root.setAttribute("data-fold-state", String(foldState));
+    const mark = (id, expanded, hint) => {
+      const g = canvas.querySelector("#" + id);
+      if (!g) { return; }
+      const label = state.labels[id] + hint;
+      g.classList.add("al-foldable");
+      g.setAttribute("tabindex", "0");
+      g.setAttribute("role", "button");
+      g.setAttribute("aria-expanded", expanded ? "true" : "false");
+      g.setAttribute("aria-label", label);
+      const title = document.createElementNS("http://www.w3.org/2000/svg", "title");
+      title.textContent = label;
+      g.prepend(title);
+    };
+    keys(state.open).forEach((id) => { mark(id, false, state.open[id][0] >= 0 ? " (click, Enter or Space: open)" : ""); });
+    keys(state.close).forEach((id) => { mark(id, true, state.close[id][0] >= 0 ? "" : " (not stored in this page)"); });
+  }
+
+  function showFoldState(p, target) {
+    const folds = foldsOf(p);
+    foldState = target;
+    const state = folds.states[target];
+    if (target === 0) {
+      canvas.innerHTML = svgOf(p);
+    } else {
+      if (!(target in foldSvgs)) { foldSvgs[target] = decodeSvg(state.svg); }
+      canvas.innerHTML = foldSvgs[target];
+    }
+    passes[p].links = state.links;
+    passes[p].roots = state.roots;
+    passes[p].notes = state.notes;
+    markFolds();
+  }
+
+  function resetFolds(p) { // the pass's own drawing was just put in the canvas: the folded state
+    foldState = 0;
+    const folds = foldsOf(p);
+    if (folds) { ["links", "roots", "notes"].forEach((name) => { passes[p][name] = folds.states[0][name]; }); }
+    markFolds();
+  }
+
+  function topInView(target) { // an opened block's outline is often taller than the view: its name (top) in view
+    if (view.scale * FONT_PX < MIN_TEXT_PX) { view.scale = MIN_TEXT_PX / FONT_PX; apply(); }
+    const box = target.getBoundingClientRect();
+    const port = viewport.getBoundingClientRect();
+    view.x += port.left + port.width / 2 - (box.left + Math.min(box.width, port.width - 40) / 2);
+    view.y += port.top + (box.height > port.height - 40 ? 20 : port.height / 2 - box.height / 2) - box.top;
+    apply();
+  }
+
+  // true when `id` is a folded box or an opened block's outline (then it is opened or folded here)
+  function foldAction(id, fromKey) {
+    const folds = foldsOf(pass);
+    if (!folds || !id) { return false; }
+    const state = folds.states[foldState];
+    const move = state.open[id] || state.close[id];
+    if (!move) { return false; }
+    if (move[0] < 0) { // not stored in this page: say how to draw it
+      select(null);
+      cardBox.textContent = state.notes[id] || state.labels[id] + ": not stored in this page; draw it with expand=.";
+      return true;
+    }
+    const scale = view.scale;
+    showFoldState(pass, move[0]);
+    select(null);
+    find(search.value);
+    view.scale = scale;
+    apply();
+    const target = canvas.querySelector("#" + move[1]);
+    if (target) {
+      topInView(target);
+      if (fromKey && target.focus) { target.focus({ preventScroll: true }); }
+    }
+    cardBox.textContent = (id in state.open ? "Opened " : "Folded again: ") + state.labels[id].split(":")[0] + ".";
+    return true;
+  }
+
+  baseStyle.textContent += "\n" + [scope + " .al-foldable {cursor: pointer}",
+    scope + " .al-foldable:focus {outline: none}",
+    scope + " .al-foldable:focus > polygon, " + scope + " .al-foldable:focus > path, " + scope +
+    " .al-foldable:focus > ellipse {stroke: #2563eb; stroke-width: 4px}"].join("\n");
+  // Enter or Space on a folded box or an opened outline (the window's capture phase: before the notebook's keys)
+  const onFoldKey = (event) => {
+    if (!root.isConnected) { window.removeEventListener("keydown", onFoldKey, true); return; }
+    if (event.key !== "Enter" && event.key !== " ") { return; }
+    const g = event.target && event.target.closest ? event.target.closest(".al-foldable") : null;
+    if (!g || !canvas.contains(g)) { return; }
+    event.preventDefault();
+    event.stopPropagation();
+    foldAction(g.id, true);
+  };
+  window.addEventListener("keydown", onFoldKey, true);
+
   function setupGroups(p) {
     opened = {};
     hiddenIn = {};
@@ -488,6 +592,7 @@ function render({ model, el }) {
       }
     }
     setupGroups(p);
+    resetFolds(p);
     select(null);
     find(search.value);
     tableBox.innerHTML = passes[p].table;
@@ -622,7 +727,8 @@ function render({ model, el }) {
     const node = drag && !cluster && Math.abs(event.clientX - drag.x) + Math.abs(event.clientY - drag.y) < 4 &&
       drag.target && drag.target.closest ? drag.target.closest("g.node") : null;
     endDrag();
-    if (node && node.id) { select(root.getAttribute("data-selected") === node.id ? null : node.id); }
+    if (node && node.id && !foldAction(node.id)) { select(root.getAttribute("data-selected") === node.id ? null : node.id); }
+    if (cluster && cluster.id && foldAction(cluster.id)) { return; }
     if (cluster && passes[pass].groups && cluster.id) {
       opened[cluster.id] = cluster.classList.contains("al-collapsed");
       applyGroups();

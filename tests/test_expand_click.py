@@ -1,0 +1,233 @@
+"""Folded boxes open on a click (and on Enter / Space) and fold again: the drawings stored for it hold exactly the
+right boxes (compared with the unfolded drawing of the same graph), and a real browser (Chromium) opens and folds
+them in the static page and in JupyterLab."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import urllib.parse
+import urllib.request
+
+import pytest
+
+import autograd_lens as al
+from autograd_lens.views import graphview
+from autograd_lens.views.fold import plan
+from autograd_lens.views.graphview import expanded, fold_data, fold_states
+from autograd_lens.views.render import render_svg
+from test_fold import resnet_loss, transformer_loss
+
+_NODE = re.compile(r"""<g id=["']([nf]\d+)["'] class=["']node["'][^>]*>(.*?)</g>""", re.S)
+_TEXT = re.compile(r"<text[^>]*>([^<]*)</text>")
+
+
+def boxes(svg: str) -> dict[str, tuple[str, ...]]:
+    """Each drawn box's id and its texts."""
+    return {node: tuple(html.unescape(text) for text in _TEXT.findall(body)) for node, body in _NODE.findall(svg)}
+
+
+def decoded(uri: str) -> str:
+    return urllib.parse.unquote(uri.split(",", 1)[1])
+
+
+def stored(graph):
+    """(state, folded, svg) for every drawing the page stores; the first is the page's own picture."""
+    states = fold_states(graph)
+    data = fold_data(graph, states)
+    svgs = [render_svg(graph.to_dot())] + [decoded(s["svg"]) for s in data["states"][1:]]
+    return states, data, svgs
+
+
+def test_the_opened_transformer_holds_exactly_the_unfolded_boxes():
+    model, loss = transformer_loss()
+    graph = al.graph(loss, names={"model": model})
+    states, data, svgs = stored(graph)
+    assert [len(state) for state, _ in states] == [0, 1]
+    folded, opened = boxes(svgs[0]), boxes(svgs[1])
+    assert folded["f1"][0] == "layers.0-11 (x12)" and not any(k.startswith("f") for k in opened)
+    unfolded = boxes(render_svg(_all(graph).to_dot()))
+    assert opened == unfolded  # every box of the 12 layers, with the same texts, and nothing else
+    inside = set(unfolded) - set(folded)
+    assert len(inside) == len(plan(graph).folds[0].nodes) > 12 * 35
+    # what a click does: f1 opens state 1, centred on layers.0's outline; that outline (any layer's) folds back
+    first, second = data["states"]
+    assert first["open"] == {"f1": [1, next(g.id for g in states[1][1].groups if g.path == "model.layers.0")]}
+    assert sorted(second["close"].values()) == [[0, "f1"]] * 12
+    assert second["labels"][next(iter(second["close"]))].endswith("one of layers.0-11 (x12) drawn in full: fold them again")
+    # the arrows the page follows (upstream/downstream) are the drawn ones
+    assert {tuple(link[:2]) for link in second["links"]} == {(e.src, e.dst) for e in states[1][1].graph.edges}
+
+
+def _all(graph):
+    """The same graph drawn with every block in full (its module outlines kept)."""
+    return expanded(graph, (("all",),))
+
+
+def test_each_resnet_fold_opens_alone_and_together():
+    model, loss = resnet_loss()
+    graph = al.graph(loss, names={"model": model})
+    states, data, svgs = stored(graph)
+    labels = [[f.label for f in folded.folds] for _, folded in states]
+    assert labels == [["layer1.0-2 (x3)", "layer2.1-2 (x2)"], ["layer2.1-2 (x2)"], ["layer1.0-2 (x3)"], []]
+    unfolded = boxes(render_svg(_all(graph).to_dot()))
+    first = plan(graph).folds
+    for index, svg in enumerate(svgs):
+        drawn = boxes(svg)
+        still = {f.label: f for f in states[index][1].folds}
+        # a box is either drawn as in the unfolded drawing, or it is inside a fold still closed
+        hidden = set().union(*(set(f.nodes) for f in states[index][1].folds))
+        assert {k: v for k, v in drawn.items() if k.startswith("n")} == {k: v for k, v in unfolded.items() if k not in hidden}
+        assert sorted(v[0] for k, v in drawn.items() if k.startswith("f")) == sorted(still)
+    assert set(first[0].nodes) & set(boxes(svgs[1])) == set(first[0].nodes)  # layer1 opened: all its boxes
+    both = data["states"][3]
+    assert sorted(both["close"].values()) == [[1, "f1"]] * 2 + [[2, "f1"]] * 3  # each run folds back alone
+
+
+def test_the_page_says_when_a_drawing_is_not_stored(monkeypatch):
+    model, loss = resnet_loss()
+    graph = al.graph(loss, names={"model": model})
+    monkeypatch.setattr(graphview, "VARIANT_LAYOUTS", 1)
+    states = fold_states(graph, layouts=1)
+    data = fold_data(graph, states)
+    assert len(states) == 2
+    opening = data["states"][0]["open"]
+    assert opening["f1"][0] == 1 and opening["f2"][0] == -1
+    note = data["states"][0]["notes"]["f2"]
+    assert "This page stores at most 1 drawings" in note and 'expand="layer2.1"' in note
+
+
+def test_the_page_is_deterministic_and_bounded():
+    model, loss = transformer_loss()
+    graph = al.graph(loss, names={"model": model})
+    page = graph._repr_mimebundle_()["text/html"]
+    assert page == al.graph(loss, names={"model": model})._repr_mimebundle_()["text/html"]
+    assert len(page) < 200_000  # 53 KB folded only; the opened drawing (417 KB of SVG) is stored compressed
+    states = fold_states(graph, boxes=100)  # the opened drawing would pass the budget: not stored
+    assert len(states) == 1 and fold_data(graph, states)["states"][0]["open"]["f1"][0] == -1
+
+
+# ----------------------------------------------------------------------------- in a real browser
+
+browser_only = pytest.mark.browser
+
+
+def _page(browser, html_text, tmp_path):
+    path = tmp_path / "graph.html"
+    path.write_text(f"<!DOCTYPE html><html><body>{html_text}</body></html>", encoding="utf-8")
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(path.as_uri())
+    page.wait_for_selector(".al-stepper[data-fold-state='0']")
+    return page, errors
+
+
+def drawn_texts(where):
+    return where.evaluate("(root) => Array.from(root.querySelectorAll('.al-canvas g.node')).map("
+                          "g => [g.id, Array.from(g.querySelectorAll('text')).map(t => t.textContent)])")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from test_browser import CHROMIUM, LAUNCH_ARGS, playwright
+
+    if CHROMIUM is None:
+        pytest.skip("Debian's chromium is not installed")
+    with playwright.sync_playwright() as driver:
+        chromium = driver.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def check_open_and_fold(stepper, graph, click, press):
+    """Click the folded box: the 12 layers' boxes appear with their texts; click an opened outline: folded again.
+    Then the same with the keyboard (focus, Enter; Space on the outline)."""
+    states = fold_states(graph)
+    unfolded = {k: list(v) for k, v in boxes(render_svg(_all(graph).to_dot())).items()}
+    folded = {k: list(v) for k, v in boxes(render_svg(graph.to_dot())).items()}
+    assert dict(drawn_texts(stepper)) == folded
+    box = stepper.locator(".al-canvas #f1")
+    assert box.get_attribute("role") == "button" and box.get_attribute("tabindex") == "0"
+    assert box.get_attribute("aria-expanded") == "false"
+    assert box.get_attribute("aria-label").startswith("layers.0-11 (x12): 12 blocks")
+    stepper.locator("button[data-go=fit]").click()  # the whole folded drawing in view
+    click(box)
+    assert stepper.get_attribute("data-fold-state") == "1"
+    assert dict(drawn_texts(stepper)) == unfolded  # every block's boxes, labels as in the unfolded drawing
+    outline_of = {g.path: g.id for g in states[1][1].groups}
+    outline = stepper.locator(f".al-canvas #{outline_of['model.layers.0']}")  # opened: its name is in view
+    assert outline.get_attribute("aria-expanded") == "true"
+    assert "fold them again" in outline.get_attribute("aria-label")
+    click(outline.locator(":scope > text").first)  # the outline's name
+    assert stepper.get_attribute("data-fold-state") == "0"
+    assert dict(drawn_texts(stepper)) == folded
+    # keyboard: the box takes focus, Enter opens; the opened outline has focus; Space on any block's outline folds
+    stepper.locator(".al-canvas #f1").focus()
+    press("Enter")
+    assert stepper.get_attribute("data-fold-state") == "1"
+    focused = stepper.evaluate("(root) => root.ownerDocument.activeElement.id")
+    assert focused == outline_of["model.layers.0"]
+    stepper.locator(f".al-canvas #{outline_of['model.layers.5']}").focus()
+    press(" ")
+    assert stepper.get_attribute("data-fold-state") == "0"
+    assert stepper.evaluate("(root) => root.ownerDocument.activeElement.id") == "f1"
+
+
+@browser_only
+def test_a_folded_box_opens_and_folds_in_the_static_page(browser, tmp_path):
+    model, loss = transformer_loss()
+    graph = al.graph(loss, names={"model": model})
+    page, errors = _page(browser, graph._repr_mimebundle_()["text/html"], tmp_path)
+    stepper = page.locator(".al-stepper")
+    check_open_and_fold(stepper, graph, lambda target: target.click(), page.keyboard.press)
+    # opened, a block's node can still be found and selected (upstream / downstream follow the opened arrows)
+    page.locator(".al-canvas #f1").press("Enter")
+    page.fill("input.al-search", "layers.7")
+    assert int(stepper.get_attribute("data-found")) >= 1
+    assert errors == []
+    page.close()
+
+
+NOTEBOOK_SOURCE = """%load_ext autograd_lens
+import sys
+sys.path.insert(0, {tests!r})
+from test_fold import transformer_loss
+model, loss = transformer_loss()"""
+
+
+@browser_only
+def test_a_folded_box_opens_and_folds_in_jupyterlab(browser, tmp_path_factory):
+    import os
+
+    from test_browser import run_all, start_lab
+
+    server = start_lab(tmp_path_factory)
+    url = next(server)
+    try:
+        base, query = url.split("/lab/tree/")
+        token = query.split("token=")[1]
+        cells = [NOTEBOOK_SOURCE.format(tests=os.path.dirname(os.path.abspath(__file__))), "%lens_graph loss"]
+        notebook = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                               "source": source} for source in cells],
+                    "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+                    "nbformat": 4, "nbformat_minor": 5}
+        request = urllib.request.Request(f"{base}/api/contents/expand.ipynb?token={token}", method="PUT",
+                                         data=json.dumps({"type": "notebook", "content": notebook}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(request, timeout=30).read()
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{base}/lab/tree/expand.ipynb?token={token}")
+        run_all(page)
+        stepper = page.locator(".jp-OutputArea .al-stepper")
+        stepper.wait_for(timeout=60_000)
+        page.wait_for_selector(".jp-OutputArea .al-stepper[data-fold-state='0']")
+        model, loss = transformer_loss()
+        graph = al.graph(loss, names={"model": model})
+        check_open_and_fold(stepper, graph, lambda target: target.click(), page.keyboard.press)
+        # Enter opened the box and did not put the notebook's cell into edit mode
+        assert page.locator(".jp-Notebook.jp-mod-editMode").count() == 0
+        page.close()
+    finally:
+        server.close()
