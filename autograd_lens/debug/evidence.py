@@ -28,6 +28,8 @@ class Clue:
 
     code: str  # "requires_grad_false", "detached", "no_grad", "inference_mode", "non_differentiable"
     text: str
+    at: tuple[tuple[int, str], ...] = ()  # (sequence_nr, backward function) of the graph's functions where the cut
+    # value entered (the forward record) or that saved the tensor: where the drawing can mark the cut
 
 
 @dataclass(frozen=True)
@@ -107,11 +109,12 @@ def _label(name: str) -> str:
     return op_label(name)
 
 
-def _saved_tensors(shape: Any) -> tuple[list[tuple[str, torch.Tensor]], str]:
-    """(op, tensor) for every tensor the graph's functions saved, not unpacking any a hook packed."""
+def _saved_tensors(shape: Any) -> tuple[list[tuple[str, torch.Tensor, tuple[int, str]]], str]:
+    """(op, tensor, the function's key) for every tensor the graph's functions saved, not unpacking any a hook
+    packed."""
     from ..capture.walk import packed_by_hook, saved_names
 
-    found: list[tuple[str, torch.Tensor]] = []
+    found: list[tuple[str, torch.Tensor, tuple[int, str]]] = []
     packed = 0
     for fn in shape.nodes[:SAVED_SCAN_LIMIT]:
         if isinstance(fn, torch.autograd.function.BackwardCFunction):
@@ -128,7 +131,7 @@ def _saved_tensors(shape: Any) -> tuple[list[tuple[str, torch.Tensor]], str]:
                 continue
             for item in value if isinstance(value, (tuple, list)) else (value,):
                 if isinstance(item, torch.Tensor):
-                    found.append((_label(fn.name()), item))
+                    found.append((_label(fn.name()), item, _key(fn)))
     notes = []
     if len(shape.nodes) > SAVED_SCAN_LIMIT:
         notes.append(f"only the first {SAVED_SCAN_LIMIT} of {len(shape.nodes)} backward functions were looked at")
@@ -145,35 +148,36 @@ def _clues(name: str, tensor: torch.Tensor, saved: list, cuts: list, graph_keys:
     used = [cut for cut in cuts if cut.entries & graph_keys]
     found = next((cut for cut in used if cut.computed_from(tensor)), None)
     if found is not None:
-        clues.append(Clue(found.cause, _cut_text(name, tensor, found)))
+        clues.append(Clue(found.cause, _cut_text(name, tensor, found), tuple(sorted(found.entries & graph_keys))))
     elif any(not cut.complete for cut in used):
         clues.append(Clue("incomplete", "a cut this graph uses was computed from more functions than were looked "
                                         f"at; whether {name} is among them is not known"))
     storage = _storage(tensor)
-    for op, value in saved:
+    for op, value, key in saved:
         if value is tensor:
             if not tensor.requires_grad:
                 continue  # the frozen-parameter clue says it
             clues.append(Clue("requires_grad_false", f"{op} used {name} while it had requires_grad=False (it was "
-                                                     "set to True after the forward ran)"))
+                                                     "set to True after the forward ran)", (key,)))
             break
         if storage is None or _storage(value) != storage or value.grad_fn is not None:
             continue
         if not value.requires_grad:
             clues.append(Clue("detached", f"{op} saved a tensor that shares {name}'s memory but not its autograd "
                                           "history (made by .detach(), .data, a NumPy view, or a view "
-                                          "taken under no_grad)"))
+                                          "taken under no_grad)", (key,)))
             break
         clues.append(Clue("detached", f"{op} saved a separate leaf that shares {name}'s memory (a view taken under "
                                       "no_grad, or .detach().requires_grad_()): the gradient goes to that leaf, "
-                                      f"not to {name}"))
+                                      f"not to {name}", (key,)))
         break
     else:
-        copy = next((op for op, value in saved if _same_values(value, tensor)), None)
+        copy = next(((op, key) for op, value, key in saved if _same_values(value, tensor)), None)
         if copy is not None:
+            op, key = copy
             clues.append(Clue("detached", f"{op} saved a tensor holding exactly {name}'s values (not integers) "
                                           "without its autograd history: a copy made by .item(), .tolist(), "
-                                          "NumPy or torch.tensor(...)"))
+                                          "NumPy or torch.tensor(...)", (key,)))
     return clues
 
 

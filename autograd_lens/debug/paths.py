@@ -17,7 +17,7 @@ leaves behind them get an "unknown" answer saying so.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -42,6 +42,9 @@ class Path:
     contribution: Value
     factors: tuple[float, ...] = ()
     rest: int = 0
+    # where it runs on the drawing: the root's ((sequence_nr, backward function), output), then one hop per arrow,
+    # (user's key, what it uses: a function's key or a leaf's label, which use of it among the user's inputs)
+    hops: tuple = field(default=(), compare=False)
 
     def text(self) -> str:
         from ..format import format_value
@@ -117,12 +120,13 @@ class _Walker:
 
     def start(self, fn: Any, output_nr: int, seed: torch.Tensor) -> None:
         if id(fn) in self.labels:  # the root is a leaf itself
-            self.found.setdefault(id(fn), []).append(((self.labels[id(fn)],), seed, (1.0,) if seed.numel() == 1 else None))
+            self.found.setdefault(id(fn), []).append(((self.labels[id(fn)],), seed, (1.0,) if seed.numel() == 1 else None, ()))
             return
         scalar = seed.numel() == 1
-        stack = [(fn, output_nr, seed, (self._label(fn, output_nr),), () if scalar else None)]
+        stack = [(fn, output_nr, seed, (self._label(fn, output_nr),), () if scalar else None,
+                  ((_key(fn), output_nr),))]
         while stack:
-            fn, output_nr, grad, route, factors = stack.pop()
+            fn, output_nr, grad, route, factors, hops = stack.pop()
             refused = _refused(fn)
             if refused:
                 self._unknown_behind(fn, f"a path goes through {refused}, which runs user code")
@@ -143,13 +147,18 @@ class _Walker:
                     step = factors + (self._local(fn, output_nr, slot, grad),)
                 elif factors is not None:
                     step = None
+                use = sum(1 for other, other_nr in fn.next_functions[:slot] if other is next_fn and other_nr == next_nr)
                 if id(next_fn) in self.labels:
                     value = outs[slot]
                     if step is not None:
                         value = _product(seed, step, value)
-                    self.found.setdefault(id(next_fn), []).append((route + (self.labels[id(next_fn)],), value, step))
+                    hop = (_key(fn), self.labels[id(next_fn)], use)
+                    self.found.setdefault(id(next_fn), []).append((route + (self.labels[id(next_fn)],), value, step,
+                                                                   hops + (hop,)))
                 else:
-                    following.append((next_fn, next_nr, outs[slot], route + (self._label(next_fn, next_nr),), step))
+                    hop = (_key(fn), _key(next_fn) + (next_nr,), use)
+                    following.append((next_fn, next_nr, outs[slot], route + (self._label(next_fn, next_nr),), step,
+                                      hops + (hop,)))
             stack.extend(reversed(following))  # depth first, paths in next_functions order
 
     def _call(self, fn: Any, output_nr: int, grad: torch.Tensor) -> tuple | None:
@@ -204,11 +213,11 @@ class _Walker:
                 sets[label] = PathSet(label, unknown="no path from the root reaches it")
                 continue
             total = found[0][1].clone()
-            for _, value, _ in found[1:]:
+            for _, value, _, _ in found[1:]:
                 total = total + value
             order = sorted(range(len(found)), key=lambda i: -float(found[i][1].double().norm()))
             shown = [found[i] for i in sorted(order[:SHOWN])]
-            paths = [Path(route, snapshot(value), tuple(factors or ())) for route, value, factors in shown]
+            paths = [Path(route, snapshot(value), tuple(factors or ()), hops=hops) for route, value, factors, hops in shown]
             rest = [found[i][1] for i in sorted(order[SHOWN:])]
             if rest:
                 summed = rest[0].clone()
@@ -217,6 +226,10 @@ class _Walker:
                 paths.append(Path(("rest",), snapshot(summed), rest=len(rest)))
             sets[label] = PathSet(label, tuple(paths), snapshot(total), len(found))
         return sets
+
+
+def _key(fn: Any) -> tuple[int, str]:
+    return (fn._sequence_nr(), fn.name())
 
 
 def _fit(grad: torch.Tensor, fn: Any, output_nr: int) -> torch.Tensor:

@@ -8,7 +8,7 @@ is one of ``REASONS``; where the record does not settle the cause the code is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..model import BackwardPass, GradWritten, HookCall, NodeRun
@@ -34,6 +34,9 @@ class Reason:
     name: str
     code: str
     text: str
+    # graph node ids where the drawing marks the break: the functions a cut value entered (or that saved the
+    # tensor), an excluded leaf, the node whose hook returned zeros; empty where the record does not place it
+    at: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def title(self) -> str:
@@ -55,7 +58,7 @@ def unreached(backward_pass: BackwardPass) -> dict[str, Reason]:
         if candidate.reachable:
             reason = _on_graph(backward_pass, candidate, received)
         else:
-            reason = _off_graph(candidate, evidence)
+            reason = _off_graph(candidate, evidence, backward_pass)
         if reason is not None:
             reasons[candidate.name] = reason
     return reasons
@@ -81,11 +84,13 @@ def _on_graph(backward_pass: BackwardPass, candidate: Any, received: dict[str, A
             return _zeroed_by_hook(backward_pass, name, received[name])
         return None
     if inputs and name not in inputs:
+        at = tuple(node.id for node in backward_pass.graph.nodes if node.label == name and node.kind == "leaf") \
+            if candidate.leaf else ()
         if backward_pass.kind == "grad":
             return Reason(name, "excluded", f"not among autograd.grad's inputs ({', '.join(inputs)}): "
-                                            "autograd.grad computes gradients for its inputs only")
+                                            "autograd.grad computes gradients for its inputs only", at)
         return Reason(name, "excluded", f"backward(inputs=[{', '.join(inputs)}]) computes gradients for those "
-                                        f"only; {name} is on the graph but not among them")
+                                        f"only; {name} is on the graph but not among them", at)
     if backward_pass.error is not None:
         return Reason(name, "unknown", f"the pass stopped with {backward_pass.error.type} before a gradient "
                                        "reached it")
@@ -132,7 +137,8 @@ def _zeroed_by_hook(backward_pass: BackwardPass, name: str, value: Any) -> Reaso
         if call.error is None and call.node in upstream and _all_zero(call.grad_out) \
                 and not _all_zero(call.grad_in) and _readable(call.grad_in):
             return Reason(name, "hook_zeros", f"the {call.kind_label} hook {call.hook} on {call.target} received a "
-                                              "non-zero gradient and passed on zeros; this leaf received only zeros")
+                                              "non-zero gradient and passed on zeros; this leaf received only zeros",
+                          (call.node,) if call.node else ())
     return None
 
 
@@ -173,12 +179,12 @@ def _all_zero(value: Any) -> bool:
         return False
 
 
-def _off_graph(candidate: Any, evidence: Any) -> Reason:
+def _off_graph(candidate: Any, evidence: Any, backward_pass: BackwardPass) -> Reason:
     name = candidate.name
     clues = {clue.code: clue for clue in reversed(candidate.clues)}  # the first clue of each kind wins
     for code in PRIORITY:
         if code in clues:
-            return Reason(name, code, clues[code].text)
+            return Reason(name, code, clues[code].text, _placed(backward_pass, getattr(clues[code], "at", ())))
     if "incomplete" in clues:
         return Reason(name, "unknown", clues["incomplete"].text)
     if evidence.forward and not evidence.forward_note:
@@ -190,3 +196,16 @@ def _off_graph(candidate: Any, evidence: Any) -> Reason:
     return Reason(name, "unknown", "it is not on the graph of this pass: either it was not used, or a copy of "
                                    "it cut from autograd was (no saved value shows one). Forward ops were not "
                                    "recorded; Lens(why=True) or %%lens --why tells the two apart")
+
+
+def _placed(backward_pass: BackwardPass, keys: Any) -> tuple[str, ...]:
+    """The drawn function nodes of ``keys`` ((sequence_nr, backward function)): each key drawn exactly once, or
+    nothing (a key the drawing shows twice, or not at all, is not placed)."""
+    found: list[str] = []
+    for key in keys:
+        nodes = [node.id for node in backward_pass.graph.nodes
+                 if node.kind == "function" and (node.sequence_nr, node.op) == tuple(key)]
+        if len(nodes) != 1:
+            return ()
+        found.append(nodes[0])
+    return tuple(found)

@@ -88,13 +88,18 @@ class Why:
             rows = self.rows()
         except Exception as problem:  # a display never raises
             return f"<p>why {html.escape(self.name)}: unknown ({html.escape(type(problem).__name__)})</p>"
+        numbered = [(str(number), *row) if number <= len(rows["paths"]) - 1 and row[0] != "unknown" else ("", *row)
+                    for number, row in enumerate(rows["paths"], 1)]
+        from .drawing import paths_drawing
+
         parts = [f"<h4>Why {html.escape(self.name)}</h4>",
                  "<p><b>Where the gradient stopped</b></p>",
                  _table(("pass", "reason", "evidence"), rows["stopped"]),
                  "<p><b>Where NaN or inf started</b></p>",
                  _table(("pass", "first step", "received", "passed on", "line"), rows["nonfinite"]),
                  "<p><b>Which paths it took</b> (the chain rule without hooks)</p>",
-                 _table(("path from the root", "local derivatives", "contribution"), rows["paths"])]
+                 _table(("path", "from the root", "local derivatives", "contribution"), numbered),
+                 paths_drawing(self.lens.passes, self.name)]
         return "".join(parts)
 
 

@@ -1,0 +1,360 @@
+"""The debugging answers on the drawing (issue 23): cut marks, the NaN origin, the paths to a leaf.
+
+Each program has one known cause, and the place the mark must go is read from torch itself while the program
+runs (the ``grad_fn`` of the tensor that used the cut value, the op anomaly mode names); the DOT text and the
+rendered SVG must hold the mark there and nowhere else, and a pass without a problem must hold none.  The path
+arrows are compared with every root-to-leaf route of the drawn graph, found here independently.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import warnings
+
+import pytest
+import torch
+
+import autograd_lens as al
+from autograd_lens.debug.drawing import paths_dot
+from autograd_lens.debug.why import Why
+from autograd_lens.views.dot import to_dot
+from autograd_lens.views.marks import CUT_COLOR, NAN_COLOR, PATH_COLOR, edge_colours, marks_for, path_edges
+from autograd_lens.views.passview import PassView
+
+
+def traced(program, why=True):
+    """Run ``program(ns, truth)`` under a Lens: (its one pass, ns, truth)."""
+    torch.manual_seed(0)
+    ns: dict = {}
+    truth: dict = {}
+    with al.Lens(names=ns, why=why) as lens:
+        program(ns, truth)
+    (backward_pass,) = lens.passes
+    return backward_pass, ns, truth
+
+
+def key(tensor):
+    return (tensor.grad_fn._sequence_nr(), tensor.grad_fn.name())
+
+
+def node_of(backward_pass, fn_key):
+    (found,) = [n.id for n in backward_pass.graph.nodes if (n.sequence_nr, n.op) == fn_key]
+    return found
+
+
+def leaves(ns, *names):
+    for name in names:
+        ns[name] = torch.randn(3, requires_grad=True)
+    return [ns[name] for name in names]
+
+
+def statements(dot, text):
+    """The DOT lines (node and edge statements) that contain ``text``."""
+    return [line.strip() for line in dot.splitlines() if text in line]
+
+
+def svg_groups(svg, text):
+    """Ids of the SVG's node and edge groups whose content contains ``text``."""
+    return [m.group(1) for m in re.finditer(r'<g id="([^"]+)" class="(?:node|edge)">(.*?)</g>', svg, re.S)
+            if text in m.group(2)]
+
+
+# ----------------------------------------------------------------------------- programs with one known cause
+
+def detach(ns, truth):
+    x, w = leaves(ns, "x", "w")
+    y = x * w.detach()
+    truth["at"] = key(y)
+    y.sum().backward()
+
+
+def no_grad(ns, truth):
+    x, w = leaves(ns, "x", "w")
+    with torch.no_grad():
+        h = w * 2
+    y = x + h
+    truth["at"] = key(y)
+    y.sum().backward()
+
+
+def argmax(ns, truth):
+    x, w = leaves(ns, "x", "w")
+    y = x * w.argmax()
+    truth["at"] = key(y)
+    y.sum().backward()
+
+
+@pytest.mark.parametrize("program, code", [(detach, "detached"), (no_grad, "no_grad"), (argmax, "non_differentiable")])
+def test_a_cut_is_drawn_into_the_function_that_used_the_cut_value(program, code):
+    backward_pass, ns, truth = traced(program)
+    assert ns["w"].grad is None and ns["x"].grad is not None  # plain torch: w got nothing
+    reason = backward_pass.unreached["w"]
+    assert reason.code == code
+    target = node_of(backward_pass, truth["at"])
+    assert reason.at == (target,)
+    view = PassView(backward_pass)
+    dot = view.dot
+    # one box for the cut-off tensor, one dashed red arrow from it into the function that used the cut value
+    assert statements(dot, "✂") == [statements(dot, "cut1 [")[0]]
+    assert "✂ w" in statements(dot, "cut1 [")[0]
+    (arrow,) = statements(dot, "cut1 ->")
+    assert arrow.startswith(f"cut1 -> {target} [") and CUT_COLOR in arrow and "style=dashed" in arrow
+    assert len(statements(dot, CUT_COLOR)) == 2 and NAN_COLOR not in dot
+    svg = view.svg
+    assert svg_groups(svg, "✂") == ["cut1"]
+    assert svg_groups(svg, CUT_COLOR) == ["cut1", "cut1e1"]
+    assert f'<path style="fill:none;stroke:{CUT_COLOR}"' in svg  # the arrow's own colour outranks the drawing's sheet
+    data = view.data()
+    assert set(data["marktitles"]) == {"cut1", "cut1e1"} and str(reason) == data["marktitles"]["cut1"]
+
+
+def test_without_the_forward_record_a_detach_is_placed_by_the_saved_value_and_an_argmax_is_not():
+    backward_pass, _, truth = traced(detach, why=False)
+    assert backward_pass.unreached["w"].at == (node_of(backward_pass, truth["at"]),)
+    assert statements(PassView(backward_pass).dot, "cut1 ->")[0].startswith(f"cut1 -> {node_of(backward_pass, truth['at'])} ")
+    backward_pass, _, _ = traced(argmax, why=False)  # unknown cause: the lens cannot place it, so no mark
+    assert backward_pass.unreached["w"].code == "unknown"
+    assert not marks_for(backward_pass) and "✂" not in PassView(backward_pass).dot
+
+
+def hook_zeros(ns, truth):
+    x, w = leaves(ns, "x", "w")
+    ns["h"] = h = x * w
+    h.register_hook(lambda grad: torch.zeros_like(grad))
+    (h * 2).sum().backward()
+
+
+def test_a_hook_returning_zeros_is_marked_on_the_box_of_its_tensor():
+    backward_pass, ns, _ = traced(hook_zeros)
+    assert torch.equal(ns["w"].grad, torch.zeros(3)) and torch.equal(ns["x"].grad, torch.zeros(3))
+    (h_box,) = [n.id for n in backward_pass.graph.nodes if n.label == "h" and n.kind == "tensor"]
+    view = PassView(backward_pass)
+    (line,) = statements(view.dot, "✂")
+    assert line.startswith(f"{h_box} [") and "a hook returned zeros (x, w)" in line and "dashed" in line
+    assert svg_groups(view.svg, "✂") == [h_box]
+
+
+def test_a_leaf_left_out_by_backward_inputs_has_its_box_and_arrows_marked():
+    def program(ns, truth):
+        x, w = leaves(ns, "x", "w")
+        (x * w).sum().backward(inputs=[x])
+    backward_pass, ns, _ = traced(program)
+    assert ns["w"].grad is None
+    (w_box,) = [n.id for n in backward_pass.graph.nodes if n.label == "w"]
+    arrows = [e.id for e in backward_pass.graph.edges if e.src == w_box]
+    dot = PassView(backward_pass).dot
+    assert [line.split(" ")[0] for line in statements(dot, "✂")] == [w_box]
+    assert sorted(re.search(r"id=(\w+)", line).group(1) for line in statements(dot, CUT_COLOR) if "->" in line) == arrows
+
+
+def test_tensors_the_lens_cannot_place_get_no_mark():
+    def unused(ns, truth):
+        x, w = leaves(ns, "x", "w")
+        (x * 2).sum().backward()
+
+    def frozen(ns, truth):
+        ns["model"] = model = torch.nn.Linear(3, 1)
+        model.weight.requires_grad_(False)
+        model(torch.randn(2, 3)).sum().backward()
+    for program, name, code in ((unused, "w", "not_on_path"), (frozen, "model.weight", "requires_grad_false")):
+        backward_pass, _, _ = traced(program)
+        assert backward_pass.unreached[name].code == code and backward_pass.unreached[name].at == ()
+        assert not marks_for(backward_pass) and "✂" not in PassView(backward_pass).dot
+
+
+# ----------------------------------------------------------------------------- the NaN origin
+
+def log_of_zero(truth):
+    x = torch.tensor([0.0, 1.0], requires_grad=True)
+    logged = torch.log(x)
+    truth["at"] = key(logged)
+    return (logged * 0).sum() + x.sum()
+
+
+def log_late(truth):
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    a = torch.tanh(x) * 3
+    b = torch.log(a - a.detach()[0])  # log at 0 for the first element, after three other ops
+    truth["at"] = key(b)
+    return (b * 0).sum() + (a * 2).sum()
+
+
+def anomaly_name(program):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            with torch.autograd.detect_anomaly():
+                program({}).backward()
+        except RuntimeError as error:
+            return re.search(r"Function '(\w+)' returned nan", str(error)).group(1)
+    return None
+
+
+@pytest.mark.parametrize("program", [log_of_zero, log_late])
+def test_the_nan_origin_is_marked_on_the_node_anomaly_mode_names(program):
+    truth: dict = {}
+    with al.Lens(names={}) as lens:
+        program(truth).backward()
+    (backward_pass,) = lens.passes
+    expected = anomaly_name(program)
+    target = node_of(backward_pass, truth["at"])
+    assert backward_pass.graph.node(target).op == truth["at"][1] == expected
+    view = PassView(backward_pass)
+    starts = [line for line in statements(view.dot, "starts here")]
+    assert len(starts) == 1 and starts[0].startswith(f"{target} [") and "⚠ NaN starts here" in starts[0]
+    assert NAN_COLOR in starts[0] and len(statements(view.dot, NAN_COLOR)) == 1 and "✂" not in view.dot
+    assert svg_groups(view.svg, "NaN starts here") == [target]
+    assert "first non-finite gradient: backward function " + expected in view.data()["marktitles"][target]
+
+
+def test_the_forward_call_that_made_the_nan_is_marked_with_the_forward_record():
+    v = torch.tensor([0.0, 1.0], requires_grad=True)
+    with al.Lens(names={"v": v}, why=True) as lens:
+        logged = torch.log(v)
+        (logged * 0).sum().backward()
+    (line,) = statements(PassView(lens.passes[0]).dot, "starts here")
+    assert line.startswith(node_of(lens.passes[0], key(logged)) + " [")
+    assert "⚠ NaN starts here" in line and "⚠ forward inf starts here" in line  # log(0) = -inf, its gradient NaN
+
+
+def test_a_pass_without_a_problem_has_no_mark():
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    w = torch.tensor([3.0, 4.0], requires_grad=True)
+    with al.Lens(names={"x": x, "w": w}, why=True) as lens:
+        (x * w).sin().sum().backward()
+    (backward_pass,) = lens.passes
+    assert dict(backward_pass.unreached) == {} and backward_pass.first_nonfinite is None
+    view = PassView(backward_pass)
+    assert not marks_for(backward_pass)
+    for mark in ("✂", "⚠", "starts here", CUT_COLOR, NAN_COLOR, "cut1"):
+        assert mark not in view.dot and mark not in view.svg
+    assert "marktitles" not in view.data()
+    assert view.dot == to_dot(backward_pass.graph, edge_labels=view.final.edge_labels,
+                              grad_texts={n: max(t, key=len) for n, t in view.grad_variants.items()})
+    assert edge_colours(view.svg) == view.svg
+
+
+def test_marks_never_raise():
+    import dataclasses
+
+    backward_pass, _, _ = traced(detach)
+    assert not marks_for(dataclasses.replace(backward_pass, debug=object(), events=None))
+    assert "cut1" not in PassView(dataclasses.replace(backward_pass, debug=object())).dot
+
+
+# ----------------------------------------------------------------------------- paths
+
+def routes(graph, name):
+    """Every route of arrows from the output to a leaf labelled ``name``, found on the drawn graph."""
+    found = []
+    (output,) = [n.id for n in graph.nodes if n.kind == "output"]
+
+    def walk(node_id, chain):
+        node = graph.node(node_id)
+        if node.kind == "leaf" and node.label == name:
+            found.append(tuple(chain))
+            return
+        for edge in graph.edges_into(node_id):
+            if edge.kind == "data":
+                walk(edge.src, chain + [edge.id])
+    walk(output, [])
+    return sorted(found)
+
+
+def test_path_arrows_are_the_routes_of_the_drawn_graph_and_their_contributions_add_up():
+    x = torch.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    w = torch.tensor([1.5, 0.3, -0.7], requires_grad=True)
+    with al.Lens(names={"x": x, "w": w}, why=True) as lens:
+        h = x * w
+        lens.names["h"] = h
+        (h * x.detach() + h.sin() * w).sum().backward()
+    (backward_pass,) = lens.passes
+    graph = backward_pass.graph
+    for name, leaf in (("w", w), ("x", x)):
+        path_set = lens.paths_to(name)
+        drawn = sorted(path_edges(graph, path) for path in path_set.paths)
+        assert drawn == routes(graph, name) and len(drawn) == path_set.count
+        total = sum(path.contribution for path in path_set.paths)
+        assert torch.allclose(total, leaf.grad)
+    data = PassView(backward_pass).data()
+    assert [entry["name"] for entry in data["paths"]] == ["w", "x"]
+    assert data["paths"][0]["paths"][0]["edges"] == list(path_edges(graph, lens.paths_to("w").paths[0]))
+
+
+def test_x_times_x_has_two_paths_along_two_different_arrows():
+    x = torch.tensor(3.0, requires_grad=True)
+    with al.Lens(names={"x": x}, why=True) as lens:
+        (x * x).backward()
+    path_set = lens.paths_to("x")
+    first, second = (path_edges(lens.passes[0].graph, path) for path in path_set.paths)
+    assert first[:-1] == second[:-1] and first[-1] != second[-1]
+    assert sorted([first, second]) == routes(lens.passes[0].graph, "x")
+    assert float(path_set.total) == float(x.grad) == 6.0
+
+
+def test_why_draws_the_paths_numbered_as_its_table_deterministically():
+    x = torch.tensor([0.5, -1.0], requires_grad=True)
+    w = torch.tensor([1.5, 0.3], requires_grad=True)
+    with al.Lens(names={"x": x, "w": w}, why=True) as lens:
+        (x * w + (x * w).exp()).sum().backward()
+    page = Why(lens, "w")._repr_html_()
+    assert page == Why(lens, "w")._repr_html_()
+    assert "<th>path</th>" in page and "<td>1</td>" in page and "<td>2</td>" in page
+    dot, titles = paths_dot(lens.passes[0], lens.paths_to("w"))
+    path_lines = statements(dot, PATH_COLOR)
+    on_paths = {edge for path in lens.paths_to("w").paths for edge in path_edges(lens.passes[0].graph, path)}
+    assert {re.search(r"id=(\w+)", line).group(1) for line in path_lines} == on_paths
+    assert set(titles) == on_paths
+    if shutil.which("dot") or _wasm():
+        assert "The paths on the drawing" in page and page.count(f'<path style="fill:none;stroke:{PATH_COLOR}"') == len(on_paths)
+    assert "0x" not in page
+
+
+def _wasm():
+    from autograd_lens.views.render import wasm_available
+
+    return wasm_available()
+
+
+# ----------------------------------------------------------------------------- in a browser
+
+def test_the_static_page_shows_cut_colours_tooltips_and_the_path_highlight(tmp_path):
+    playwright = pytest.importorskip("playwright.sync_api")
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("Debian's chromium is not installed")
+    x = torch.tensor([0.5, -1.0], requires_grad=True)
+    w = torch.tensor([1.5, 0.3], requires_grad=True)
+    v = torch.tensor([2.0, 1.0], requires_grad=True)
+    with al.Lens(names={"x": x, "w": w, "v": v}, why=True) as lens:
+        (x * w + (x * w).exp() + x * v.detach()).sum().backward()
+    path = tmp_path / "marks.html"
+    lens.to_html(str(path))
+    path_set = lens.paths_to("w")
+    expected = set(path_edges(lens.passes[0].graph, path_set.paths[0]))
+    with playwright.sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=chromium, headless=True,
+                                         args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1300, "height": 900})
+        errors = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(path.as_uri())
+        page.wait_for_selector(".al-stepper[data-step='0']")
+        stroke = "(id) => getComputedStyle(document.querySelector('.al-stepper #' + id + ' > path')).stroke"
+        assert page.evaluate(stroke, "cut1e1") == "rgb(220, 38, 38)"  # CUT_COLOR, not the sheet's grey
+        assert "v: detached" in page.evaluate("document.querySelector('.al-stepper #cut1 > title').textContent")
+        options = page.evaluate("Array.from(document.querySelectorAll('.al-paths option')).map(o => o.value)")
+        assert options[:2] == ["", "0"]  # off, then every path to the first leaf
+        leaf = [entry for entry in PassView(lens.passes[0]).data()["paths"]].index(
+            next(e for e in PassView(lens.passes[0]).data()["paths"] if e["name"] == "w"))
+        page.select_option(".al-paths", f"{leaf}.0")
+        purple = [edge for edge in expected if page.evaluate(stroke, edge) == "rgb(124, 58, 237)"]
+        assert sorted(purple) == sorted(expected)
+        others = [e.id for e in lens.passes[0].graph.edges if e.id not in expected]
+        assert all(page.evaluate(stroke, edge) != "rgb(124, 58, 237)" for edge in others)
+        assert path_set.paths[0].text() in page.inner_text(".al-pathnote")
+        page.select_option(".al-paths", "")
+        assert all(page.evaluate(stroke, edge) != "rgb(124, 58, 237)" for edge in expected)
+        assert errors == []
+        browser.close()
