@@ -94,12 +94,14 @@ def to_dot(
     edge_labels: Mapping[str, str] | None = None,
     grad_texts: Mapping[str, str] | None = None,
     groups: Sequence[ModuleGroup] = (),
+    marks=None,
 ) -> str:
     """DOT source for ``graph``.
 
     ``edge_labels`` (edge id → text) and ``grad_texts`` (node id → text for its
     grad field) let the backward-pass views put gradients on the drawing; ``groups`` (module calls) are
-    drawn as nested clusters around the nodes they made.
+    drawn as nested clusters around the nodes they made; ``marks`` (a :class:`~autograd_lens.views.marks.Marks`)
+    adds the debugging marks: cuts, the NaN origin, path arrows.
     """
     sizes = None
     if not groups:  # a graph from graph(): past ~60 boxes, its modules outlined and repeated blocks folded
@@ -125,7 +127,8 @@ def to_dot(
     dot.attr("node", fontname=FONT, fontsize="11")
     dot.attr("edge", fontname=FONT, fontsize="10", color="#4b5563")
     for node in graph.nodes:
-        _add_node(dot, node, grad_texts.get(node.id), across, outlines.get(node.id))
+        _add_node(dot, node, grad_texts.get(node.id), across, outlines.get(node.id),
+                  marks.nodes.get(node.id) if marks else None)
     for edge in graph.edges:
         attributes = {"id": edge.id}
         label = edge_labels.get(edge.id, edge.label if edge.kind != "saved" else "")
@@ -135,7 +138,15 @@ def to_dot(
             attributes.update(style="dashed", arrowhead="none" if edge.kind == "hidden" else "normal")
         if direction == "backward":
             attributes["dir"] = "back"
+        if marks and edge.id in marks.edges:
+            attributes.update(marks.edges[edge.id])
         dot.edge(edge.src, edge.dst, **attributes)
+    if marks:  # a tensor cut off the graph: its own box, and a dashed arrow into each function that used its copy
+        for node_id, attributes in marks.extra_nodes:
+            extra = dict(attributes, id=node_id)
+            dot.node(node_id, plain_text(extra.pop("label")), **extra)
+        for src, dst, attributes in marks.extra_edges:
+            dot.edge(src, dst, **dict(attributes, dir="back") if direction == "backward" else attributes)
     if groups:
         _add_groups(dot, groups, sizes.labels if sizes else None)
     if sizes and sizes.bins:
@@ -298,17 +309,18 @@ def orientation(graph: Graph) -> str:
     return "down" if levels > ACROSS_MAX_DEPTH and levels > 3 * width else "across"
 
 
-def _add_node(dot: _Digraph, node: Node, grad_text: str | None, across: bool = True, size=None) -> None:
+def _add_node(dot: _Digraph, node: Node, grad_text: str | None, across: bool = True, size=None, mark=None) -> None:
     attributes = {"id": node.id, "style": "filled", "fillcolor": COLORS.get(node.kind, "#ffffff")}
+    added = list(mark.lines) if mark is not None else []
     if node.is_tensor:
-        fields = tensor_fields(node, grad_text)
+        fields = tensor_fields(node, grad_text) + added
         # fields stacked top to bottom (a record's fields run across the rank direction: braces turn them)
         label = "|".join(record_text(f) for f in fields)
         attributes.update(shape="record", label=graphviz.nohtml(label if across else "{" + label + "}"))
         if node.kind == "output":
             attributes["penwidth"] = "1.5"
     elif node.kind == "function":
-        attributes.update(shape="box", style="rounded,filled", label=plain_text("\n".join(function_lines(node))))
+        attributes.update(shape="box", style="rounded,filled", label=plain_text("\n".join(function_lines(node) + added)))
     elif node.kind == "folded":
         attributes.update(shape="box3d", fillcolor=FOLD_FILL, color=GROUP_COLOR, penwidth="2", fontcolor="#4c1d95", margin="0.2,0.1",
                           label=plain_text(f"{node.label}\n{node.detail}"), fontsize="12")
@@ -320,6 +332,10 @@ def _add_node(dot: _Digraph, node: Node, grad_text: str | None, across: bool = T
         attributes.update(color=size.color, penwidth=size.width)
     if node.hooks:
         attributes.update(color=HOOK_COLOR, penwidth="2.5")
+    if mark is not None:  # a debugging mark (views.marks) wins over the hook's and the size's outline
+        attributes.update(mark.attributes)
+        if mark.dashed:
+            attributes["style"] += ",dashed"
     dot.node(node.id, **attributes)
 
 

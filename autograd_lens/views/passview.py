@@ -20,6 +20,7 @@ from functools import cached_property
 from ..format import format_value
 from ..model import BackwardPass
 from .dot import to_dot
+from .marks import edge_colours, marks_data, marks_for
 from .render import render_svg
 from .steps import (Frame, Step, card_html, frame, grads_table_html, hook_totals, question_html, question_rule,
                     steps_for)
@@ -71,11 +72,12 @@ class PassView:
         anything."""
         graph = self.backward_pass.graph
         widest = {node: max(texts, key=len) for node, texts in self.grad_variants.items()}
-        return to_dot(graph, edge_labels=self.final.edge_labels, grad_texts=widest, groups=self.backward_pass.groups)
+        return to_dot(graph, edge_labels=self.final.edge_labels, grad_texts=widest, groups=self.backward_pass.groups,
+                      marks=marks_for(self.backward_pass))
 
     @cached_property
     def svg(self) -> str:
-        return slim_svg(prepare_svg(render_svg(self.dot), self.backward_pass, self.final, self.grad_variants))
+        return edge_colours(slim_svg(prepare_svg(render_svg(self.dot), self.backward_pass, self.final, self.grad_variants)))
 
     @cached_property
     def key(self) -> str:
@@ -112,6 +114,7 @@ class PassView:
         }
         if self.backward_pass.sources:  # shown on hover over a node
             data["sources"] = {node: source.describe() for node, source in self.backward_pass.sources.items()}
+        data.update(marks_data(self.backward_pass))  # the debugging marks' tooltips, the paths to each leaf
         if self.backward_pass.groups:  # module calls: clusters the stepper can collapse
             data["groups"] = group_data(self.backward_pass)
         if predict:

@@ -84,6 +84,79 @@ export function revealText(parts) {
   return parts.map((part) => part[2] + ": autograd computed " + part[1] + ".").join(" ");
 }
 
+// The debugging marks (autograd_lens.views.marks): each cut's and NaN origin's reason on hover, and the path
+// highlight: a leaf's paths from the root (lens.paths_to), all of them or one, with their contributions.
+const PATH = "#7c3aed";
+
+function markTitles(canvas, titles) {
+  Object.entries(titles || {}).forEach(([id, text]) => {
+    const group = canvas.querySelector("#" + id);
+    if (!group) { return; }
+    const first = group.firstElementChild;
+    if (first && first.tagName.toLowerCase() === "title") { first.textContent += "\n" + text; return; }
+    const title = document.createElementNS("http://www.w3.org/2000/svg", "title");
+    title.textContent = text;
+    group.prepend(title);
+  });
+}
+
+export function chosenPaths(paths, choice) {
+  // choice: "" (off), "i" (every path shown to leaf i), "i.j" (its path j)
+  if (!choice || !paths) { return []; }
+  const [leaf, one] = choice.split(".");
+  const entry = paths[parseInt(leaf, 10)];
+  if (!entry) { return []; }
+  return one === undefined ? entry.paths : entry.paths.slice(parseInt(one, 10), parseInt(one, 10) + 1);
+}
+
+export function pathCss(scope, paths, choice) {
+  const chosen = chosenPaths(paths, choice);
+  const edges = {};
+  chosen.forEach((p) => { p.edges.forEach((e) => { edges[e] = 1; }); });
+  const list = keys(edges);
+  if (!list.length) { return ""; }
+  return [scope + " .al-canvas g.edge {opacity: 0.35}",
+    list.map((e) => scope + " #" + e).join(", ") + " {opacity: 1}",
+    list.map((e) => scope + " #" + e + " > path").join(", ") + " {stroke: " + PATH + "; stroke-width: 4px}",
+    list.map((e) => scope + " #" + e + " > polygon").join(", ") + " {stroke: " + PATH + "; fill: " + PATH + "}"].join("\n");
+}
+
+function pathControls(toolbar, root, scope) {
+  // a select of each leaf's paths (shown when the pass has them), the chosen paths' contributions below it
+  const select = make("select", { class: "al-paths", "aria-label": "highlight the paths of a leaf's gradient",
+    title: "highlight the paths a leaf's gradient took from the root (the chain rule, path by path)" });
+  select.style.display = "none";
+  toolbar.appendChild(select);
+  const note = make("div", { class: "al-pathnote", "aria-live": "polite" });
+  const style = make("style", { class: "al-path-frame" });
+  let paths = null;
+  const choose = (choice) => {
+    select.value = choice;
+    style.textContent = pathCss(scope, paths, choice);
+    const chosen = chosenPaths(paths, choice);
+    note.textContent = chosen.map((p) => p.text + (p.edges.length ? "" : " (not on the drawing)")).join("\n");
+    note.style.display = chosen.length ? "" : "none";
+    root.setAttribute("data-paths", choice);
+  };
+  select.addEventListener("change", () => choose(select.value));
+  const setup = (passPaths) => {
+    paths = passPaths || null;
+    select.replaceChildren(make("option", { value: "" }, "paths: off"));
+    (paths || []).forEach((entry, i) => {
+      const group = make("optgroup", { label: "paths to " + entry.name + " (" + entry.count + ")" });
+      group.appendChild(make("option", { value: String(i) }, "all shown paths to " + entry.name));
+      entry.paths.forEach((p, j) => {
+        const text = p.text.length > 90 ? p.text.slice(0, 89) + "…" : p.text;
+        group.appendChild(make("option", { value: i + "." + j }, "path " + (j + 1) + ": " + text));
+      });
+      select.appendChild(group);
+    });
+    select.style.display = paths && paths.length ? "" : "none";
+    choose("");
+  };
+  return { note, style, setup, choose };
+}
+
 function decodeSvg(src) {
   // a data:image/svg+xml URI, percent-encoded (as stored) or base64
   const comma = src.indexOf(",");
@@ -188,7 +261,10 @@ function render({ model, el }) {
   baseStyle.textContent += "\n" + [scope + " .al-found > polygon, " + scope + " .al-found > path, " + scope +
     " .al-found > ellipse {stroke: #db2777; stroke-width: 3px}", scope + " .al-search {width: 12em}",
     scope + " .node {cursor: pointer}"].join("\n");
-  root.append(baseStyle, frameStyle, groupStyle, selectStyle, toolbar, viewport, cardBox, tableBox);
+  const pathsUi = pathControls(toolbar, root, scope);
+  baseStyle.textContent += "\n" + scope + " .al-pathnote {white-space: pre-wrap; font-family: monospace; font-size: 12px; " +
+    "border-left: 4px solid " + PATH + "; padding: 2px 8px; margin: 4px 0}";
+  root.append(baseStyle, frameStyle, groupStyle, selectStyle, pathsUi.style, toolbar, pathsUi.note, viewport, cardBox, tableBox);
   el.replaceChildren(root);
 
   const svgs = passes.map(() => null);
@@ -591,6 +667,8 @@ function render({ model, el }) {
         group.prepend(title);
       }
     }
+    markTitles(canvas, passes[p].marktitles);
+    pathsUi.setup(passes[p].paths);
     setupGroups(p);
     resetFolds(p);
     select(null);
@@ -741,6 +819,7 @@ function render({ model, el }) {
   model.on("change:step", onStep);
   model.on("change:pass_index", onPass);
   root.alFrameCss = (p, k) => frameCss(scope, passes[p].steps, k, false);
+  root.alPaths = (choice) => pathsUi.choose(choice);
   root.alAnswer = (text) => {
     const texts = Array.isArray(text) ? text : [text];
     cardBox.querySelectorAll("input.al-answer").forEach((box, i) => { box.value = texts[i] === undefined ? "" : texts[i]; });
