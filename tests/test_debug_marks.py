@@ -319,42 +319,106 @@ def _wasm():
 
 # ----------------------------------------------------------------------------- in a browser
 
-def test_the_static_page_shows_cut_colours_tooltips_and_the_path_highlight(tmp_path):
+CELL = """x = torch.tensor([0.5, -1.0], requires_grad=True)
+w = torch.tensor([1.5, 0.3], requires_grad=True)
+v = torch.tensor([2.0, 1.0], requires_grad=True)
+(x * w + (x * w).exp() + x * v.detach()).sum().backward()"""
+PURPLE, RED = "rgb(124, 58, 237)", "rgb(220, 38, 38)"  # PATH_COLOR, CUT_COLOR as computed styles
+
+
+def marks_lens():
+    with al.Lens(names={}, why=True) as lens:
+        lens.names = namespace = {"torch": torch}
+        exec(CELL, namespace)
+    return lens
+
+
+@pytest.fixture(scope="module")
+def chromium():
     playwright = pytest.importorskip("playwright.sync_api")
-    chromium = shutil.which("chromium")
-    if chromium is None:
+    executable = shutil.which("chromium")
+    if executable is None:
         pytest.skip("Debian's chromium is not installed")
-    x = torch.tensor([0.5, -1.0], requires_grad=True)
-    w = torch.tensor([1.5, 0.3], requires_grad=True)
-    v = torch.tensor([2.0, 1.0], requires_grad=True)
-    with al.Lens(names={"x": x, "w": w, "v": v}, why=True) as lens:
-        (x * w + (x * w).exp() + x * v.detach()).sum().backward()
+    with playwright.sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=executable, headless=True,
+                                         args=["--no-sandbox", "--disable-gpu"])
+        yield browser
+        browser.close()
+
+
+def check_marks_and_paths(stepper, lens):
+    """In one stepper (a locator): the cut arrow red, its tooltip, and the path highlight on and off."""
+    backward_pass = lens.passes[0]
+    stroke = "(root, id) => getComputedStyle(root.querySelector('#' + id + ' > path')).stroke"
+    assert stepper.evaluate(stroke, "cut1e1") == RED  # the mark's colour, not the drawing sheet's grey
+    assert "v: detached" in stepper.evaluate("root => root.querySelector('#cut1 > title').textContent")
+    entries = PassView(backward_pass).data()["paths"]
+    leaf = [entry["name"] for entry in entries].index("w")
+    first = lens.paths_to("w").paths[0]
+    expected = set(path_edges(backward_pass.graph, first))
+    others = [edge.id for edge in backward_pass.graph.edges if edge.id not in expected]
+    assert stepper.locator("select.al-paths option").count() == 1 + sum(1 + len(e["paths"]) for e in entries)
+    stepper.locator("select.al-paths").select_option(f"{leaf}.0")
+    assert {edge for edge in expected if stepper.evaluate(stroke, edge) == PURPLE} == expected
+    assert not [edge for edge in others if stepper.evaluate(stroke, edge) == PURPLE]
+    assert first.text() in stepper.locator(".al-pathnote").inner_text()
+    stepper.locator("select.al-paths").select_option("")
+    assert not [edge for edge in expected if stepper.evaluate(stroke, edge) == PURPLE]
+    return expected
+
+
+def test_the_static_page_shows_cut_colours_tooltips_and_the_path_highlight(chromium, tmp_path):
+    lens = marks_lens()
     path = tmp_path / "marks.html"
     lens.to_html(str(path))
-    path_set = lens.paths_to("w")
-    expected = set(path_edges(lens.passes[0].graph, path_set.paths[0]))
-    with playwright.sync_playwright() as driver:
-        browser = driver.chromium.launch(executable_path=chromium, headless=True,
-                                         args=["--no-sandbox", "--disable-gpu"])
-        page = browser.new_page(viewport={"width": 1300, "height": 900})
-        errors = []
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        page.goto(path.as_uri())
-        page.wait_for_selector(".al-stepper[data-step='0']")
-        stroke = "(id) => getComputedStyle(document.querySelector('.al-stepper #' + id + ' > path')).stroke"
-        assert page.evaluate(stroke, "cut1e1") == "rgb(220, 38, 38)"  # CUT_COLOR, not the sheet's grey
-        assert "v: detached" in page.evaluate("document.querySelector('.al-stepper #cut1 > title').textContent")
-        options = page.evaluate("Array.from(document.querySelectorAll('.al-paths option')).map(o => o.value)")
-        assert options[:2] == ["", "0"]  # off, then every path to the first leaf
-        leaf = [entry for entry in PassView(lens.passes[0]).data()["paths"]].index(
-            next(e for e in PassView(lens.passes[0]).data()["paths"] if e["name"] == "w"))
-        page.select_option(".al-paths", f"{leaf}.0")
-        purple = [edge for edge in expected if page.evaluate(stroke, edge) == "rgb(124, 58, 237)"]
-        assert sorted(purple) == sorted(expected)
-        others = [e.id for e in lens.passes[0].graph.edges if e.id not in expected]
-        assert all(page.evaluate(stroke, edge) != "rgb(124, 58, 237)" for edge in others)
-        assert path_set.paths[0].text() in page.inner_text(".al-pathnote")
-        page.select_option(".al-paths", "")
-        assert all(page.evaluate(stroke, edge) != "rgb(124, 58, 237)" for edge in expected)
-        assert errors == []
-        browser.close()
+    page = chromium.new_page(viewport={"width": 1300, "height": 900})
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(path.as_uri())
+    page.wait_for_selector(".al-stepper[data-step='0']")
+    check_marks_and_paths(page.locator(".al-stepper"), lens)
+    assert errors == []
+    page.close()
+
+
+class _WithWhyNotebook:
+    """A tmp_path_factory whose JupyterLab folder also holds why.ipynb (a %%lens --why cell)."""
+
+    def __init__(self, factory):
+        self.factory = factory
+
+    def mktemp(self, name, **options):
+        import json
+
+        folder = self.factory.mktemp(name, **options)
+        if name == "lab":
+            cells = [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": source}
+                     for source in ("%load_ext autograd_lens\nimport torch", "%%lens --why w\n" + CELL)]
+            (folder / "why.ipynb").write_text(json.dumps({
+                "cells": cells, "nbformat": 4, "nbformat_minor": 5,
+                "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}}))
+        return folder
+
+
+def test_the_live_widget_in_jupyterlab_dark_theme_marks_and_highlights_paths(chromium, tmp_path_factory):
+    browser_tests = pytest.importorskip("test_browser")
+    lab = browser_tests.start_lab(_WithWhyNotebook(tmp_path_factory), theme="JupyterLab Dark")
+    url = next(lab)
+    try:
+        page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(url.replace("/lab/tree/stepper.ipynb", "/lab/workspaces/why/tree/why.ipynb"))
+        browser_tests.run_all(page)
+        stepper = page.locator(".jp-OutputArea .al-stepper").first
+        stepper.locator("button[data-go=next]").wait_for(timeout=60_000)
+        assert page.evaluate("document.body.dataset.jpThemeLight") == "false"
+        check_marks_and_paths(stepper, marks_lens())
+        stepper.locator("select.al-paths").select_option("0")
+        assert browser_tests.contrast(page, ".jp-OutputArea .al-pathnote") >= 4.5
+        # the --why drawing: on its own white canvas, the arrows of the paths to w in purple
+        drawing = page.locator(".jp-OutputArea .al-why-drawing")
+        assert drawing.evaluate("d => getComputedStyle(d).backgroundColor") == "rgb(255, 255, 255)"
+        assert drawing.locator("svg g.edge > path[style*='#7c3aed']").count() >= 2
+        browser_tests.shot(page, "jupyterlab-dark-debug-marks.png")
+        page.close()
+    finally:
+        lab.close()
