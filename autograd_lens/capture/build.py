@@ -18,7 +18,9 @@ from .hooks import function_name
 from .observe import PassObserver
 from .records import GradRecord, HookRecord, NodeRecord
 from .snapshot import snapshot
-from .unhooked import SAME, LeafHistory, Unknown, add, carry, is_known
+from .ending import (SHARED, LeafState, final_grad, late_change, shared_leaves, shared_write, stopped_by_hooks,
+                     untrusted_pass)
+from .unhooked import SAME, Unknown, add, carry, is_known
 from .walk import Walk, gradient_edge
 
 
@@ -144,23 +146,14 @@ def _not_leaves(observer: PassObserver, built: BackwardPass) -> tuple:
 # ----------------------------------------------------------------------------- values with and without hooks
 
 
-def _untrusted(observer: PassObserver) -> Unknown | None:
-    if observer.broken:
-        return Unknown("the recording of this pass is incomplete (see the notes)")
-    if observer.hooks_hidden:
-        return Unknown("the lens could not see the hook calls of this pass (see the notes), so not which changed "
-                       "gradients")
-    return None
-
-
 def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, dict]:
     """Per leaf (backward) or per input (autograd.grad): real values, values without hooks, reasons."""
     limit = observer.store_limit
     out: dict[str, Any] = {key: {} for key in ("grads", "without", "added", "added_without", "unknown", "returned")}
     out["refilled"] = []  # leaves whose .grad still held the previous pass's gradient when this one added to it
-    untrusted = _untrusted(observer)
+    untrusted = untrusted_pass(observer)
     unhooked = observer.unhooked
-    stopped = _stopped_by_hooks(observer)
+    stopped = stopped_by_hooks(observer)
 
     def settle(key: Any, value: Any, real: Value) -> None:
         if value is SAME:
@@ -185,18 +178,26 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
                 value = _unhooked_input(observer, tensor)
             settle(index, value, out["returned"][index])
         return out
+    hooked = any(isinstance(record, HookRecord) for record in observer.records) \
+        or any(getattr(entry, "hooked", False) for entry in history.values())  # a hook ran in this Lens
+    adopted: dict[int, bool] = {}  # leaves whose .grad was None: whether a hook saw or changed what reached it
+    spread = hooked and shared_write(observer, history)  # added to shared memory: what flows on may have changed
     for key, fn in observer.shape.leaves.items():
         variable = fn.variable
-        real = observer.copied(variable.grad)  # usually the copy taken as AccumulateGrad wrote it
+        real = final_grad(observer, variable)
         out["grads"][key] = real
         entry = history.get(id(variable))
         if entry is not None and entry.ref() is not variable:
             entry = None  # another tensor that happened to get the same id
+        # its .grad shared memory with another gradient after an earlier pass (and still does): not known unhooked
+        shared = getattr(entry, "shared", False) and hooked
         position = observer.ran.get(key)
         if position is None:  # not reached in this pass: .grad as before, unless hooks stopped the pass
-            settle(key, carry(entry, real) if stopped is None else stopped, real)
-            if stopped is not None:
-                history[id(variable)] = LeafHistory(ref=weakref.ref(variable), grad=real, without=stopped)
+            shared = shared and variable.grad is not None
+            value = stopped or (Unknown(SHARED) if shared else carry(entry, real))
+            settle(key, value, real)
+            if stopped is not None or entry is not None:
+                history[id(variable)] = LeafState(weakref.ref(variable), real, value, shared, hooked)
             continue
         record = observer.records[position]
         out["added"][key] = record.received
@@ -210,30 +211,26 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
         if isinstance(contribution, Unknown):
             out["unknown"][key] = contribution.reason
         old = observer.old_grads.get(key)
+        shared = shared and old is not None or spread
+        if old is None:
+            adopted[key] = diverged or any(isinstance(r, HookRecord) and r.kind in ("tensor", "multi_grad") and
+                                           (r.current_fn is fn or r.node_fn is fn) for r in observer.records)
         if entry is not None and old is not None and entry.grad is not None and values_equal(old, entry.grad):
             out["refilled"].append(observer.shape.leaf_labels[key])
         base = carry(entry, old)
-        if base is SAME and not diverged:
-            without: Any = SAME
+        if shared:
+            without: Any = Unknown(SHARED)
+        elif base is SAME and not diverged:
+            without = SAME
         else:
             without = add(old if base is SAME else base, contribution)
-        settle(key, without, real)
-        history[id(variable)] = LeafHistory(ref=weakref.ref(variable), grad=real, without=without)
+        late = late_change(observer, fn, position, real, without is not SAME) if is_known(without) else None
+        settle(key, late or without, real)
+        history[id(variable)] = LeafState(weakref.ref(variable), real, late or without, shared, hooked)
+    for key in shared_leaves(observer, adopted) if hooked else ():
+        if id(observer.shape.leaves[key].variable) in history:
+            history[id(observer.shape.leaves[key].variable)].shared = True
     return out
-
-
-def _stopped_by_hooks(observer: PassObserver) -> Unknown | None:
-    """The pass stopped with an error after hooks ran: had none run, it might have gone on (a hook raised, or
-    returned what torch refused), so what it would have given the leaves it did not reach is not known."""
-    if observer.error is None:
-        return None
-    calls = [record for record in observer.records if isinstance(record, HookRecord)]
-    attached = observer.inventory or observer.chains or observer.node_hooks
-    if not calls and not attached and not observer.hooks_hidden:
-        return None  # no hook was there to run: the same error stops the pass without hooks
-    error = observer.error
-    return Unknown(f"the pass stopped at {type(error).__name__}: {error} after hooks ran; had no hook run it might "
-                   "have gone on and reached this tensor")
 
 
 def _unhooked_input(observer: PassObserver, tensor: Any) -> Any:

@@ -1,17 +1,22 @@
-"""The end of one pass: an error (which hook or node raised, what may or may not have run) and the calls seen after
-the last node (an ``autograd.grad`` input's hooks)."""
+"""The end of one pass: an error (which hook or node raised, what may or may not have run), the calls seen after
+the last node (an ``autograd.grad`` input's hooks), and each leaf's ``.grad`` as the pass left it (changed after its
+write by code that is no hook, or sharing memory with another gradient)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from .hooks import runs_python
+from ..model import TensorSummary, Value, values_equal
+from .hooks import function_name, runs_python
 from .order import arrange_before, arrange_input_chain, until_error
 from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord
+from .unhooked import LeafHistory, Unknown
 from .walk import gradient_edge
 from .snapshot import hidden_from_user as _hidden_from_modes
+from .snapshot import snapshot
 
 class PassEnd:
     """Part of :class:`~autograd_lens.capture.observe.PassObserver`: what happens when the engine returns or raises."""
@@ -62,6 +67,49 @@ class PassEnd:
                 self._record_node(node, (), (self.incoming.get(id(node), written),))
             elif call.kind in BEFORE_NODE and node is not None and id(node) not in self.ran:
                 self._stopped_at(node, call)
+
+    def adoption(self, fn: Any, incoming: Any, record: GradRecord, fresh: bool) -> Any:
+        """AccumulateGrad of leaf ``fn`` added ``incoming`` to ``.grad`` (or stored it, when there was none).  A view
+        of another gradient adopted without a copy (the seed expanded, a buffer another leaf may view too) is
+        remembered.  When ``.grad`` is not what the write made although no Python ran since (``fresh``), C++ code
+        changed it after the write (DistributedDataParallel's hook on AccumulateGrad, with gradient_as_bucket_view):
+        the write is recorded as what it made.  Returns what arrived."""
+        grad = fn.variable.grad
+        old = self.old_grads.get(id(fn))
+        if not isinstance(incoming, torch.Tensor) or not isinstance(grad, torch.Tensor):
+            return record.received
+        if old is None and incoming._is_view() and _span(incoming) is not None and _span(incoming) == _span(grad):
+            vars(self).setdefault("adopted_views", set()).add(id(fn))
+        if not fresh or isinstance(record.grad, TensorSummary):
+            return record.received
+        arrived = self._keep(incoming) if old is None else record.received
+        made = arrived
+        if old is not None:
+            if not (isinstance(old, torch.Tensor) and isinstance(arrived, torch.Tensor) and old.shape == arrived.shape
+                    and old.dtype == arrived.dtype and old.layout == arrived.layout == torch.strided):
+                return record.received
+            with torch.no_grad():
+                made = old + arrived
+        if isinstance(made, torch.Tensor) and not values_equal(made, record.grad):
+            record.grad = self.written[id(fn)] = made
+            record.received = arrived
+        return record.received
+
+    def wrote_shared(self) -> bool:
+        """A leaf that ran in this pass added to a ``.grad`` that shares memory with a gradient passed to backward()
+        (adopted in an earlier pass): that write changed the gradient on its way to later functions (said once in a
+        note), which explains a gradient that changed between two functions with no hook in between."""
+        seeds = [span for span in map(_span, (s for s in self.seed_objects if isinstance(s, torch.Tensor))) if span]
+        for key, label in self.shape.leaf_labels.items():
+            grad = self.shape.leaves[key].variable.grad
+            span = _span(grad) if key in self.ran and self.old_grads.get(key) is not None \
+                and isinstance(grad, torch.Tensor) else None
+            if span and any(span[0] == seed[0] and span[1] < seed[2] and seed[1] < span[2] for seed in seeds):
+                self.note(f"{label}.grad shares memory with the gradient passed to backward() (autograd adopted it "
+                          "without a copy in an earlier pass): adding to it changed that gradient while it was still "
+                          "on its way, so a backward function after it received more than was sent")
+                return True
+        return False
 
     def _stopped_at(self, fn: Any, raised: HookRecord | None) -> None:
         """The pass stopped at ``fn`` before its backward ran: the hooks that ran there (those in C included, up
@@ -163,3 +211,170 @@ class PassEnd:
             # where each node's record is now (the calls taken out may have sat on either side of them)
             self.ran = {id(record.fn): position for position, record in enumerate(self.records)
                         if isinstance(record, (NodeRecord, GradRecord))}
+
+
+# ----------------------------------------------------------------------------- each leaf's .grad as the pass left it
+
+def untrusted_pass(observer: Any) -> Unknown | None:
+    if observer.broken:
+        return Unknown("the recording of this pass is incomplete (see the notes)")
+    if observer.hooks_hidden:
+        return Unknown("the lens could not see the hook calls of this pass (see the notes), so not which changed "
+                       "gradients")
+    return None
+
+
+def stopped_by_hooks(observer: Any) -> Unknown | None:
+    """The pass stopped with an error after hooks ran: had none run, it might have gone on (a hook raised, or
+    returned what torch refused), so what it would have given the leaves it did not reach is not known."""
+    if observer.error is None:
+        return None
+    calls = [record for record in observer.records if isinstance(record, HookRecord)]
+    attached = observer.inventory or observer.chains or observer.node_hooks
+    if not calls and not attached and not observer.hooks_hidden:
+        return None  # no hook was there to run: the same error stops the pass without hooks
+    error = observer.error
+    return Unknown(f"the pass stopped at {type(error).__name__}: {error} after hooks ran; had no hook run it might "
+                   "have gone on and reached this tensor")
+
+
+
+# Backward functions that send each input a gradient of their own making (arithmetic on what they received), never
+# a view of it or the same tensor: a leaf fed only by these cannot adopt memory shared with another gradient.
+_FRESH = frozenset(f"{op}Backward{n}" for op, n in (
+    ("Mul", 0), ("Mul", 1), ("Div", 0), ("Div", 1), ("Pow", 0), ("Pow", 1), ("Pow", 2), ("Sin", 0), ("Cos", 0),
+    ("Exp", 0), ("Log", 0), ("Tanh", 0), ("Sigmoid", 0), ("Relu", 0), ("Threshold", 0), ("Neg", 0), ("Sqrt", 0),
+    ("Abs", 0), ("Mm", 0), ("Bmm", 0), ("Mv", 0)))
+
+SHARED = ("its .grad shares memory with another leaf's .grad or the gradient passed to backward() (autograd adopts a "
+          "view of the incoming gradient instead of copying it), so adding to one changes the other; with no hook "
+          "that memory would have been shared differently (a hook that returns a new tensor, or keeps the one it "
+          "got, decides whether autograd adopts it), and what it would hold is not known")
+
+
+@dataclass
+class LeafState(LeafHistory):
+    """:class:`LeafHistory` and what the pass's end learns about the leaf: its ``.grad`` may share memory with
+    another gradient (in this run, or in a run without hooks), and whether any hook ran in this ``Lens`` yet."""
+
+    shared: bool = False
+    hooked: bool = False
+
+
+def final_grad(observer: Any, variable: torch.Tensor) -> Value:
+    """``.grad`` as the pass left it.  A view's memory (a DDP bucket, the seed it was adopted from) can be written
+    by C++ code that does not count versions: it is copied again; otherwise the copy taken as it was written is
+    reused when it is the same tensor, unchanged."""
+    grad = variable.grad
+    if isinstance(grad, torch.Tensor) and grad._is_view():
+        return snapshot(grad, observer.store_limit)
+    return observer.copied(grad)
+
+
+def last_seen(observer: Any, fn: Any, position: int) -> Value:
+    """The last value of leaf ``fn``'s ``.grad`` the recording saw: as written, or as its last post-accumulate hook
+    (or a node hook of its AccumulateGrad) left it."""
+    seen = observer.records[position].grad
+    for record in observer.records[position + 1:]:
+        if isinstance(record, HookRecord) and record.kind == "post_accumulate_grad" \
+                and (record.current_fn is fn or record.node_fn is fn) and isinstance(record.grad_out, torch.Tensor):
+            seen = record.grad_out
+    return seen
+
+
+def late_change(observer: Any, fn: Any, position: int, real: Value, diverged: bool) -> Unknown | None:
+    """``.grad`` changed after the last value the recording saw (DistributedDataParallel writes the all-reduced
+    bucket back after the engine's last node; a hook of another tensor; memory shared with another gradient).
+    Nothing to say when it did not; nor when no hook changed anything and none ran after the write, since the same
+    code then makes the same change without hooks.  Otherwise what it would have made of the values without hooks
+    is not known."""
+    seen = last_seen(observer, fn, position)
+    if isinstance(seen, TensorSummary) or isinstance(real, TensorSummary) or values_equal(seen, real):
+        return None
+    later = sorted({function_name(r.function, r.code) if r.function is not None or r.code is not None else "<C hook>"
+                    for r in observer.records[position + 1:] if isinstance(r, HookRecord)
+                    and not (r.kind == "post_accumulate_grad" and (r.current_fn is fn or r.node_fn is fn))})
+    if not diverged and not later:
+        return None
+    foreign = ", ".join(observer.foreign_calls)
+    by = (f"code that is no gradient hook ({foreign}: e.g. DistributedDataParallel's all-reduce), " if foreign else
+          "code that is no gradient hook (e.g. DistributedDataParallel's all-reduce, in C++), ")
+    return Unknown(f".grad changed after the last write the recording saw, by {by}"
+                   + (f"a hook that ran after it ({', '.join(later)}) " if later else "")
+                   + "or through memory it shares with another gradient; what that change would have been without "
+                   "hooks is not known")
+
+
+def _span(tensor: torch.Tensor) -> tuple[int, int, int] | None:
+    """(storage address, first byte, end byte) of the memory a dense tensor spans, or None."""
+    try:
+        if tensor.layout != torch.strided or tensor.numel() == 0:
+            return None
+        size = tensor.element_size()
+        start = tensor.storage_offset() * size
+        extent = 1 + sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride()) if n > 0)
+        return tensor.untyped_storage().data_ptr(), start, start + extent * size
+    except Exception:  # sparse, nested, meta: no memory to share
+        return None
+
+
+def shared_leaves(observer: Any, adopted: dict[int, bool]) -> set[int]:
+    """Leaves (``id(AccumulateGrad)``) whose ``.grad`` may share memory with another gradient, here or in a run
+    without hooks: those whose ``.grad`` overlaps another leaf's now, and, when at least two leaves could, those that
+    adopted a view this pass (``.grad`` was None), or that a hook saw on the way in while not fed only by functions
+    that make a fresh gradient (in a run without hooks that one may have been a view too).  ``adopted``:
+    leaf -> whether a hook ran on, or changed, what reached it in a pass where its ``.grad`` was None."""
+    spans = {}
+    for key, fn in observer.shape.leaves.items():
+        grad = fn.variable.grad
+        span = _span(grad) if isinstance(grad, torch.Tensor) else None
+        if span is not None:
+            spans[key] = span
+    found = {key for key, (ptr, start, end) in spans.items()
+             for other, (ptr2, start2, end2) in spans.items()
+             if other != key and ptr == ptr2 and start < end2 and start2 < end}
+    seeds = [span for span in map(_span, (s for s in observer.seed_objects if isinstance(s, torch.Tensor))) if span]
+    candidates = set()
+    views = vars(observer).get("adopted_views", ())
+    for key, hooked in adopted.items():
+        users = observer.shape.consumers.get((key, 0), ())
+        span = spans.get(key)
+        if key in views or span is not None and any(span[0] == seed[0] and span[1] < seed[2] and seed[1] < span[2]
+                                                     for seed in seeds) \
+                or hooked and not all(user.name() in _FRESH for user, _ in users):
+            candidates.add(key)
+    # one leaf alone shares memory only with the seed: a gradient= tensor (not the 0-dim ones backward() makes),
+    # which the program may pass again, when nothing but views and pass-throughs lie between it and the leaf
+    users_of: dict[int, list] = {}
+    for (fn_id, _), users in observer.shape.consumers.items() if len(candidates) == 1 else ():
+        users_of.setdefault(fn_id, []).extend(user for user, _ in users)
+    alone = {key for key in candidates if _views_from_root(observer, key, users_of)}
+    return found | (candidates if len(candidates) > 1 else alone)
+
+
+def _views_from_root(observer: Any, key: int, users_of: dict[int, list]) -> bool:
+    """Leaf ``key`` is reached from a root with a gradient= seed (not 0-dim) through no function in ``_FRESH``."""
+    roots = {id(fn) for (fn, _), seed in zip(observer.shape.root_edges, observer.seed_objects)
+             if isinstance(seed, torch.Tensor) and seed.dim() > 0}
+    seen, stack = set(), [key]
+    while stack:
+        node = stack.pop()
+        if node in roots:
+            return True
+        for user in users_of.get(node, ()):
+            if id(user) not in seen and user.name() not in _FRESH:
+                seen.add(id(user))
+                stack.append(id(user))
+    return False
+
+
+def shared_write(observer: Any, history: dict) -> bool:
+    """A leaf whose ``.grad`` shares memory with another gradient (after an earlier pass) was added to in this
+    pass: with no hook, that write could have changed the gradient passed to backward() (reused) on its way to the
+    other leaves."""
+    for key, fn in observer.shape.leaves.items():
+        entry = history.get(id(fn.variable))
+        if getattr(entry, "shared", False) and entry.ref() is fn.variable and key in observer.ran \
+                and observer.old_grads.get(key) is not None:
+            return True
+    return False

@@ -130,11 +130,14 @@ class NodeRecorder:
         is_leaf = id(fn) in self.shape.leaves
         if is_leaf:
             key = id(fn)
-            if key not in self.written:  # no user code ran since the write
+            fresh = key not in self.written
+            if fresh:  # no user code ran since the write
                 self.written[key] = self._keep(fn.variable.grad)
             # a leaf without a .grad before the pass: .grad is exactly what arrived
             received = self.incoming.pop(key) if key in self.incoming else self.written[key]
             record: Any = GradRecord(fn, received, self.written[key])
+            if grad_outputs:  # what the write was, when C++ code changed .grad after it
+                received = self.adoption(fn, grad_outputs[0], record, fresh)
             arrived: tuple = (received,)
         else:
             record = NodeRecord(fn, self._keep(tuple(grad_outputs)), self._keep(tuple(grad_inputs)))
@@ -184,7 +187,7 @@ class NodeRecorder:
                 continue
             if values_equal(sent, received):
                 continue
-            if self.unhooked.edited_in_place:
+            if self.unhooked.edited_in_place or self.wrote_shared():
                 continue
             call = unseen_call(None, "tensor", None, fn, output, "which hook it is")
             call.grad_in, call.grad_out, call.modified, call.returned_none = sent, received, True, False
