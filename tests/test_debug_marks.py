@@ -146,6 +146,12 @@ def test_a_leaf_left_out_by_backward_inputs_has_its_box_and_arrows_marked():
     dot = PassView(backward_pass).dot
     assert [line.split(" ")[0] for line in statements(dot, "✂")] == [w_box]
     assert sorted(re.search(r"id=(\w+)", line).group(1) for line in statements(dot, CUT_COLOR) if "->" in line) == arrows
+    # no gradient was computed for w in this pass: no path to it is offered or drawn over the cut
+    from autograd_lens.debug import safe_paths_to
+
+    assert not safe_paths_to([backward_pass], "w").known and not safe_paths_to([backward_pass], "w", 0).known
+    assert "not among the inputs of pass 1" in safe_paths_to([backward_pass], "w", 0).unknown
+    assert [entry["name"] for entry in PassView(backward_pass).data()["paths"]] == ["x"]
 
 
 def test_tensors_the_lens_cannot_place_get_no_mark():

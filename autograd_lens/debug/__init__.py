@@ -137,6 +137,11 @@ def safe_paths_to(passes: list, name: str, index: int | None = None) -> PathSet:
     try:
         chosen = passes if index is None else [passes[index]]
         for backward_pass in reversed(chosen):
+            if backward_pass.inputs and name not in backward_pass.inputs:  # backward(inputs=...) left it out
+                if index is not None:
+                    return PathSet(name, unknown=f"{name} is not among the inputs of pass {index + 1}, so no gradient "
+                                                 "was computed for it")
+                continue
             evidence = getattr(backward_pass, "debug", None)
             if evidence is not None and name in evidence.paths:
                 return evidence.paths[name]

@@ -17,6 +17,8 @@ WIDTHS = ("5", "4", "3", "2.5")  # the largest path's arrows thickest
 def paths_pass(passes: list, name: str) -> tuple[Any, Any]:
     """(the last pass with known paths to ``name``, its PathSet), or (None, None)."""
     for backward_pass in reversed(passes):
+        if backward_pass.inputs and name not in backward_pass.inputs:  # no gradient computed for it there
+            continue
         found = getattr(getattr(backward_pass, "debug", None), "paths", None) or {}
         path_set = found.get(name)
         if path_set is not None and path_set.known and path_set.paths:

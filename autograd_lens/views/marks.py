@@ -213,9 +213,11 @@ def paths_data(backward_pass: BackwardPass) -> list[dict]:
             path_set = found[name]
             if not getattr(path_set, "known", False) or not path_set.paths:
                 continue
+            if backward_pass.inputs and name not in backward_pass.inputs:  # left out by backward(inputs=...)
+                continue
             result.append({"name": name, "count": path_set.count,
-                           "paths": [{"text": path.text(), "edges": list(path_edges(backward_pass.graph, path) or ())}
-                                     for path in path_set.paths]})
+                           "paths": [{"text": path.text(), "edges": list(path_edges(backward_pass.graph, path) or ()),
+                                      "rest": path.rest} for path in path_set.paths]})
         return result
     except Exception:
         return []

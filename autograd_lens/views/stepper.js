@@ -134,7 +134,7 @@ function pathControls(toolbar, root, scope) {
     select.value = choice;
     style.textContent = pathCss(scope, paths, choice);
     const chosen = chosenPaths(paths, choice);
-    note.textContent = chosen.map((p) => p.text + (p.edges.length ? "" : " (not on the drawing)")).join("\n");
+    note.textContent = chosen.map((p) => p.text + (p.edges.length || p.rest ? "" : " (not on the drawing)")).join("\n");
     note.style.display = chosen.length ? "" : "none";
     root.setAttribute("data-paths", choice);
   };
@@ -147,7 +147,7 @@ function pathControls(toolbar, root, scope) {
       group.appendChild(make("option", { value: String(i) }, "all shown paths to " + entry.name));
       entry.paths.forEach((p, j) => {
         const text = p.text.length > 90 ? p.text.slice(0, 89) + "…" : p.text;
-        group.appendChild(make("option", { value: i + "." + j }, "path " + (j + 1) + ": " + text));
+        group.appendChild(make("option", { value: i + "." + j }, p.rest ? text : "path " + (j + 1) + ": " + text));
       });
       select.appendChild(group);
     });
