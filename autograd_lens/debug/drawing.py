@@ -11,7 +11,7 @@ import html
 import re
 from typing import Any
 
-WIDTHS = ("5", "4", "3", "2.5")  # the largest path's arrows thickest
+WIDTHS = ("3.5", "3", "2.5", "2")  # the largest path's arrows thickest
 
 
 def paths_pass(passes: list, name: str) -> tuple[Any, Any]:
@@ -50,10 +50,13 @@ def paths_dot(backward_pass: Any, path_set: Any) -> tuple[str, dict[str, str]] |
     labels = {}
     for edge, used in numbers.items():
         marks.edges[edge] = {"color": PATH_COLOR, "penwidth": WIDTHS[min(width[edge], len(WIDTHS) - 1)],
-                             "fontcolor": PATH_COLOR}
+                             "fontcolor": PATH_COLOR, "arrowsize": "0.7"}
         labels[edge] = ("path " if len(used) == 1 else "paths ") + ", ".join(str(number) for number in used)
         marks.titles[edge] = "\n".join(path.text() for number, path, _ in placed if number in used)
-    return to_dot(graph, edge_labels=labels, groups=backward_pass.groups, marks=marks), marks.titles
+    from ..views.passview import PassView
+
+    after = PassView(backward_pass).final.grads  # each leaf's .grad as the pass left it
+    return to_dot(graph, edge_labels=labels, grad_texts=after, groups=backward_pass.groups, marks=marks), marks.titles
 
 
 def paths_drawing(passes: list, name: str) -> str:
