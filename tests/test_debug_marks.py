@@ -118,6 +118,17 @@ def test_without_the_forward_record_a_detach_is_placed_by_the_saved_value_and_an
     assert not marks_for(backward_pass) and "✂" not in PassView(backward_pass).dot
 
 
+def test_a_cut_into_a_box_the_drawing_does_not_show_draws_nothing():
+    """A function folded into a repeated block's box (or cut by max_nodes) has no box of its own: its cut gets no
+    arrow to a box Graphviz would make up, and no cut-off tensor box either."""
+    backward_pass, _, _ = traced(detach)
+    marks = marks_for(backward_pass)
+    ((src, _, attributes),) = marks.extra_edges
+    marks.extra_edges = [(src, "n999", attributes)]
+    dot = to_dot(backward_pass.graph, marks=marks)
+    assert "cut1" not in dot and "n999" not in dot
+
+
 def hook_zeros(ns, truth):
     x, w = leaves(ns, "x", "w")
     ns["h"] = h = x * w

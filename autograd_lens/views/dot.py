@@ -142,10 +142,13 @@ def to_dot(
             attributes.update(marks.edges[edge.id])
         dot.edge(edge.src, edge.dst, **attributes)
     if marks:  # a tensor cut off the graph: its own box, and a dashed arrow into each function that used its copy
+        drawn = {node.id for node in graph.nodes}  # a function folded into a repeated block's box: no arrow, no box
+        arrows = [(src, dst, attributes) for src, dst, attributes in marks.extra_edges if dst in drawn]
         for node_id, attributes in marks.extra_nodes:
-            extra = dict(attributes, id=node_id)
-            dot.node(node_id, plain_text(extra.pop("label")), **extra)
-        for src, dst, attributes in marks.extra_edges:
+            if any(src == node_id for src, _, _ in arrows):
+                extra = dict(attributes, id=node_id)
+                dot.node(node_id, plain_text(extra.pop("label")), **extra)
+        for src, dst, attributes in arrows:
             dot.edge(src, dst, **dict(attributes, dir="back") if direction == "backward" else attributes)
     if groups:
         _add_groups(dot, groups, sizes.labels if sizes else None)
