@@ -341,3 +341,22 @@ def test_one_tensor_used_twice_keeps_its_name():
         (y * y).backward()
     lines = node_lines(lens, "MulBackward0")
     assert "It sends y ← 3.0, y ← 3.0." in lines and y.grad.item() == 6.0
+
+
+def test_torchs_t_of_a_weight_and_an_input_named_like_the_result_are_explained_on_the_card():
+    """``addmm = bias + addmm @ t`` is named ``addmm = lin.1.bias + addmm(lin.0.bias, t) @ t(lin.1.weight)``;
+    when the earlier addmm's call is too long to write, it is the 'earlier addmm'. The values are autograd's."""
+    torch.manual_seed(0)
+    lin = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+    with al.Lens(names={"lin": lin}) as lens:
+        lin(torch.ones(1, 2)).sum().backward()
+    (last,) = [s for s in steps_for(lens.passes[0]) if "(AddmmBackward0)" in s.title][:1]
+    assert "Chain rule: addmm = lin.1.bias + addmm(lin.0.bias, t) @ t(lin.1.weight)." in last.lines
+    assert f"t(lin.1.weight) ← {format_value(lin[1].weight.grad.T)}" in last.lines[1]
+
+    layer = torch.nn.Linear(1, 1)
+    layer.register_full_backward_hook(lambda module, grad_input, grad_output: None)
+    with al.Lens(names={"layer": layer}) as lens:
+        layer(layer(torch.ones(1, 1, requires_grad=True))).sum().backward()
+    outer = [s for s in steps_for(lens.passes[0]) if "(AddmmBackward0)" in s.title][0]
+    assert "Chain rule: addmm = layer.bias + earlier addmm @ t(layer.weight)." in outer.lines

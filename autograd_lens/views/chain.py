@@ -21,7 +21,7 @@ from typing import Any
 
 from ..format import format_value
 from ..model import Graph, NodeRun
-from .operands import NO_GRAD as _NO_GRAD, card_targets, input_keys, ordinal as _ordinal
+from .operands import NO_GRAD as _NO_GRAD, card_targets, input_keys, ordinal as _ordinal, output_name
 
 
 @dataclass(frozen=True)
@@ -136,14 +136,6 @@ def operands(event: NodeRun, graph: Graph) -> list[str]:
         arg = rule.args[slot] if rule and slot < len(rule.args) else None
         names.append(constants.get(arg, "(no-grad tensor)") if arg else "(no-grad tensor)")
     return names
-
-
-def output_name(event: NodeRun, graph: Graph) -> str:
-    """The name of what the op computed: its tensor's name, or the op itself (``addmm``)."""
-    for edge_id in event.in_edges:
-        if edge_id:
-            return graph.node(graph.edge(edge_id).dst).label
-    return graph.node(event.node).label if event.node else "out"
 
 
 def _shape(value: Any) -> tuple[int, ...] | None:

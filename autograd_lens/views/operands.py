@@ -10,6 +10,7 @@ from ..model import Graph, NodeRun
 NO_GRAD = "(no grad needed)"
 _ORDINALS = ("1st", "2nd", "3rd")
 _SUBSCRIPTS = "₀₁₂₃₄₅₆₇₈₉"
+_SHORT = 40  # longest "op(inputs)" name a card uses
 
 
 def ordinal(slot: int) -> str:
@@ -27,12 +28,28 @@ def input_keys(event: NodeRun, graph: Graph) -> list[Any]:
     return keys
 
 
+def output_name(event: NodeRun, graph: Graph) -> str:
+    """The name of what the op computed: its tensor's name, or the op itself (``addmm``)."""
+    for edge_id in event.in_edges:
+        if edge_id:
+            return graph.node(graph.edge(edge_id).dst).label
+    return graph.node(event.node).label if event.node else "out"
+
+
 def card_targets(event: NodeRun, graph: Graph) -> list[str]:
     """What a card calls each input of the op: its label, told apart when two different inputs share one
     (``a * b + b * a`` sends to ``mul(a, b)`` and ``mul(b, a)``; when even that does not tell them apart,
     ``mul₁`` and ``mul₂`` in the order of the op's inputs: :func:`numbered_note` says so on the card)."""
     keys = input_keys(event, graph)
     names = list(event.targets)
+    out = output_name(event, graph)
+    for slot, name in enumerate(names):
+        # an unnamed input called like the op's own result (``addmm = bias + addmm @ t``), or torch's ``t`` of
+        # a weight: named by what flows into it (``addmm(…)``, ``t(layer.weight)``)
+        made_by = _through_boundaries(graph, keys[slot])
+        if (name == out or name == "t") and name == graph_label(graph, made_by):
+            called = _called_with(graph, made_by, name)
+            names[slot] = called if called and len(called) <= _SHORT else (f"earlier {name}" if name == out else name)
     for label in {name for name in names if name != NO_GRAD}:
         slots = [slot for slot, name in enumerate(names) if name == label]
         distinct = list(dict.fromkeys(keys[slot] for slot in slots))
@@ -60,6 +77,22 @@ def numbered_note(event: NodeRun, targets: list[str]) -> str:
 
 def _subscript(number: int) -> str:
     return "".join(_SUBSCRIPTS[int(digit)] for digit in str(number))
+
+
+def graph_label(graph: Graph, key: Any) -> str | None:
+    """The drawn label of an input's node (None for an input whose arrow is not drawn)."""
+    return None if isinstance(key, tuple) else graph.node(key).label
+
+
+def _through_boundaries(graph: Graph, key: Any) -> Any:
+    """The node that made an input, past module hook boundaries (which pass their input through)."""
+    seen = 0
+    while not isinstance(key, tuple) and graph.node(key).op == "BackwardHookFunctionBackward" and seen < 8:
+        sources = [edge.src for edge in graph.edges_into(key) if edge.kind == "data"]
+        if len(sources) != 1:
+            break
+        key, seen = sources[0], seen + 1
+    return key
 
 
 def _called_with(graph: Graph, key: Any, label: str) -> str | None:
