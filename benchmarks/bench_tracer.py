@@ -57,7 +57,7 @@ def floor_pass(model, x):
     (a C-level callable), plus an idle profile function, registered and removed around backward()."""
     import functools
 
-    from autograd_lens.capture.walk import _reachable
+    from autograd_lens.capture.structure import _reachable
 
     model.zero_grad(set_to_none=True)
     loss = model(x).sum()
@@ -77,7 +77,7 @@ def floor_pass(model, x):
 def copy_floor_pass(model, x):
     """The least an observer that keeps what each node sent can cost: a Python post-hook on every node
     that clones each gradient it sent, and nothing else (no names, no graph, no hooks attributed)."""
-    from autograd_lens.capture.walk import _reachable
+    from autograd_lens.capture.structure import _reachable
 
     model.zero_grad(set_to_none=True)
     loss = model(x).sum()

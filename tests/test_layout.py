@@ -8,8 +8,8 @@ import pathlib
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "autograd_lens"
 LIMIT = 400  # lines
 # Modules still over the limit, each capped at its size when the limit was set: they may shrink, not grow.
-OVER = {"capture/walk.py": 590, "capture/tracer.py": 570, "capture/build.py": 430, "model.py": 490,
-        "views/chain.py": 450, "views/fold.py": 450}
+OVER = {"capture/tracer.py": 570, "capture/build.py": 430, "model.py": 490,
+        "views/chain.py": 425, "views/fold.py": 450}
 
 
 def _modules() -> dict[str, pathlib.Path]:

@@ -15,7 +15,7 @@ from .order import UNSEEN
 from .records import HookRecord, KnownHook, snapshot_all
 from .snapshot import hidden_from_user as _hidden_from_modes  # the lens's tensor ops never reach a user's mode
 from .snapshot import snapshot
-from .walk import saved_names
+from .saved import saved_names
 
 _current_node = torch._C._current_autograd_node
 

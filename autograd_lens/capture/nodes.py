@@ -16,7 +16,7 @@ from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord, snapshot_a
 from .snapshot import fast_snapshot, held_bytes, snapshot
 from .snapshot import hidden_from_user as _hidden_from_modes
 from .unhooked import Unknown
-from .walk import gradient_edge
+from .structure import gradient_edge
 
 _current_node = torch._C._current_autograd_node
 
@@ -137,7 +137,7 @@ class NodeRecorder:
             received = self.incoming.pop(key) if key in self.incoming else self.written[key]
             record: Any = GradRecord(fn, received, self.written[key])
             if grad_outputs:  # what the write was, when C++ code changed .grad after it
-                received = self.adoption(fn, grad_outputs[0], record, fresh)
+                received = self.check_write(fn, grad_outputs[0], record, fresh)
             arrived: tuple = (received,)
         else:
             record = NodeRecord(fn, self._keep(tuple(grad_outputs)), self._keep(tuple(grad_inputs)))

@@ -47,7 +47,7 @@ from .order import describe_c_hooks
 from .records import HookRecord, KnownHook
 from .snapshot import snapshot
 from .unhooked import Unhooked
-from .walk import Structure, gradient_edge
+from .structure import Structure, gradient_edge
 
 DEEP_GRAPH = 30_000  # chains deeper than this may crash torch when freed after a Python walk (measured: 40k ok, 50k not)
 

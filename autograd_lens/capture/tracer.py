@@ -36,7 +36,8 @@ from .stack import lens_frame
 from .stack import uninstall as uninstall_warn
 from .snapshot import hidden_from_user, snapshot
 from .unhooked import Unknown
-from .walk import leaf_state, structure, walk
+from .structure import structure
+from .walk import leaf_state, walk
 
 # Graphs up to this many nodes are modelled before the pass (saved tensors included);
 # larger ones after it, so tracing a big model adds little to its backward().

@@ -28,7 +28,7 @@ import torch
 
 from .snapshot import hidden_from_user
 from ..model import TensorSummary, values_equal
-from .walk import saved_tensors_packed
+from .saved import saved_tensors_packed
 
 if TYPE_CHECKING:
     from .observe import PassObserver

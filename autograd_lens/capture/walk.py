@@ -14,19 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
-from torch.autograd.graph import GradientEdge
 
 from ..model import Edge, Graph, GraphOptions, Node, TensorSummary, Value
 from .names import Names, hook_name  # hook_name: also imported from here
+from .saved import _is_constant_name, _number, _saved_summary, _saved_values, _storage_names
 from .snapshot import dtype_name, snapshot
+from .structure import Structure, structure
 
 _BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
-# Saved values that describe layout rather than maths: never drawn.
-_STRUCTURAL = re.compile(
-    r"(size|stride|dim|sym|storage_offset|split|chunk|index|start|end|step|length|reduction|"
-    r"padding|dilation|groups|shape|options|dtype|layout|device|memory_format|indices|ignore)",
-)
-_saved_names_cache: dict[type, tuple[str, ...]] = {}
 
 
 def op_label(name: str) -> str:
@@ -40,108 +35,6 @@ def op_label(name: str) -> str:
     short = name.rsplit("::", 1)[-1]
     short = _BACKWARD_SUFFIX.sub("", short) or short
     return short.lower()
-
-
-def saved_names(fn: Any) -> tuple[str, ...]:
-    """The ``_saved_*`` attributes of a backward function (cached per node type)."""
-    kind = type(fn)
-    names = _saved_names_cache.get(kind)
-    if names is None:
-        names = tuple(sorted(name for name in dir(fn) if name.startswith("_saved_")))
-        _saved_names_cache[kind] = names
-    return names
-
-
-def root_edges(roots: Sequence[Any]) -> list[tuple[Any, int]]:
-    """``(node, output_nr)`` where the gradient of each root enters the graph."""
-    edges = []
-    for index, root in enumerate(roots):
-        if isinstance(root, GradientEdge):
-            edges.append((root.node, root.output_nr))
-            continue
-        if not isinstance(root, torch.Tensor):
-            raise TypeError(
-                f"root {index} is a {type(root).__name__}, not a tensor: pass the tensor whose graph you "
-                "want to see, e.g. graph(loss)"
-            )
-        if not root.requires_grad:
-            raise ValueError(
-                f"root {index} (shape {tuple(root.shape)}) does not require grad, so it has no autograd graph. "
-                "Create the inputs with requires_grad=True (e.g. torch.tensor(2.0, requires_grad=True))."
-            )
-        edge = torch.autograd.graph.get_gradient_edge(root)
-        edges.append((edge.node, edge.output_nr))
-    return edges
-
-
-def gradient_edge(tensor: torch.Tensor, leaves: dict | None = None) -> tuple[Any, int] | None:
-    """The (node, output) that receives ``tensor``'s gradient; None when torch cannot say: for a leaf,
-    ``get_gradient_edge`` makes a view, which sparse, mkldnn and nested layouts refuse, so a leaf is first looked
-    for among ``leaves`` (the graph's ``AccumulateGrad`` nodes) by identity."""
-    if tensor.grad_fn is not None:
-        return tensor.grad_fn, tensor.output_nr
-    for fn in (leaves or {}).values():
-        if fn.variable is tensor:
-            return fn, 0
-    try:
-        edge = torch.autograd.graph.get_gradient_edge(tensor)
-    except Exception:
-        return None
-    return edge.node, edge.output_nr
-
-
-@dataclass
-class Structure:
-    """The shape of a graph, read cheaply before a backward pass: which nodes, who uses what.
-
-    Holds torch's node objects: keep it only while the graph is being observed.
-    """
-
-    nodes: list[Any]  # every reachable backward function, breadth first from the roots
-    root_edges: list[tuple[Any, int]]
-    leaves: dict[int, Any]  # id(AccumulateGrad) -> AccumulateGrad, in walk order
-    _consumers: dict[tuple[int, int], list[tuple[Any, int]]] | None = None
-    root_labels: list[str] = field(default_factory=list)  # filled by label()
-    leaf_labels: dict[int, str] = field(default_factory=dict)  # id(AccumulateGrad) -> label, by label()
-    depth: int = 0  # breadth-first levels from the roots
-
-    @property
-    def consumers(self) -> dict[tuple[int, int], list[tuple[Any, int]]]:
-        """``(id(node), output)`` → its users as ``(user, input slot)``, in walk order."""
-        if self._consumers is None:
-            consumers: dict[tuple[int, int], list[tuple[Any, int]]] = {}
-            for fn in self.nodes:
-                for slot, (next_fn, output_nr) in enumerate(fn.next_functions):
-                    if next_fn is not None:
-                        consumers.setdefault((id(next_fn), output_nr), []).append((fn, slot))
-            self._consumers = consumers
-        return self._consumers
-
-    def label(self, names: Names, root_names: Sequence[str | None] | None = None) -> None:
-        """Name the roots and leaves (unnamed leaves: ``leaf``, ``leaf_2``… in walk order)."""
-        root_label: dict[tuple[int, int], str] = {}
-        self.root_labels = []
-        for index, (fn, output_nr) in enumerate(self.root_edges):
-            if root_names and index < len(root_names) and root_names[index]:
-                label = root_names[index]
-            else:
-                label = names.outputs.get((id(fn), output_nr)) or ("output" if index == 0 else f"output_{index}")
-            self.root_labels.append(root_label.setdefault((id(fn), output_nr), label))
-        unnamed = 0
-        for key, fn in self.leaves.items():
-            label = names.leaves.get(id(fn.variable)) or root_label.get((key, 0))
-            if label is None:
-                unnamed += 1
-                label = "leaf" if unnamed == 1 else f"leaf_{unnamed}"
-            self.leaf_labels[key] = label
-
-
-def structure(roots: Sequence[Any]) -> Structure:
-    """Reachable nodes and who uses what (no names, no values, no model): cheap, before a pass."""
-    starts = root_edges(roots)
-    reachable, depth = _reachable_with_depth([fn for fn, _ in starts])
-    leaves = {id(fn): fn for fn in reachable if type(fn).__name__ == "AccumulateGrad"}
-    return Structure(reachable, starts, leaves, depth=depth)
 
 
 @dataclass
@@ -230,32 +123,6 @@ class _Builder:
         edge_id = f"e{len(self.edges)}"
         self.edges.append(Edge(id=edge_id, src=src, dst=dst, kind=kind, label=label))
         return edge_id
-
-
-def _reachable(starts: list[Any]) -> list[Any]:
-    """Every backward function reachable from ``starts``, breadth first, each once."""
-    return _reachable_with_depth(starts)[0]
-
-
-def _reachable_with_depth(starts: list[Any]) -> tuple[list[Any], int]:
-    """Like :func:`_reachable`, and the number of breadth-first levels (how deep the graph is)."""
-    order: list[Any] = []
-    seen: set[int] = set()
-    level = [node for node in starts if node is not None]
-    depth = 0
-    while level:
-        depth += 1
-        following = []
-        for fn in level:
-            if id(fn) in seen:
-                continue
-            seen.add(id(fn))
-            order.append(fn)
-            for next_fn, _ in fn.next_functions:
-                if next_fn is not None and id(next_fn) not in seen:
-                    following.append(next_fn)
-        level = following
-    return order, depth
 
 
 def _metadata(fn: Any) -> tuple:
@@ -470,57 +337,6 @@ def _small(tensor: torch.Tensor | None, options: GraphOptions, stats: bool = Tru
     return snapshot(tensor, store_limit=options.max_elements)
 
 
-def _is_constant_name(attribute: str) -> bool:
-    return not _STRUCTURAL.search(attribute[len("_saved_"):])
-
-
-# A saved tensor that a saved-tensor hook packed (``saved_tensors_hooks``, checkpointing):
-# reading it would run the user's unpack hook (or recompute a checkpointed forward).
-PACKED = "packed by a saved-tensor hook"
-
-
-def packed_by_hook(raw: Any) -> bool:
-    """True when a ``_raw_saved_*`` value (a ``SavedTensor`` or a sequence of them) was packed by a hook."""
-    if isinstance(raw, (tuple, list)):
-        return any(packed_by_hook(item) for item in raw)
-    return getattr(raw, "unpack_hook", None) is not None
-
-
-def saved_value(fn: Any, attribute: str) -> Any:
-    """``fn._saved_<name>`` without running any user code: tensors are read through ``_raw_saved_<name>``
-    and only when no saved-tensor hook packed them (``PACKED`` otherwise; ``None`` once freed)."""
-    raw_name = "_raw" + attribute
-    if hasattr(type(fn), raw_name):
-        raw = getattr(fn, raw_name)
-        if packed_by_hook(raw):
-            return PACKED
-        if isinstance(raw, (tuple, list)):
-            return tuple(item.data for item in raw)
-        return raw.data
-    return getattr(fn, attribute)  # sizes, scalars, flags: plain values, nothing to unpack
-
-
-def saved_tensors_packed(fn: Any) -> bool:
-    """True when any tensor ``fn`` saved was packed by a saved-tensor hook (so running ``fn`` would unpack it)."""
-    for attribute in saved_names(fn):
-        raw_name = "_raw" + attribute
-        if hasattr(type(fn), raw_name) and packed_by_hook(getattr(fn, raw_name)):
-            return True
-    return False
-
-
-def _saved_values(fn: Any) -> list[tuple[str, Any]]:
-    values = []
-    for attribute in saved_names(fn):
-        try:
-            value = saved_value(fn, attribute)
-        except Exception:  # freed by an earlier backward(), or not readable
-            continue
-        if value is not None:
-            values.append((attribute[len("_saved_"):], value))
-    return values
-
-
 def _add_constants(build: _Builder, fn: Any, node_id: str) -> None:
     """Draw the numbers an op was called with (the 3 in ``y * 3``) as small input nodes."""
     for name, value in _saved_values(fn):
@@ -538,48 +354,3 @@ def _add_constants(build: _Builder, fn: Any, node_id: str) -> None:
             continue  # the implicit factor of add/addmm: noise in a drawing
         const_id = build.node(kind="constant", label=_number(number), detail=name)
         build.edge(const_id, node_id, kind="saved", label=name)
-
-
-def _number(number: Any) -> str:
-    from ..format import format_number
-
-    return format_number(number)
-
-
-def _saved_summary(fn: Any, names: Names, storage_names: dict, options: GraphOptions) -> str:
-    """``saves self=y`` style text: which tensors this backward function keeps."""
-    from ..format import format_value
-
-    parts = []
-    for name, value in _saved_values(fn):
-        if value is PACKED:
-            parts.append(f"{name} {PACKED}")
-            continue
-        if not isinstance(value, torch.Tensor) or value.dim() == 0 and not value.requires_grad:
-            continue
-        known = names.tensor_name(value) or storage_names.get(_storage_key(value))
-        if known is not None:
-            parts.append(f"{name}={known}")
-        elif value.numel() <= options.max_elements:
-            parts.append(f"{name}={format_value(value.detach(), 24)}")
-        else:
-            parts.append(f"{name}=[{'x'.join(map(str, value.shape))}]")
-    return ("saves " + ", ".join(parts)) if parts else ""
-
-
-def _storage_key(tensor: torch.Tensor) -> tuple | None:
-    """Where a tensor's numbers live: saved tensors are new objects over the same memory."""
-    try:
-        pointer = tensor.untyped_storage().data_ptr()
-        return (pointer, tensor.storage_offset(), tuple(tensor.shape), tensor.stride(), tensor.dtype) if pointer else None
-    except Exception:  # sparse, nested (no sizes), meta, subclasses: no storage to share
-        return None
-
-
-def _storage_names(names: Names) -> dict[tuple, str]:
-    found: dict[tuple, str] = {}
-    for kept in names.tensor_objects:
-        key = _storage_key(kept)
-        if key is not None:
-            found.setdefault(key, names.tensors[id(kept)])
-    return found

@@ -112,7 +112,7 @@ def _label(name: str) -> str:
 def _saved_tensors(shape: Any) -> tuple[list[tuple[str, torch.Tensor, tuple[int, str]]], str]:
     """(op, tensor, the function's key) for every tensor the graph's functions saved, not unpacking any a hook
     packed."""
-    from ..capture.walk import packed_by_hook, saved_names
+    from ..capture.saved import packed_by_hook, saved_names
 
     found: list[tuple[str, torch.Tensor, tuple[int, str]]] = []
     packed = 0

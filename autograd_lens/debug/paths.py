@@ -257,7 +257,7 @@ def _product(seed: torch.Tensor, factors: tuple, value: torch.Tensor) -> torch.T
 
 def _refused(fn: Any) -> str:
     """Why calling ``fn`` alone would run user code ("" when it would not)."""
-    from ..capture.walk import saved_tensors_packed
+    from ..capture.saved import saved_tensors_packed
 
     name = fn.name()
     if isinstance(fn, torch.autograd.function.BackwardCFunction) and name != "BackwardHookFunctionBackward":

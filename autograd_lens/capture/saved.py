@@ -1,0 +1,126 @@
+"""What a backward function saved for its backward pass, read without running user code: the names of its saved
+values, the numbers an op was called with (drawn as constants), the ``saves self=y`` summary, and where a tensor's
+numbers live (to name a saved tensor after the user's tensor over the same memory)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+
+from ..model import GraphOptions
+from .names import Names
+
+# Saved values that describe layout rather than maths: never drawn.
+_STRUCTURAL = re.compile(
+    r"(size|stride|dim|sym|storage_offset|split|chunk|index|start|end|step|length|reduction|"
+    r"padding|dilation|groups|shape|options|dtype|layout|device|memory_format|indices|ignore)",
+)
+_saved_names_cache: dict[type, tuple[str, ...]] = {}
+
+
+def saved_names(fn: Any) -> tuple[str, ...]:
+    """The ``_saved_*`` attributes of a backward function (cached per node type)."""
+    kind = type(fn)
+    names = _saved_names_cache.get(kind)
+    if names is None:
+        names = tuple(sorted(name for name in dir(fn) if name.startswith("_saved_")))
+        _saved_names_cache[kind] = names
+    return names
+
+
+def _is_constant_name(attribute: str) -> bool:
+    return not _STRUCTURAL.search(attribute[len("_saved_"):])
+
+
+# A saved tensor that a saved-tensor hook packed (``saved_tensors_hooks``, checkpointing):
+# reading it would run the user's unpack hook (or recompute a checkpointed forward).
+PACKED = "packed by a saved-tensor hook"
+
+
+def packed_by_hook(raw: Any) -> bool:
+    """True when a ``_raw_saved_*`` value (a ``SavedTensor`` or a sequence of them) was packed by a hook."""
+    if isinstance(raw, (tuple, list)):
+        return any(packed_by_hook(item) for item in raw)
+    return getattr(raw, "unpack_hook", None) is not None
+
+
+def saved_value(fn: Any, attribute: str) -> Any:
+    """``fn._saved_<name>`` without running any user code: tensors are read through ``_raw_saved_<name>``
+    and only when no saved-tensor hook packed them (``PACKED`` otherwise; ``None`` once freed)."""
+    raw_name = "_raw" + attribute
+    if hasattr(type(fn), raw_name):
+        raw = getattr(fn, raw_name)
+        if packed_by_hook(raw):
+            return PACKED
+        if isinstance(raw, (tuple, list)):
+            return tuple(item.data for item in raw)
+        return raw.data
+    return getattr(fn, attribute)  # sizes, scalars, flags: plain values, nothing to unpack
+
+
+def saved_tensors_packed(fn: Any) -> bool:
+    """True when any tensor ``fn`` saved was packed by a saved-tensor hook (so running ``fn`` would unpack it)."""
+    for attribute in saved_names(fn):
+        raw_name = "_raw" + attribute
+        if hasattr(type(fn), raw_name) and packed_by_hook(getattr(fn, raw_name)):
+            return True
+    return False
+
+
+def _saved_values(fn: Any) -> list[tuple[str, Any]]:
+    values = []
+    for attribute in saved_names(fn):
+        try:
+            value = saved_value(fn, attribute)
+        except Exception:  # freed by an earlier backward(), or not readable
+            continue
+        if value is not None:
+            values.append((attribute[len("_saved_"):], value))
+    return values
+
+
+def _number(number: Any) -> str:
+    from ..format import format_number
+
+    return format_number(number)
+
+
+def _saved_summary(fn: Any, names: Names, storage_names: dict, options: GraphOptions) -> str:
+    """``saves self=y`` style text: which tensors this backward function keeps."""
+    from ..format import format_value
+
+    parts = []
+    for name, value in _saved_values(fn):
+        if value is PACKED:
+            parts.append(f"{name} {PACKED}")
+            continue
+        if not isinstance(value, torch.Tensor) or value.dim() == 0 and not value.requires_grad:
+            continue
+        known = names.tensor_name(value) or storage_names.get(_storage_key(value))
+        if known is not None:
+            parts.append(f"{name}={known}")
+        elif value.numel() <= options.max_elements:
+            parts.append(f"{name}={format_value(value.detach(), 24)}")
+        else:
+            parts.append(f"{name}=[{'x'.join(map(str, value.shape))}]")
+    return ("saves " + ", ".join(parts)) if parts else ""
+
+
+def _storage_key(tensor: torch.Tensor) -> tuple | None:
+    """Where a tensor's numbers live: saved tensors are new objects over the same memory."""
+    try:
+        pointer = tensor.untyped_storage().data_ptr()
+        return (pointer, tensor.storage_offset(), tuple(tensor.shape), tensor.stride(), tensor.dtype) if pointer else None
+    except Exception:  # sparse, nested (no sizes), meta, subclasses: no storage to share
+        return None
+
+
+def _storage_names(names: Names) -> dict[tuple, str]:
+    found: dict[tuple, str] = {}
+    for kept in names.tensor_objects:
+        key = _storage_key(kept)
+        if key is not None:
+            found.setdefault(key, names.tensors[id(kept)])
+    return found

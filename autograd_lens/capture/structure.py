@@ -1,0 +1,130 @@
+"""The shape of a graph, read cheaply before a backward pass: the edges at its roots, every reachable backward
+function (breadth first, without recursion), who uses what, and the edge that receives a tensor's gradient."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+from torch.autograd.graph import GradientEdge
+
+from .names import Names
+
+
+def root_edges(roots: Sequence[Any]) -> list[tuple[Any, int]]:
+    """``(node, output_nr)`` where the gradient of each root enters the graph."""
+    edges = []
+    for index, root in enumerate(roots):
+        if isinstance(root, GradientEdge):
+            edges.append((root.node, root.output_nr))
+            continue
+        if not isinstance(root, torch.Tensor):
+            raise TypeError(
+                f"root {index} is a {type(root).__name__}, not a tensor: pass the tensor whose graph you "
+                "want to see, e.g. graph(loss)"
+            )
+        if not root.requires_grad:
+            raise ValueError(
+                f"root {index} (shape {tuple(root.shape)}) does not require grad, so it has no autograd graph. "
+                "Create the inputs with requires_grad=True (e.g. torch.tensor(2.0, requires_grad=True))."
+            )
+        edge = torch.autograd.graph.get_gradient_edge(root)
+        edges.append((edge.node, edge.output_nr))
+    return edges
+
+
+def gradient_edge(tensor: torch.Tensor, leaves: dict | None = None) -> tuple[Any, int] | None:
+    """The (node, output) that receives ``tensor``'s gradient; None when torch cannot say: for a leaf,
+    ``get_gradient_edge`` makes a view, which sparse, mkldnn and nested layouts refuse, so a leaf is first looked
+    for among ``leaves`` (the graph's ``AccumulateGrad`` nodes) by identity."""
+    if tensor.grad_fn is not None:
+        return tensor.grad_fn, tensor.output_nr
+    for fn in (leaves or {}).values():
+        if fn.variable is tensor:
+            return fn, 0
+    try:
+        edge = torch.autograd.graph.get_gradient_edge(tensor)
+    except Exception:
+        return None
+    return edge.node, edge.output_nr
+
+
+@dataclass
+class Structure:
+    """The shape of a graph, read cheaply before a backward pass: which nodes, who uses what.
+
+    Holds torch's node objects: keep it only while the graph is being observed.
+    """
+
+    nodes: list[Any]  # every reachable backward function, breadth first from the roots
+    root_edges: list[tuple[Any, int]]
+    leaves: dict[int, Any]  # id(AccumulateGrad) -> AccumulateGrad, in walk order
+    _consumers: dict[tuple[int, int], list[tuple[Any, int]]] | None = None
+    root_labels: list[str] = field(default_factory=list)  # filled by label()
+    leaf_labels: dict[int, str] = field(default_factory=dict)  # id(AccumulateGrad) -> label, by label()
+    depth: int = 0  # breadth-first levels from the roots
+
+    @property
+    def consumers(self) -> dict[tuple[int, int], list[tuple[Any, int]]]:
+        """``(id(node), output)`` → its users as ``(user, input slot)``, in walk order."""
+        if self._consumers is None:
+            consumers: dict[tuple[int, int], list[tuple[Any, int]]] = {}
+            for fn in self.nodes:
+                for slot, (next_fn, output_nr) in enumerate(fn.next_functions):
+                    if next_fn is not None:
+                        consumers.setdefault((id(next_fn), output_nr), []).append((fn, slot))
+            self._consumers = consumers
+        return self._consumers
+
+    def label(self, names: Names, root_names: Sequence[str | None] | None = None) -> None:
+        """Name the roots and leaves (unnamed leaves: ``leaf``, ``leaf_2``… in walk order)."""
+        root_label: dict[tuple[int, int], str] = {}
+        self.root_labels = []
+        for index, (fn, output_nr) in enumerate(self.root_edges):
+            if root_names and index < len(root_names) and root_names[index]:
+                label = root_names[index]
+            else:
+                label = names.outputs.get((id(fn), output_nr)) or ("output" if index == 0 else f"output_{index}")
+            self.root_labels.append(root_label.setdefault((id(fn), output_nr), label))
+        unnamed = 0
+        for key, fn in self.leaves.items():
+            label = names.leaves.get(id(fn.variable)) or root_label.get((key, 0))
+            if label is None:
+                unnamed += 1
+                label = "leaf" if unnamed == 1 else f"leaf_{unnamed}"
+            self.leaf_labels[key] = label
+
+
+def structure(roots: Sequence[Any]) -> Structure:
+    """Reachable nodes and who uses what (no names, no values, no model): cheap, before a pass."""
+    starts = root_edges(roots)
+    reachable, depth = _reachable_with_depth([fn for fn, _ in starts])
+    leaves = {id(fn): fn for fn in reachable if type(fn).__name__ == "AccumulateGrad"}
+    return Structure(reachable, starts, leaves, depth=depth)
+
+
+def _reachable(starts: list[Any]) -> list[Any]:
+    """Every backward function reachable from ``starts``, breadth first, each once."""
+    return _reachable_with_depth(starts)[0]
+
+
+def _reachable_with_depth(starts: list[Any]) -> tuple[list[Any], int]:
+    """Like :func:`_reachable`, and the number of breadth-first levels (how deep the graph is)."""
+    order: list[Any] = []
+    seen: set[int] = set()
+    level = [node for node in starts if node is not None]
+    depth = 0
+    while level:
+        depth += 1
+        following = []
+        for fn in level:
+            if id(fn) in seen:
+                continue
+            seen.add(id(fn))
+            order.append(fn)
+            for next_fn, _ in fn.next_functions:
+                if next_fn is not None and id(next_fn) not in seen:
+                    following.append(next_fn)
+        level = following
+    return order, depth
