@@ -21,7 +21,8 @@ from .snapshot import snapshot
 from .ending import (SHARED, LeafState, final_grad, late_change, shared_leaves, shared_write, stopped_by_hooks,
                      untrusted_pass)
 from .unhooked import SAME, Unknown, add, carry, is_known
-from .walk import Walk, gradient_edge
+from .structure import gradient_edge
+from .walk import Walk
 
 
 def build_pass(observer: PassObserver, walk: Walk, index: int, history: dict, invocations: "HookCounter",

@@ -14,7 +14,7 @@ from .hooks import function_name, runs_python
 from .order import arrange_before, arrange_input_chain, until_error
 from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord
 from .unhooked import LeafHistory, Unknown
-from .walk import gradient_edge
+from .structure import gradient_edge
 from .snapshot import hidden_from_user as _hidden_from_modes
 from .snapshot import snapshot
 
