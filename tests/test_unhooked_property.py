@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 import autograd_lens as al
 
 EXAMPLES = int(os.environ.get("AUTOGRAD_LENS_EXAMPLES", "1000"))
-ALIASING = ("the gradient passed to backward() changed in place", ".grad was changed by code the lens did not see")
+ALIASING = ("the gradient passed to backward() changed in place", ".grad was changed by code the lens did not see",
+            "its .grad shares memory")
 PYTHON_BACKWARD = "TripleBackward's backward is Python code"
 SHAPES = [(3,), (2, 3), (1, 3), (2, 1), ()]
 UNARY = ["tanh", "sin", "square", "scale", "neg", "relu", "exp_small", "clamp", "softmax", "pow3", "custom"]

@@ -18,8 +18,8 @@ from .hooks import function_name
 from .observe import PassObserver
 from .records import GradRecord, HookRecord, NodeRecord
 from .snapshot import snapshot
-from .ending import (SHARED, LeafState, final_grad, late_change, shared_leaves, shared_write, stopped_by_hooks,
-                     untrusted_pass)
+from .ending import LeafState, final_grad, late_change, stopped_by_hooks, untrusted_pass
+from .shared import SHARED, shared_leaves, shared_write
 from .unhooked import SAME, Unknown, add, carry, is_known
 from .structure import gradient_edge
 from .walk import Walk
@@ -181,7 +181,7 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
         return out
     hooked = any(isinstance(record, HookRecord) for record in observer.records) \
         or any(getattr(entry, "hooked", False) for entry in history.values())  # a hook ran in this Lens
-    adopted: dict[int, bool] = {}  # leaves whose .grad was None: whether a hook saw or changed what reached it
+    adopted: set[int] = set()  # leaves whose .grad was None before this pass
     spread = hooked and shared_write(observer, history)  # added to shared memory: what flows on may have changed
     for key, fn in observer.shape.leaves.items():
         variable = fn.variable
@@ -214,8 +214,7 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
         old = observer.old_grads.get(key)
         shared = shared and old is not None or spread
         if old is None:
-            adopted[key] = diverged or any(isinstance(r, HookRecord) and r.kind in ("tensor", "multi_grad") and
-                                           (r.current_fn is fn or r.node_fn is fn) for r in observer.records)
+            adopted.add(key)
         if entry is not None and old is not None and entry.grad is not None and values_equal(old, entry.grad):
             out["refilled"].append(observer.shape.leaf_labels[key])
         base = carry(entry, old)

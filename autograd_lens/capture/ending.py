@@ -16,6 +16,7 @@ from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord
 from .unhooked import LeafHistory, Unknown
 from .structure import gradient_edge
 from .snapshot import hidden_from_user as _hidden_from_modes
+from .shared import span_of
 from .snapshot import snapshot
 
 class PassEnd:
@@ -68,18 +69,15 @@ class PassEnd:
             elif call.kind in BEFORE_NODE and node is not None and id(node) not in self.ran:
                 self._stopped_at(node, call)
 
-    def adoption(self, fn: Any, incoming: Any, record: GradRecord, fresh: bool) -> Any:
-        """AccumulateGrad of leaf ``fn`` added ``incoming`` to ``.grad`` (or stored it, when there was none).  A view
-        of another gradient adopted without a copy (the seed expanded, a buffer another leaf may view too) is
-        remembered.  When ``.grad`` is not what the write made although no Python ran since (``fresh``), C++ code
+    def check_write(self, fn: Any, incoming: Any, record: GradRecord, fresh: bool) -> Any:
+        """AccumulateGrad of leaf ``fn`` added ``incoming`` to ``.grad`` (or stored it, when there was none).  When
+        ``.grad`` is not what the write made although no Python ran since (``fresh``), C++ code
         changed it after the write (DistributedDataParallel's hook on AccumulateGrad, with gradient_as_bucket_view):
         the write is recorded as what it made.  Returns what arrived."""
         grad = fn.variable.grad
         old = self.old_grads.get(id(fn))
         if not isinstance(incoming, torch.Tensor) or not isinstance(grad, torch.Tensor):
             return record.received
-        if old is None and incoming._is_view() and _span(incoming) is not None and _span(incoming) == _span(grad):
-            vars(self).setdefault("adopted_views", set()).add(id(fn))
         if not fresh or isinstance(record.grad, TensorSummary):
             return record.received
         arrived = self._keep(incoming) if old is None else record.received
@@ -99,10 +97,10 @@ class PassEnd:
         """A leaf that ran in this pass added to a ``.grad`` that shares memory with a gradient passed to backward()
         (adopted in an earlier pass): that write changed the gradient on its way to later functions (said once in a
         note), which explains a gradient that changed between two functions with no hook in between."""
-        seeds = [span for span in map(_span, (s for s in self.seed_objects if isinstance(s, torch.Tensor))) if span]
+        seeds = [span for span in map(span_of, (s for s in self.seed_objects if isinstance(s, torch.Tensor))) if span]
         for key, label in self.shape.leaf_labels.items():
             grad = self.shape.leaves[key].variable.grad
-            span = _span(grad) if key in self.ran and self.old_grads.get(key) is not None \
+            span = span_of(grad) if key in self.ran and self.old_grads.get(key) is not None \
                 and isinstance(grad, torch.Tensor) else None
             if span and any(span[0] == seed[0] and span[1] < seed[2] and seed[1] < span[2] for seed in seeds):
                 self.note(f"{label}.grad shares memory with the gradient passed to backward() (autograd adopted it "
@@ -239,19 +237,6 @@ def stopped_by_hooks(observer: Any) -> Unknown | None:
 
 
 
-# Backward functions that send each input a gradient of their own making (arithmetic on what they received), never
-# a view of it or the same tensor: a leaf fed only by these cannot adopt memory shared with another gradient.
-_FRESH = frozenset(f"{op}Backward{n}" for op, n in (
-    ("Mul", 0), ("Mul", 1), ("Div", 0), ("Div", 1), ("Pow", 0), ("Pow", 1), ("Pow", 2), ("Sin", 0), ("Cos", 0),
-    ("Exp", 0), ("Log", 0), ("Tanh", 0), ("Sigmoid", 0), ("Relu", 0), ("Threshold", 0), ("Neg", 0), ("Sqrt", 0),
-    ("Abs", 0), ("Mm", 0), ("Bmm", 0), ("Mv", 0)))
-
-SHARED = ("its .grad shares memory with another leaf's .grad or the gradient passed to backward() (autograd adopts a "
-          "view of the incoming gradient instead of copying it), so adding to one changes the other; with no hook "
-          "that memory would have been shared differently (a hook that returns a new tensor, or keeps the one it "
-          "got, decides whether autograd adopts it), and what it would hold is not known")
-
-
 @dataclass
 class LeafState(LeafHistory):
     """:class:`LeafHistory` and what the pass's end learns about the leaf: its ``.grad`` may share memory with
@@ -303,78 +288,3 @@ def late_change(observer: Any, fn: Any, position: int, real: Value, diverged: bo
                    + (f"a hook that ran after it ({', '.join(later)}) " if later else "")
                    + "or through memory it shares with another gradient; what that change would have been without "
                    "hooks is not known")
-
-
-def _span(tensor: torch.Tensor) -> tuple[int, int, int] | None:
-    """(storage address, first byte, end byte) of the memory a dense tensor spans, or None."""
-    try:
-        if tensor.layout != torch.strided or tensor.numel() == 0:
-            return None
-        size = tensor.element_size()
-        start = tensor.storage_offset() * size
-        extent = 1 + sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride()) if n > 0)
-        return tensor.untyped_storage().data_ptr(), start, start + extent * size
-    except Exception:  # sparse, nested, meta: no memory to share
-        return None
-
-
-def shared_leaves(observer: Any, adopted: dict[int, bool]) -> set[int]:
-    """Leaves (``id(AccumulateGrad)``) whose ``.grad`` may share memory with another gradient, here or in a run
-    without hooks: those whose ``.grad`` overlaps another leaf's now, and, when at least two leaves could, those that
-    adopted a view this pass (``.grad`` was None), or that a hook saw on the way in while not fed only by functions
-    that make a fresh gradient (in a run without hooks that one may have been a view too).  ``adopted``:
-    leaf -> whether a hook ran on, or changed, what reached it in a pass where its ``.grad`` was None."""
-    spans = {}
-    for key, fn in observer.shape.leaves.items():
-        grad = fn.variable.grad
-        span = _span(grad) if isinstance(grad, torch.Tensor) else None
-        if span is not None:
-            spans[key] = span
-    found = {key for key, (ptr, start, end) in spans.items()
-             for other, (ptr2, start2, end2) in spans.items()
-             if other != key and ptr == ptr2 and start < end2 and start2 < end}
-    seeds = [span for span in map(_span, (s for s in observer.seed_objects if isinstance(s, torch.Tensor))) if span]
-    candidates = set()
-    views = vars(observer).get("adopted_views", ())
-    for key, hooked in adopted.items():
-        users = observer.shape.consumers.get((key, 0), ())
-        span = spans.get(key)
-        if key in views or span is not None and any(span[0] == seed[0] and span[1] < seed[2] and seed[1] < span[2]
-                                                     for seed in seeds) \
-                or hooked and not all(user.name() in _FRESH for user, _ in users):
-            candidates.add(key)
-    # one leaf alone shares memory only with the seed: a gradient= tensor (not the 0-dim ones backward() makes),
-    # which the program may pass again, when nothing but views and pass-throughs lie between it and the leaf
-    users_of: dict[int, list] = {}
-    for (fn_id, _), users in observer.shape.consumers.items() if len(candidates) == 1 else ():
-        users_of.setdefault(fn_id, []).extend(user for user, _ in users)
-    alone = {key for key in candidates if _views_from_root(observer, key, users_of)}
-    return found | (candidates if len(candidates) > 1 else alone)
-
-
-def _views_from_root(observer: Any, key: int, users_of: dict[int, list]) -> bool:
-    """Leaf ``key`` is reached from a root with a gradient= seed (not 0-dim) through no function in ``_FRESH``."""
-    roots = {id(fn) for (fn, _), seed in zip(observer.shape.root_edges, observer.seed_objects)
-             if isinstance(seed, torch.Tensor) and seed.dim() > 0}
-    seen, stack = set(), [key]
-    while stack:
-        node = stack.pop()
-        if node in roots:
-            return True
-        for user in users_of.get(node, ()):
-            if id(user) not in seen and user.name() not in _FRESH:
-                seen.add(id(user))
-                stack.append(id(user))
-    return False
-
-
-def shared_write(observer: Any, history: dict) -> bool:
-    """A leaf whose ``.grad`` shares memory with another gradient (after an earlier pass) was added to in this
-    pass: with no hook, that write could have changed the gradient passed to backward() (reused) on its way to the
-    other leaves."""
-    for key, fn in observer.shape.leaves.items():
-        entry = history.get(id(fn.variable))
-        if getattr(entry, "shared", False) and entry.ref() is fn.variable and key in observer.ran \
-                and observer.old_grads.get(key) is not None:
-            return True
-    return False
