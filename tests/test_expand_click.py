@@ -98,6 +98,22 @@ def test_the_page_says_when_a_drawing_is_not_stored(monkeypatch):
     assert "This page stores at most 1 drawings" in note and 'expand="layer2.1"' in note
 
 
+def test_a_layout_that_fails_leaves_the_folded_page(monkeypatch):
+    model, loss = resnet_loss()
+    graph = al.graph(loss, names={"model": model})
+    svg = render_svg(graph.to_dot())
+
+    def broken(source, *args, **kwargs):
+        raise RuntimeError("layout failed")
+
+    monkeypatch.setattr(graphview, "render_svg", broken)
+    page = graphview.graph_html(graph, svg, "g", lambda drawn: "<table></table>")
+    assert "data:image/svg+xml," in page and "layer1.0-2 (x3)" in urllib.parse.unquote(page)
+    states = fold_states(graph)
+    data = fold_data(graph, states)
+    assert len(states) == 1 and data["states"][0]["open"] == {"f1": [-1, "f1"], "f2": [-1, "f2"]}
+
+
 def test_the_page_is_deterministic_and_bounded():
     model, loss = transformer_loss()
     graph = al.graph(loss, names={"model": model})
@@ -198,15 +214,18 @@ model, loss = transformer_loss()"""
 
 
 @browser_only
-def test_a_folded_box_opens_and_folds_in_jupyterlab(browser, tmp_path_factory):
+@pytest.mark.parametrize("app", ["jupyterlab", "notebook"])
+def test_a_folded_box_opens_and_folds_in_jupyterlab_and_notebook_7(browser, tmp_path_factory, app):
     import os
 
     from test_browser import run_all, start_lab
 
-    server = start_lab(tmp_path_factory)
+    pytest.importorskip(app)
+    server = start_lab(tmp_path_factory, app=app)
     url = next(server)
+    where = "lab/tree" if app == "jupyterlab" else "notebooks"
     try:
-        base, query = url.split("/lab/tree/")
+        base, query = url.split(f"/{where}/")
         token = query.split("token=")[1]
         cells = [NOTEBOOK_SOURCE.format(tests=os.path.dirname(os.path.abspath(__file__))), "%lens_graph loss"]
         notebook = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
@@ -218,16 +237,65 @@ def test_a_folded_box_opens_and_folds_in_jupyterlab(browser, tmp_path_factory):
                                          headers={"Content-Type": "application/json"})
         urllib.request.urlopen(request, timeout=30).read()
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(f"{base}/lab/tree/expand.ipynb?token={token}")
+        page.goto(f"{base}/{where}/expand.ipynb?token={token}")
         run_all(page)
         stepper = page.locator(".jp-OutputArea .al-stepper")
         stepper.wait_for(timeout=60_000)
         page.wait_for_selector(".jp-OutputArea .al-stepper[data-fold-state='0']")
         model, loss = transformer_loss()
-        graph = al.graph(loss, names={"model": model})
+        graph = al.graph(loss, names={"model": model, "loss": loss})  # as the notebook names them
         check_open_and_fold(stepper, graph, lambda target: target.click(), page.keyboard.press)
         # Enter opened the box and did not put the notebook's cell into edit mode
         assert page.locator(".jp-Notebook.jp-mod-editMode").count() == 0
         page.close()
     finally:
         server.close()
+
+
+@browser_only
+def test_a_module_group_opens_and_closes_from_the_keyboard_in_a_lens_page(browser, tmp_path):
+    """lens.to_html of a pass recorded with module groups (past 60 boxes they start closed): a closed group is a
+    focusable button; Enter opens it (its boxes drawn), Space closes it; the step highlights still find their
+    nodes after it."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[m for _ in range(20) for m in (torch.nn.Linear(4, 4), torch.nn.Tanh())])
+    with al.Lens(modules=True) as lens:
+        model(torch.randn(2, 4)).sum().backward()
+    path = tmp_path / "trace.html"
+    lens.to_html(str(path))
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(path.as_uri())
+    page.wait_for_selector(".al-stepper[data-step='0']")
+    stepper = page.locator(".al-stepper")
+    closed = stepper.get_attribute("data-collapsed").split()
+    groups = {g.id: g for g in lens.passes[0].groups}
+    shut = next(i for i in closed if groups[i].path == "model.10")
+    cluster = page.locator(f".al-canvas #{shut}")
+    assert cluster.get_attribute("role") == "button" and cluster.get_attribute("aria-expanded") == "false"
+    assert cluster.get_attribute("aria-label").startswith("model.10 · Linear")
+    inside = groups[shut].nodes[0]
+    assert not page.locator(f".al-canvas #{inside}").is_visible()
+    cluster.focus()
+    page.keyboard.press("Enter")
+    assert shut not in stepper.get_attribute("data-collapsed").split()
+    assert cluster.get_attribute("aria-expanded") == "true"
+    assert page.locator(f".al-canvas #{inside}").is_visible()
+    assert stepper.get_attribute("data-step") == "0"  # Enter opened the group and did not step
+    page.keyboard.press(" ")
+    assert shut in stepper.get_attribute("data-collapsed").split()
+    # stepping on: each step's node is in the drawing and shown (its group opened around it)
+    seen = []
+    for _ in range(5):
+        page.click("button[data-go=next]")
+        style = page.evaluate("document.querySelector('style.al-frame').textContent")
+        current = re.search(r"#(n\d+) > (?:polygon|path|ellipse)[^{]*\{stroke: #2563eb", style)
+        assert current, style
+        seen.append(current.group(1))
+        assert page.locator(f".al-canvas #{current.group(1)}").is_visible()
+    assert len(set(seen)) == 5
+    assert errors == []
+    page.close()

@@ -24,7 +24,7 @@ from .render import render_svg
 from .static_html import _data_script, classic_script
 
 VARIANT_LAYOUTS = 8  # drawings with folds opened, laid out in advance, per graph
-VARIANT_BOXES = 2_500  # boxes in all those drawings (each costs layout time at display and page size)
+VARIANT_BOXES = 1_500  # boxes in all those drawings (each costs layout time at display and page size)
 
 
 def _short(path: str) -> str:
@@ -43,9 +43,11 @@ def expanded(graph: Graph, state: State) -> Graph:
     return dataclasses.replace(graph, options=graph.options.replace(expand=graph.options.expand + extra))
 
 
-def fold_states(graph: Graph, layouts: int = VARIANT_LAYOUTS, boxes: int = VARIANT_BOXES) -> list[tuple[State, Folded]]:
+def fold_states(graph: Graph, layouts: int | None = None, boxes: int | None = None) -> list[tuple[State, Folded]]:
     """The folded drawing's state (first) and the states reached by opening folds, breadth first, within the
-    budget (no layout here: ``boxes`` counts what each would draw)."""
+    budget (default ``VARIANT_LAYOUTS`` and ``VARIANT_BOXES``; no layout here: ``boxes`` counts what each draws)."""
+    layouts = VARIANT_LAYOUTS if layouts is None else layouts
+    boxes = VARIANT_BOXES if boxes is None else boxes
     states = [((), plan(graph))]
     known = {()}
     used = 0
@@ -70,12 +72,12 @@ def _nested(run: Run, other: Run) -> bool:
     return other == run or all(any(path.startswith(outer + ".") for outer in run) for path in other)
 
 
-def _how(box_label: str, paths: Run) -> str:
+def _how(paths: Run) -> str:
     return (f"autograd_lens.graph(..., expand=\"{_short(paths[0])}\") or %lens_graph ... --expand "
             f"{_short(paths[0])} draws that block in full; expand=\"all\" (--expand all) every block")
 
 
-def _state_data(graph: Graph, index: int, states: list[tuple[State, Folded]], svg: str | None) -> dict:
+def _state_data(index: int, states: list[tuple[State, Folded]], svg: str | None) -> dict:
     """One drawing: its picture (the first is the page's <img>), arrows, roots, what clicks open and close."""
     state, folded = states[index]
     where = {key: number for number, (key, _) in enumerate(states)}
@@ -89,7 +91,7 @@ def _state_data(graph: Graph, index: int, states: list[tuple[State, Folded]], sv
         notes[box.id] = (f"{labels[box.id]}. " + ("Click it (or Enter) to draw them in full. " if target >= 0 else
                          f"This page stores at most {VARIANT_LAYOUTS} drawings with folds opened "
                          f"({VARIANT_BOXES:,} boxes in all), and not this one. ") + "To draw one in full: "
-                         + _how(box.label, box.paths))
+                         + _how(box.paths))
     closing = {}
     for run in state:
         back = tuple(r for r in state if not _nested(run, r))
@@ -105,14 +107,18 @@ def _state_data(graph: Graph, index: int, states: list[tuple[State, Folded]], sv
 
 
 def fold_data(graph: Graph, states: list[tuple[State, Folded]]) -> dict | None:
-    """What the page needs to open and close folds: every stored state's drawing and transitions."""
+    """What the page needs to open and close folds: every stored state's drawing and transitions.  A layout that
+    fails ends the list there (``states`` is cut to what is stored)."""
     if len(states) == 1 and not states[0][1].folds:
         return None
-    result = []
-    for index, (state, _) in enumerate(states):
-        svg = None if index == 0 else "data:image/svg+xml," + svg_uri_text(slim_svg(render_svg(expanded(graph, state).to_dot())))
-        result.append(_state_data(graph, index, states, svg))
-    return {"states": result}
+    svgs: list[str | None] = [None]  # the first drawing is the page's own picture
+    for state, _ in states[1:]:
+        try:
+            svgs.append("data:image/svg+xml," + svg_uri_text(slim_svg(render_svg(expanded(graph, state).to_dot()))))
+        except Exception:  # a layout that fails or runs out of time: the page keeps the drawings made so far
+            break
+    states[len(svgs):] = []
+    return {"states": [_state_data(index, states, svg) for index, svg in enumerate(svgs)]}
 
 
 def graph_html(graph: Graph, svg: str, text: str, table_of) -> str:
@@ -125,7 +131,7 @@ def graph_html(graph: Graph, svg: str, text: str, table_of) -> str:
     key = "al-g-" + hashlib.sha1(slim.encode("utf-8")).hexdigest()[:10]
     table = table_of(drawn)
     folds = fold_data(graph, states)
-    first = folds["states"][0] if folds else _state_data(graph, 0, states, None)
+    first = folds["states"][0] if folds else _state_data(0, states, None)
     data = {
         "key": key,
         "predict": False,

@@ -528,15 +528,39 @@ function render({ model, el }) {
     scope + " .al-foldable:focus {outline: none}",
     scope + " .al-foldable:focus > polygon, " + scope + " .al-foldable:focus > path, " + scope +
     " .al-foldable:focus > ellipse {stroke: #2563eb; stroke-width: 4px}"].join("\n");
-  // Enter or Space on a folded box or an opened outline (the window's capture phase: before the notebook's keys)
+  function markGroupKeys() { // module groups (%%lens --modules) open and close from the keyboard too
+    const groups = passes[pass].groups;
+    if (!groups) { return; }
+    groups.list.forEach((g) => {
+      const cluster = canvas.querySelector("#" + g.id);
+      if (!cluster) { return; }
+      const shut = cluster.classList.contains("al-collapsed");
+      cluster.setAttribute("tabindex", "0");
+      cluster.setAttribute("role", "button");
+      cluster.setAttribute("aria-expanded", shut ? "false" : "true");
+      cluster.setAttribute("aria-label", g.label + ": " + g.nodes.length + " boxes, " + (shut ? "closed" : "open") +
+        " (Enter or Space: " + (shut ? "open" : "close") + ")");
+    });
+  }
+
+  // Enter or Space on a folded box, an opened outline or a module group (the window's capture phase: before the
+  // notebook's own keys)
   const onFoldKey = (event) => {
     if (!root.isConnected) { window.removeEventListener("keydown", onFoldKey, true); return; }
     if (event.key !== "Enter" && event.key !== " ") { return; }
-    const g = event.target && event.target.closest ? event.target.closest(".al-foldable") : null;
-    if (!g || !canvas.contains(g)) { return; }
-    event.preventDefault();
-    event.stopPropagation();
-    foldAction(g.id, true);
+    const target = event.target && event.target.closest ? event.target : null;
+    const g = target ? target.closest(".al-foldable") : null;
+    const cluster = target && !g ? target.closest("g.cluster") : null;
+    if (g && canvas.contains(g)) {
+      event.preventDefault();
+      event.stopPropagation();
+      foldAction(g.id, true);
+    } else if (cluster && canvas.contains(cluster) && passes[pass].groups && cluster.id) {
+      event.preventDefault();
+      event.stopPropagation();
+      opened[cluster.id] = cluster.classList.contains("al-collapsed");
+      applyGroups();
+    }
   };
   window.addEventListener("keydown", onFoldKey, true);
 
@@ -619,6 +643,7 @@ function render({ model, el }) {
     });
     groupStyle.textContent = rules.length ? rules.join(", ") + " {display: none}" : "";
     root.setAttribute("data-collapsed", list.filter((g, i) => hiders[i] === i).map((g) => g.id).join(" "));
+    markGroupKeys();
   }
 
   function question(k) {
