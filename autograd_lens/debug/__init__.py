@@ -156,7 +156,7 @@ def safe_paths_to(passes: list, name: str, index: int | None = None) -> PathSet:
 
 
 def _register() -> None:
-    """Hand ``BackwardPass.unreached`` / ``.first_nonfinite`` their answers (``model.py`` imports nothing of this
+    """Hand ``BackwardPass.unreached`` / ``.first_nonfinite`` their answers (``model/`` imports nothing of this
     package)."""
     from ..model import provide
 
