@@ -53,8 +53,9 @@ def test_the_opened_transformer_holds_exactly_the_unfolded_boxes():
     assert len(inside) == len(plan(graph).folds[0].nodes) > 12 * 35
     # what a click does: f1 opens state 1, centred on layers.0's outline; that outline (any layer's) folds back
     first, second = data["states"]
-    assert first["open"] == {"f1": [1, next(g.id for g in states[1][1].groups if g.path == "model.layers.0")]}
-    assert sorted(second["close"].values()) == [[0, "f1"]] * 12
+    assert first["open"] == {"f1": [1, next(g.id for g in states[1][1].groups if g.path == "model.layers.0"),
+                                    "layers.0-11 (x12)"]}
+    assert sorted(second["close"].values()) == [[0, "f1", "layers.0-11 (x12)"]] * 12
     assert second["labels"][next(iter(second["close"]))].endswith("one of layers.0-11 (x12) drawn in full: fold them again")
     # the arrows the page follows (upstream/downstream) are the drawn ones
     assert {tuple(link[:2]) for link in second["links"]} == {(e.src, e.dst) for e in states[1][1].graph.edges}
@@ -82,7 +83,7 @@ def test_each_resnet_fold_opens_alone_and_together():
         assert sorted(v[0] for k, v in drawn.items() if k.startswith("f")) == sorted(still)
     assert set(first[0].nodes) & set(boxes(svgs[1])) == set(first[0].nodes)  # layer1 opened: all its boxes
     both = data["states"][3]
-    assert sorted(both["close"].values()) == [[1, "f1"]] * 2 + [[2, "f1"]] * 3  # each run folds back alone
+    assert sorted(both["close"].values()) == [[1, "f1", "layer2.1-2 (x2)"]] * 2 + [[2, "f1", "layer1.0-2 (x3)"]] * 3
 
 
 def test_the_page_says_when_a_drawing_is_not_stored(monkeypatch):
@@ -111,7 +112,8 @@ def test_a_layout_that_fails_leaves_the_folded_page(monkeypatch):
     assert "data:image/svg+xml," in page and "layer1.0-2 (x3)" in urllib.parse.unquote(page)
     states = fold_states(graph)
     data = fold_data(graph, states)
-    assert len(states) == 1 and data["states"][0]["open"] == {"f1": [-1, "f1"], "f2": [-1, "f2"]}
+    assert len(states) == 1 and data["states"][0]["open"] == {"f1": [-1, "f1", "layer1.0-2 (x3)"],
+                                                              "f2": [-1, "f2", "layer2.1-2 (x2)"]}
 
 
 def test_the_page_is_deterministic_and_bounded():
@@ -171,6 +173,7 @@ def check_open_and_fold(stepper, graph, click, press):
     stepper.locator("button[data-go=fit]").click()  # the whole folded drawing in view
     click(box)
     assert stepper.get_attribute("data-fold-state") == "1"
+    assert stepper.locator(".al-cardbox").inner_text().startswith("Opened layers.0-11 (x12): its blocks drawn in full.")
     assert dict(drawn_texts(stepper)) == unfolded  # every block's boxes, labels as in the unfolded drawing
     outline_of = {g.path: g.id for g in states[1][1].groups}
     outline = stepper.locator(f".al-canvas #{outline_of['model.layers.0']}")  # opened: its name is in view
@@ -178,6 +181,7 @@ def check_open_and_fold(stepper, graph, click, press):
     assert "fold them again" in outline.get_attribute("aria-label")
     click(outline.locator(":scope > text").first)  # the outline's name
     assert stepper.get_attribute("data-fold-state") == "0"
+    assert stepper.locator(".al-cardbox").inner_text() == "Folded layers.0-11 (x12) again."
     assert dict(drawn_texts(stepper)) == folded
     # keyboard: the box takes focus, Enter opens; the opened outline has focus; Space on any block's outline folds
     stepper.locator(".al-canvas #f1").focus()
@@ -193,6 +197,8 @@ def check_open_and_fold(stepper, graph, click, press):
 
 @browser_only
 def test_a_folded_box_opens_and_folds_in_the_static_page(browser, tmp_path):
+    from test_browser import shot
+
     model, loss = transformer_loss()
     graph = al.graph(loss, names={"model": model})
     page, errors = _page(browser, graph._repr_mimebundle_()["text/html"], tmp_path)
@@ -200,6 +206,7 @@ def test_a_folded_box_opens_and_folds_in_the_static_page(browser, tmp_path):
     check_open_and_fold(stepper, graph, lambda target: target.click(), page.keyboard.press)
     # opened, a block's node can still be found and selected (upstream / downstream follow the opened arrows)
     page.locator(".al-canvas #f1").press("Enter")
+    shot(page, "graph-fold-opened.png")
     page.fill("input.al-search", "layers.7")
     assert int(stepper.get_attribute("data-found")) >= 1
     assert errors == []

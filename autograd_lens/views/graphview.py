@@ -86,7 +86,7 @@ def _state_data(index: int, states: list[tuple[State, Folded]], svg: str | None)
     for box in folded.folds:
         target = where.get(tuple(sorted(set(state) | {box.paths})), -1)
         first = next((g.id for g in states[target][1].groups if g.path == box.paths[0]), box.id) if target >= 0 else box.id
-        opening[box.id] = [target, first]
+        opening[box.id] = [target, first, box.label]
         labels[box.id] = f"{box.label}: {len(box.paths)} blocks of the same structure folded into one box"
         notes[box.id] = (f"{labels[box.id]}. " + ("Click it (or Enter) to draw them in full. " if target >= 0 else
                          f"This page stores at most {VARIANT_LAYOUTS} drawings with folds opened "
@@ -99,7 +99,7 @@ def _state_data(index: int, states: list[tuple[State, Folded]], svg: str | None)
         box = next((f.id for f in states[target][1].folds if f.paths == run), "") if target >= 0 else ""
         for group in folded.groups:
             if group.path in run:
-                closing[group.id] = [target, box]
+                closing[group.id] = [target, box, fold_label(run, "")]
                 labels[group.id] = f"{group.path}, one of {fold_label(run, '')} drawn in full: fold them again"
     return {"svg": svg, "links": [[edge.src, edge.dst, edge.id] for edge in drawn.edges],
             "roots": [node.id for node in drawn.nodes if node.kind == "output"], "notes": notes,

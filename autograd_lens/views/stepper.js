@@ -513,6 +513,9 @@ function render({ model, el }) {
     showFoldState(pass, move[0]);
     select(null);
     find(search.value);
+    const { w, h } = size(); // as tall as the new drawing needs (as choosePass sizes it), within limits
+    const fitted = Math.max(Math.min((viewport.clientWidth || 800) / w, 1), MIN_TEXT_PX / FONT_PX);
+    viewport.style.height = Math.round(Math.max(160, Math.min(h * fitted + 8, 620))) + "px";
     view.scale = scale;
     apply();
     const target = canvas.querySelector("#" + move[1]);
@@ -520,7 +523,8 @@ function render({ model, el }) {
       topInView(target);
       if (fromKey && target.focus) { target.focus({ preventScroll: true }); }
     }
-    cardBox.textContent = (id in state.open ? "Opened " : "Folded again: ") + state.labels[id].split(":")[0] + ".";
+    cardBox.textContent = id in state.open ? "Opened " + move[2] + ": its blocks drawn in full. Click a block's outline " +
+      "or name (or Enter / Space on it) to fold them again." : "Folded " + move[2] + " again.";
     return true;
   }
 
