@@ -11,6 +11,7 @@ import urllib.parse
 import urllib.request
 
 import pytest
+import torch
 
 import autograd_lens as al
 from autograd_lens.views import graphview
@@ -84,6 +85,55 @@ def test_each_resnet_fold_opens_alone_and_together():
     assert set(first[0].nodes) & set(boxes(svgs[1])) == set(first[0].nodes)  # layer1 opened: all its boxes
     both = data["states"][3]
     assert sorted(both["close"].values()) == [[1, "f1", "layer2.1-2 (x2)"]] * 2 + [[2, "f1", "layer1.0-2 (x3)"]] * 3
+
+
+class Inner(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.subs = torch.nn.ModuleList([torch.nn.Linear(8, 8) for _ in range(3)])
+
+    def forward(self, x):
+        for sub in self.subs:
+            x = torch.tanh(sub(x))
+        return x
+
+
+class Outer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([Inner() for _ in range(4)])
+        self.head = torch.nn.Linear(8, 2)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def test_a_fold_inside_an_opened_block_opens_too_and_its_hint_draws_it():
+    torch.manual_seed(0)
+    model = Outer()
+    loss = model(torch.randn(2, 8)).sum()
+    graph = al.graph(loss, names={"model": model})
+    states, data, svgs = stored(graph)
+    assert [f.label for f in states[0][1].folds] == ["layers.0-3 (x4)"]
+    assert [f.label for f in states[1][1].folds] == [f"layers.{i}.subs.0-2 (x3)" for i in range(4)]
+    # opened layers.1's own run: from state 1, f2 opens a state where only layers.1's subs are drawn in full
+    target = data["states"][1]["open"]["f2"][0]
+    drawn = {text[0] for text in boxes(svgs[target]).values()}
+    assert {f"model.layers.1.subs.{i}.weight [8x8]" for i in range(3)} <= drawn
+    assert not any(label.startswith("model.layers.2.subs.") for label in drawn)
+    # folding layers.0-3 again from there goes back to the first drawing (the inner run closes with it)
+    outline = next(g.id for g in states[target][1].groups if g.path == "model.layers.0")
+    assert data["states"][target]["close"][outline][0] == 0
+    # the hint for a box not opened by a click: the expand= it names draws that block in full
+    note = data["states"][1]["notes"]["f2"]
+    names = json.loads(re.search(r"expand=(\[[^\]]*\])", note).group(1))
+    assert names == ["layers.1", "layers.1.subs.0"] and "--expand layers.1 --expand layers.1.subs.0" in note
+    hinted = al.graph(loss, names={"model": model}, expand=names)
+    hinted_boxes = {text[0] for text in boxes(render_svg(hinted.to_dot())).values()}
+    assert "model.layers.1.subs.0.weight [8x8]" in hinted_boxes
+    assert "model.layers.1.subs.1.weight [8x8]" not in hinted_boxes  # its siblings stay folded
 
 
 def test_the_page_says_when_a_drawing_is_not_stored(monkeypatch):

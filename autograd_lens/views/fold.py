@@ -156,10 +156,13 @@ _NUMBERED = re.compile(r"^(.*)\.(\d+)$")
 
 
 def fold_label(paths: Sequence[str | None], kind: str) -> str:
-    """``layers.0-11 (x12)``: the blocks' container (its last name), their numbers, the count.
+    """``layers.0-11 (x12)``: the blocks' container (its last name, and the numbered block holding it: each
+    opened layer's own run reads ``layers.3.subs.0-2 (x3)``), their numbers, the count.
 
     >>> fold_label(["model.layers.0", "model.layers.1", "model.layers.2"], "Block")
     'layers.0-2 (x3)'
+    >>> fold_label(["model.layers.3.subs.0", "model.layers.3.subs.1"], "Sub")
+    'layers.3.subs.0-1 (x2)'
     """
     count = len(paths)
     if any(p is None for p in paths):
@@ -167,7 +170,9 @@ def fold_label(paths: Sequence[str | None], kind: str) -> str:
     if len(set(paths)) == 1:
         return f"{paths[0].rpartition('.')[2]} (x{count} calls)"
     first, last = _NUMBERED.match(paths[0]), _NUMBERED.match(paths[-1])
-    return f"{first.group(1).rpartition('.')[2]}.{first.group(2)}-{last.group(2)} (x{count})"
+    parts = first.group(1).split(".")
+    container = ".".join(parts[-3:]) if len(parts) >= 3 and parts[-2].isdigit() else parts[-1]
+    return f"{container}.{first.group(2)}-{last.group(2)} (x{count})"
 
 
 def _apply(graph: Graph, groups: Sequence[ModuleGroup], inside: list[set[str]],

@@ -28,9 +28,8 @@ VARIANT_BOXES = 1_500  # boxes in all those drawings (each costs layout time at 
 
 
 def _short(path: str) -> str:
-    """``model.layers.0`` -> ``layers.0`` (what ``expand`` matches)."""
-    parts = path.split(".")
-    return ".".join(parts[-2:]) if len(parts) > 1 else path
+    """``model.layers.0`` -> ``layers.0``: the path without the model's own name (what ``expand`` matches)."""
+    return path.partition(".")[2] or path
 
 
 Run = tuple[str, ...]  # the module paths of one run of folded blocks
@@ -72,9 +71,14 @@ def _nested(run: Run, other: Run) -> bool:
     return other == run or all(any(path.startswith(outer + ".") for outer in run) for path in other)
 
 
-def _how(paths: Run) -> str:
-    return (f"autograd_lens.graph(..., expand=\"{_short(paths[0])}\") or %lens_graph ... --expand "
-            f"{_short(paths[0])} draws that block in full; expand=\"all\" (--expand all) every block")
+def _how(paths: Run, state: State) -> str:
+    """The call that draws the first block of ``paths`` in full (with the opened blocks that hold it)."""
+    holders = sorted((p for run in state for p in run if paths[0].startswith(p + ".")), key=len)
+    names = [_short(p) for p in holders] + [_short(paths[0])]
+    call = f'"{names[0]}"' if len(names) == 1 else "[" + ", ".join(f'"{n}"' for n in names) + "]"
+    return (f"autograd_lens.graph(..., expand={call}) or %lens_graph ... "
+            + " ".join(f"--expand {n}" for n in names) + " draws that block in full; expand=\"all\" (--expand all) "
+            "every block")
 
 
 def _state_data(index: int, states: list[tuple[State, Folded]], svg: str | None) -> dict:
@@ -91,7 +95,7 @@ def _state_data(index: int, states: list[tuple[State, Folded]], svg: str | None)
         notes[box.id] = (f"{labels[box.id]}. " + ("Click it (or Enter) to draw them in full. " if target >= 0 else
                          f"This page stores at most {VARIANT_LAYOUTS} drawings with folds opened "
                          f"({VARIANT_BOXES:,} boxes in all), and not this one. ") + "To draw one in full: "
-                         + _how(box.paths))
+                         + _how(box.paths, state))
     closing = {}
     for run in state:
         back = tuple(r for r in state if not _nested(run, r))
