@@ -11,6 +11,17 @@ from .questions import Question
 
 
 
+# what a module hook boundary card says, by side ("" when the side is not known)
+BOUNDARY_TEXT = {
+    "": "torch adds this node around the inputs and outputs of a module that has a full backward hook (or pre-hook): "
+        "gradients pass through it unchanged, and the module's backward hooks run here.",
+    "output": "torch adds this node where a module with backward hooks returned its outputs: their gradients arrive "
+              "here and pass through unchanged. The module's backward pre-hooks, if any, run here, and what arrives "
+              "is the grad_output its full backward hooks will receive.",
+    "input": "torch adds this node where the inputs entered a module with backward hooks: their gradients pass "
+             "through it unchanged, and the module's full backward hooks, if any, run here (grad_input is what this "
+             "node passes on).",
+}
 STEP_LIMIT = 1000  # events shown as steps; a larger pass ends with one step saying how many more there are
 
 

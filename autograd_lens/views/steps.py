@@ -20,7 +20,8 @@ from ..model import BackwardPass, GradWritten, Graph, HookCall, NodeRun, PassErr
 from ..capture.inventory import NODE_HOOKS_NOTE
 from .chain import chain_rule
 from .operands import card_targets, input_keys, numbered_note
-from .context import STEP_LIMIT, Step, _Pass, hook_positions, hook_totals, leaf_copies
+from .context import BOUNDARY_TEXT, STEP_LIMIT, Step, _Pass, hook_positions, hook_totals, leaf_copies
+from .endcard import end_step, mark_nonfinite
 from .hook_cards import _hook_step, _sum_text, _summable
 from .questions import (CHAIN_RULE_LIMIT, Question, check_answer, check_answers, question_about, question_html,
                         question_rule, reveal_text)
@@ -74,8 +75,9 @@ def steps_for(backward_pass: BackwardPass, totals: dict[tuple[str, str, str], in
     context = _Pass.of(backward_pass)
     steps = [_start_step(backward_pass)]
     events = backward_pass.events
+    placed: dict[int, int] = {}  # event position -> its step
     for event in events[:STEP_LIMIT]:
-        index = len(steps)
+        index = placed[getattr(event, "step", -1)] = len(steps)
         if isinstance(event, NodeRun):
             steps.append(_node_step(index, event, context, _made_by(backward_pass, event.node)))
         elif isinstance(event, HookCall):
@@ -93,7 +95,9 @@ def steps_for(backward_pass: BackwardPass, totals: dict[tuple[str, str, str], in
                           f"{len(events) - STEP_LIMIT:,} more events are not shown as steps",
                           lines=(f"This pass has {len(events):,} events; the stepper shows the first {STEP_LIMIT:,}. "
                                  f"All of them are in lens.passes[{backward_pass.index}].events.",)))
-    return steps
+    mark_nonfinite(steps, backward_pass, placed)
+    end = end_step(len(steps), backward_pass)
+    return steps + [end] if end is not None else steps
 
 
 def _settle_last_grads(steps: list[Step], backward_pass: BackwardPass) -> None:
@@ -225,7 +229,7 @@ def _node_step(index: int, event: NodeRun, context: _Pass, made_by: str = "") ->
         rule = []
         if computed is True:
             side = next((key for key in ("output", "input") if event.label.endswith(f" {key} hook boundary")), "")
-            lines.append(_BOUNDARY_TEXT[side])
+            lines.append(BOUNDARY_TEXT[side])
         else:
             lines.append("torch adds this node around the inputs and outputs of a module that has a full backward "
                          "hook (or pre-hook): the node itself passes gradients through unchanged, but the module's "
@@ -241,18 +245,6 @@ def _node_step(index: int, event: NodeRun, context: _Pass, made_by: str = "") ->
     question = _node_question(event, targets, computed, rule or lines[-1:], received, title, input_keys(event, graph))
     return Step(index, "node", event.node, title, lines=tuple(lines), edges=tuple(edges), done=tuple(done),
                 question=question)
-
-
-_BOUNDARY_TEXT = {
-    "": "torch adds this node around the inputs and outputs of a module that has a full backward hook (or pre-hook): "
-        "gradients pass through it unchanged, and the module's backward hooks run here.",
-    "output": "torch adds this node where a module with backward hooks returned its outputs: their gradients arrive "
-              "here and pass through unchanged. The module's backward pre-hooks, if any, run here, and what arrives "
-              "is the grad_output its full backward hooks will receive.",
-    "input": "torch adds this node where the inputs entered a module with backward hooks: their gradients pass "
-             "through it unchanged, and the module's full backward hooks, if any, run here (grad_input is what this "
-             "node passes on).",
-}
 
 
 def _node_question(event: NodeRun, targets: list[str], computed, rule: list[str], received: str, title: str,
