@@ -134,3 +134,20 @@ def shell():
     for name in list(shell.user_ns):
         if not name.startswith("_") and name not in ("In", "Out", "exit", "quit", "get_ipython"):
             del shell.user_ns[name]
+
+
+def anomaly_blames(program):
+    """The backward function torch's anomaly mode blames for the first NaN of ``program().backward()`` (it checks
+    NaN only, not inf), or None."""
+    import re
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            with torch.autograd.detect_anomaly():
+                program().backward()
+        except RuntimeError as error:
+            found = re.search(r"Function '(\w+)' returned nan", str(error))
+            return found.group(1) if found else None
+    return None

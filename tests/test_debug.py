@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import random
-import re
 import warnings
 
 import numpy as np
@@ -22,6 +21,7 @@ import torch.nn as nn
 import autograd_lens as al
 from autograd_lens.debug import NonFinite, PathSet, Reason
 from autograd_lens.debug.why import Why
+from conftest import anomaly_blames
 
 
 def run(program, why=True):
@@ -274,19 +274,6 @@ def late_nan():
     return (b * x).sum() + (a * 2).sum()
 
 
-def anomaly_name(program):
-    """The backward function torch's anomaly mode blames (it checks NaN only), or None."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            with torch.autograd.detect_anomaly():
-                program().backward()
-        except RuntimeError as error:
-            found = re.search(r"Function '(\w+)' returned nan", str(error))
-            return found.group(1) if found else None
-    return None
-
-
 def observed_origin(program):
     """The first node, in the order the engine ran them, to send a non-finite gradient from finite ones."""
     root = program()
@@ -311,7 +298,7 @@ def observed_origin(program):
                                                (late_nan, "SqrtBackward0")])
 def test_first_nonfinite_matches_anomaly_mode_and_a_node_observer(program, expected):
     truth = observed_origin(program)
-    anomaly = anomaly_name(program)
+    anomaly = anomaly_blames(program)
     with al.Lens(names={}) as lens:
         program().backward()
     origin = lens.passes[0].first_nonfinite

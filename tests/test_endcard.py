@@ -2,25 +2,12 @@
 blames), and a last card lists the named tensors that got no gradient (those whose .grad plain torch leaves
 None), with the reason the graph shows."""
 
-import re
-import warnings
-
 import pytest
 import torch
 
 import autograd_lens as al
 from autograd_lens.views.steps import steps_for
-
-
-def anomaly_blames(program):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            with torch.autograd.detect_anomaly():
-                program().backward()
-        except RuntimeError as error:
-            return re.search(r"Function '(\w+)' returned nan", str(error)).group(1)
-    return None
+from conftest import anomaly_blames
 
 
 def log_of_zero():
