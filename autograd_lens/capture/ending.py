@@ -19,6 +19,11 @@ from .snapshot import hidden_from_user as _hidden_from_modes
 from .shared import span_of
 from .snapshot import snapshot
 
+def _distributed() -> bool:
+    distributed = getattr(torch, "distributed", None)
+    return distributed is not None and distributed.is_available() and distributed.is_initialized()
+
+
 class PassEnd:
     """Part of :class:`~autograd_lens.capture.observe.PassObserver`: what happens when the engine returns or raises."""
 
@@ -78,8 +83,8 @@ class PassEnd:
         old = self.old_grads.get(id(fn))
         if not isinstance(incoming, torch.Tensor) or not isinstance(grad, torch.Tensor):
             return record.received
-        if not fresh or isinstance(record.grad, TensorSummary):
-            return record.received
+        if not fresh or isinstance(record.grad, TensorSummary) or not _distributed():
+            return record.received  # only torch.distributed's reducers hook AccumulateGrad in C++ and rewrite .grad
         arrived = self._keep(incoming) if old is None else record.received
         made = arrived
         if old is not None:
@@ -258,13 +263,15 @@ def final_grad(observer: Any, variable: torch.Tensor) -> Value:
 
 def last_seen(observer: Any, fn: Any, position: int) -> Value:
     """The last value of leaf ``fn``'s ``.grad`` the recording saw: as written, or as its last post-accumulate hook
-    (or a node hook of its AccumulateGrad) left it."""
-    seen = observer.records[position].grad
-    for record in observer.records[position + 1:]:
-        if isinstance(record, HookRecord) and record.kind == "post_accumulate_grad" \
-                and (record.current_fn is fn or record.node_fn is fn) and isinstance(record.grad_out, torch.Tensor):
-            seen = record.grad_out
-    return seen
+    left it."""
+    after = vars(observer).get("after_write")
+    if after is None:  # once per pass: id(AccumulateGrad) -> .grad as its last post-accumulate hook left it
+        after = observer.after_write = {}
+        for record in observer.records:
+            node = record.current_fn or record.node_fn if isinstance(record, HookRecord) else None
+            if node is not None and record.kind == "post_accumulate_grad" and isinstance(record.grad_out, torch.Tensor):
+                after[id(node)] = record.grad_out
+    return after.get(id(fn), observer.records[position].grad)
 
 
 def late_change(observer: Any, fn: Any, position: int, real: Value, diverged: bool) -> Unknown | None:
