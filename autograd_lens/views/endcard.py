@@ -7,6 +7,7 @@ import dataclasses
 
 from ..model import BackwardPass
 from .context import Step
+from .marks import nonfinite_word
 
 
 def mark_nonfinite(steps: list[Step], backward_pass: BackwardPass, placed: dict[int, int]) -> None:
@@ -19,7 +20,7 @@ def mark_nonfinite(steps: list[Step], backward_pass: BackwardPass, placed: dict[
     if origin is None or origin.kind not in ("node", "hook") or origin.step not in placed:
         return
     index = placed[origin.step]
-    what = "inf" if "nan" not in f"{origin.outputs} {origin.inputs}".lower() else "NaN"
+    what = nonfinite_word(origin.outputs)
     line = (f"⚠ {what} starts here: the first step of this pass to pass on a non-finite gradient (it received "
             f"{origin.inputs}, passed on {origin.outputs})" + (f"; {origin.note}" if origin.note else "") + ".")
     steps[index] = dataclasses.replace(steps[index], lines=tuple(steps[index].lines) + (line,))

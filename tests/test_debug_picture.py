@@ -1,0 +1,53 @@
+"""The README's picture of the debugging marks, taken in a real browser from the static page of a pass with a
+detached weight and a NaN: the page's last card names the cut tensor, the drawing holds both marks."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from test_browser import ARTIFACTS, browser, playwright  # noqa: F401
+
+pytestmark = [pytest.mark.browser]
+
+PICTURES = os.path.join(os.path.dirname(ARTIFACTS), "docs", "pictures")
+
+
+def broken_step():
+    import autograd_lens as al
+
+    w = torch.tensor([0.5, -1.0], requires_grad=True)
+    b = torch.tensor([0.0, 2.0], requires_grad=True)
+    x = torch.tensor([1.0, 0.0])
+    with al.Lens(names={"w": w, "b": b, "x": x}, why=True) as lens:
+        scale = w.detach() * 2  # the bug: w's gradient stops here
+        h = torch.log(x * b) * scale  # log(0) at the second element: NaN in backward
+        loss = h.sum()
+        loss.backward()
+    return lens, w, b
+
+
+def test_the_debug_marks_are_on_the_static_page_and_pictured(browser, tmp_path):
+    lens, w, b = broken_step()
+    assert w.grad is None and torch.isnan(b.grad).any()  # the truth the marks must tell
+    path = tmp_path / "broken.html"
+    lens.to_html(str(path))
+    page = browser.new_page(viewport={"width": 1000, "height": 1000})
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(path.as_uri())
+    page.wait_for_selector(".al-stepper[data-step='0']")
+    page.click("button[data-go=next]")
+    page.keyboard.press("End")
+    card = page.inner_text(".al-stepper")
+    assert "After the pass: no gradient reached w" in card
+    texts = page.evaluate("Array.from(document.querySelectorAll('svg g.node text')).map(t => t.textContent)")
+    assert "✂ w" in texts, texts
+    assert any("inf starts here" in text for text in texts), texts  # log(0): inf first, NaN later
+    assert errors == []
+    os.makedirs(PICTURES, exist_ok=True)
+    page.click("button:has-text('fit')")
+    page.locator(".al-stepper").first.screenshot(path=os.path.join(PICTURES, "debug-marks.png"))
+    page.close()
