@@ -9,7 +9,10 @@ starts and ends: a node was made inside the innermost call whose numbers include
 
 This is opt-in because global forward hooks are not invisible: while they exist, ``torch.compile(module)``
 warns that global hooks are present, and every module call takes ``nn.Module``'s hooked path (same values,
-a few more frames in a traceback).  Global *backward* hooks are never used (see HOOK_FACTS: registering one
+a few more frames in a traceback).  ``torch.compile`` traces that path too: same graphs, but guards on each
+module's hook dicts, and on Python 3.13.0 torch warns "Guards may run slower" once per such guard, so more often
+than without the hooks (exactly as with any two do-nothing global forward hooks; shown once under the default
+warning filter).  Global *backward* hooks are never used (see HOOK_FACTS: registering one
 kind forbids the other kind for the rest of the process).
 """
 
