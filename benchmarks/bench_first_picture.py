@@ -7,7 +7,10 @@ clock runs from the loss to the SVG text.
   ``grad_fn.next_functions`` naming parameters, a ``graphviz.Digraph``, ``pipe(format="svg")`` through ``dot``),
   which is what a first ``make_dot(loss)`` costs in a notebook.
 
-Runs alternate (lens, torchviz-like, lens, …) and the median of each is printed, with their ratio.
+Runs alternate (lens, torchviz-like, lens, …) and the median of each is printed, with their ratio. The lens's
+bytecode is compiled first, as an install has it. What is left of the gap (issue 22, measured 2026-11-26): the first
+in-process Graphviz layout instantiates its WebAssembly module (~0.06 s), and the objects made on the way trigger a
+full garbage collection over torch's heap (0.1-0.23 s) that torchviz's smaller allocation does not reach yet.
 """
 
 from __future__ import annotations
@@ -100,10 +103,23 @@ def once(model: str, tool: str) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
+def compiled() -> None:
+    """A user's install has the lens's bytecode (pip compiles a wheel's modules; an editable install writes
+    ``__pycache__`` on first import), as graphviz's already has: compile it once, so that no run counts compiling
+    the lens's sources (this matters where PYTHONDONTWRITEBYTECODE is set, as on the CI machines)."""
+    import compileall
+    import os
+
+    import autograd_lens
+
+    compileall.compile_dir(os.path.dirname(autograd_lens.__file__), quiet=1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     options = parser.parse_args()
+    compiled()
     print(f"{'model':<16}{'lens (s)':>10}{'torchviz-like (s)':>20}{'ratio':>8}")
     for model in MODELS:
         lens, viz = [], []
