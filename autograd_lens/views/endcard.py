@@ -27,22 +27,24 @@ def mark_nonfinite(steps: list[Step], backward_pass: BackwardPass, placed: dict[
 
 
 def end_step(index: int, backward_pass: BackwardPass) -> Step | None:
-    """The last card: which named tensors received no gradient in this pass and why (None when all did, and
-    after an error: the error's card says the pass stopped)."""
+    """The last card: the named tensors whose gradient stopped on this pass's graph, and why (None when there
+    are none, and after an error: the error's card says the pass stopped)."""
     if backward_pass.error:
         return None
     try:
         unreached = backward_pass.unreached
     except Exception:
         return None
+    # only where the break is on this pass's graph (the ✂ marks): the full list also names every tensor of the
+    # notebook that this pass did not use, which is true and in lens.passes[i].unreached, but not this pass's story
+    unreached = {name: reason for name, reason in (unreached or {}).items() if reason.at}
     if not unreached:
         return None
     names = list(unreached)
-    lines = [f"{name}: {reason.title}: {reason.text}." if reason.code != "unknown" else f"{name}: {reason.text}."
-             for name, reason in unreached.items()]
+    lines = [f"{name}: {reason.title}: {reason.text}." for name, reason in unreached.items()]
     placed = [node for reason in unreached.values() for node in reason.at]
-    if placed:
-        lines.append("The ✂ marks on the drawing show where the path broke.")
+    lines.append("The ✂ marks on the drawing show where the path broke; lens.passes[i].unreached also lists the "
+                 "named tensors this pass did not use.")
     shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
     return Step(index, "end", placed[0] if placed else None, f"After the pass: no gradient reached {shown}",
                 lines=tuple(lines))
