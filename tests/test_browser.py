@@ -710,6 +710,14 @@ def test_live_stepper_in_marimo(browser, tmp_path):
         # the step trait reached Python, which re-ran the cell that reads it
         page.wait_for_function("() => document.body.innerText.includes('python sees step 4')", timeout=30_000)
         shot(page, "marimo-step-4.png")
+        # the keys step here too (issue 22): focus is in the stepper after the click, in marimo's shadow root
+        stepper = page.locator(".al-stepper").first
+        seen = []
+        for key in ["ArrowRight", "k", "j", "ArrowLeft", "Home"]:
+            page.keyboard.press(key)
+            seen.append(int(stepper.get_attribute("data-step")))
+        assert seen == [5, 4, 5, 4, 0], seen
+        page.wait_for_function("() => document.body.innerText.includes('python sees step 0')", timeout=30_000)
         assert errors == []
         page.close()
     finally:
