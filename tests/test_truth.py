@@ -457,3 +457,45 @@ def test_python_code_the_engine_calls_that_is_no_hook_is_not_shown_as_a_hook_cal
     calls = lens.passes[0].hook_calls
     assert [(call.hook, call.kind, call.target) for call in calls] == [("hook", "tensor", "y")]
     assert any("finish" in note and "not a gradient hook" in note for note in lens.passes[0].notes)
+
+
+def test_the_garbage_collectors_callbacks_during_a_pass_are_no_hook_and_no_note():
+    """With gc thresholds at 1, Python's collector runs (and calls gc.callbacks) from inside the engine, between
+    nodes: that is Python's doing, not torch's, so the pass shows no hook call and no 'torch's C++ side' note; the
+    gradients are plain torch's."""
+    import gc
+
+    class Twice(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * 2
+
+    collected = []
+
+    def callback(phase, info):
+        collected.append(phase)
+
+    def program(x):
+        y = Twice.apply(Twice.apply(x))
+        z = (y * y).sum()
+        gc.callbacks.append(callback)
+        old = gc.get_threshold()
+        gc.set_threshold(1, 1, 1)
+        try:
+            z.backward()
+        finally:
+            gc.set_threshold(*old)
+            gc.callbacks.remove(callback)
+
+    plain = torch.ones(3, requires_grad=True)
+    program(plain)
+    x = torch.ones(3, requires_grad=True)
+    with al.Lens(names={"x": x}) as lens:
+        program(x)
+    assert collected  # the collector did run during the passes
+    assert torch.equal(x.grad, plain.grad)
+    assert list(lens.hook_calls) == [] and lens.passes[0].notes == ()

@@ -150,7 +150,10 @@ class HookCalls:
             module = None
             context = None
             if wrapper is None and not candidates and _not_a_gradient_hook(args):
-                self._foreign(function_name(function, frame.f_code))
+                if _run_by_collector(frame.f_code):  # Python's garbage collector, not torch, called it here
+                    self.unhooked.activate(edited_in_place=True)
+                else:
+                    self._foreign(function_name(function, frame.f_code))
                 return
             if wrapper is None:
                 first = args[0] if args else None
@@ -287,6 +290,14 @@ def _wrapped_user_functions(wrapper: Wrapper) -> tuple:
     if wrapper.family == "legacy":
         return (getattr(local.get("self"), "hook", None),)
     return ()
+
+
+def _run_by_collector(code: Any) -> bool:
+    """A ``gc.callbacks`` function or a ``__del__``: Python runs them whenever it frees memory, also in the middle
+    of a backward pass (the engine's frame is then their caller), with nothing of torch behind them."""
+    import gc
+
+    return code.co_name == "__del__" or any(getattr(callback, "__code__", None) is code for callback in gc.callbacks)
 
 
 def _not_a_gradient_hook(args: list[Any]) -> bool:
