@@ -143,8 +143,17 @@ def check_ddp(config: dict) -> tuple[list[str], list[str]]:
             if not torch.equal(event.grad, wrote[short]):
                 problems.append(f"pass {index + 1}: card {step.title!r}, AccumulateGrad wrote {wrote[short]}")
             text = " ".join(step.lines)
+            ends = re.search(r"changes again after this write: it holds (.*?) when the pass ends, (?:the same as "
+                             r"without hooks|and without the hooks it would end as (.*?))\.", text)
+            if ends:  # what the card says of the end of the pass: plain torch's .grad then, with and without hooks
+                if ends.group(1) != al.format_value(real[short]):
+                    problems.append(f"pass {index + 1}: {event.name} card says it ends as {ends.group(1)}, it is "
+                                    f"{al.format_value(real[short])}")
+                if (ends.group(2) or ends.group(1)) != al.format_value(unhooked[short]):
+                    problems.append(f"pass {index + 1}: {event.name} card says without hooks it ends as "
+                                    f"{ends.group(2) or ends.group(1)}, it is {al.format_value(unhooked[short])}")
             claim = re.search(r"Without the hooks it would be (.*?)\.$", text)
-            says_same = "same as without hooks" in text
+            says_same = "same as without hooks" in text and not ends
             if claim or says_same:
                 expected = al.format_value(wrote_unhooked[short])
                 value = claim.group(1) if claim else al.format_value(event.grad)
@@ -191,15 +200,20 @@ def test_ddp_bucket_view_shows_no_hook_that_did_not_run(group):
     assert torch.equal(write.grad, torch.full((1, 3), 0.2))  # two rows of 0.1 arrived: no fp16 rounding yet
 
 
-@pytest.mark.xfail(strict=True, reason="views/steps.py _grad_step compares the value without hooks at the end of the "
-                   "pass with the value written at this step; DDP changes .grad after the write, with or without "
-                   "hooks (the card should say 'at the end of the pass' or compare with the write)")
-def test_write_card_compares_the_write_with_the_write_without_hooks(group):
+def test_write_card_says_ddp_changes_grad_after_the_write_and_compares_the_end_values(group):
+    """DDP writes .grad again after its all-reduce, with or without hooks: the write card gives plain torch's .grad
+    at the end of the pass (halved by the comm hook) and says it is the same as without hooks."""
     config = dict(comm="halve", hook=False, post=False, passes=1, bucket_view=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        plain, lensed = run_ddp(config, "plain"), run_ddp(config, "lens")
         problems, known = check_ddp(config)
     assert not problems and not known, "\n".join(problems + known)
+    cards = [step for step in steps_for(lensed["lens"].passes[0]) if step.title.startswith("model.weight.grad written")]
+    assert len(cards) == 1
+    final = al.format_value(plain["grads"][0]["weight"])
+    assert (f"model.weight.grad changes again after this write: it holds {final} when the pass ends, the same as "
+            "without hooks.") in cards[0].lines
 
 
 # ----------------------------------------------------------------------------- gradients that share memory

@@ -130,7 +130,8 @@ def _settle_last_grads(steps: list[Step], backward_pass: BackwardPass) -> None:
             late.setdefault(since + 1, []).extend((copy, "not known") for copy in copies)
         hooks = sorted({f"{call.hook} on {call.target}" for call in backward_pass.hook_calls if call.step + 1 > since})
         cause = (f"a hook that ran after it ({', '.join(hooks)}) may have changed it, or memory it shares with a "
-                 "gradient added to later" if hooks else "it shares memory with a gradient added to after it")
+                 "gradient added to later" if hooks else "code the recording does not see changed it (DistributedDataParallel "
+                 "writes .grad after its all-reduce), or it shares memory with a gradient added to after it")
         notes.append(f"{event.name}.grad is {format_value(final)} at the end of the pass, not the {drawn} drawn at "
                      f"step {since}: {cause}; when it changed is not recorded"
                      + (f", so it is drawn as not known from step {since + 1}" if since + 1 < last else ""))
@@ -296,7 +297,15 @@ def _grad_step(index: int, event: GradWritten, context: _Pass) -> Step:
     lines = [f"AccumulateGrad added this pass's gradient {format_value(event.received)} to {event.name}.grad."]
     without = backward_pass.grads_without_hooks.get(event.name)
     reason = backward_pass.unknown.get(event.name)
-    if reason is not None:
+    final = backward_pass.leaf_grads.get(event.name)
+    if reason is None and without is not None and final is not None and not values_equal(final, event.grad) \
+            and not any(c.kind == "post_accumulate_grad" and c.node == event.node for c in backward_pass.hook_calls):
+        # .grad changes again after this write (DistributedDataParallel after its all-reduce, memory shared with
+        # another gradient): what is known without hooks is the value at the end of the pass, not this write's
+        lines.append(f"{event.name}.grad changes again after this write: it holds {format_value(final)} when the pass "
+                     "ends, " + ("the same as without hooks." if values_equal(without, final)
+                                 else f"and without the hooks it would end as {format_value(without)}."))
+    elif reason is not None:
         lines.append(f"Without the hooks: unknown, because {reason}.")
     elif without is not None and not values_equal(without, event.grad):
         # without hooks no post-accumulate hook runs after the write: what it writes is where .grad ends
