@@ -297,3 +297,26 @@ def test_two_inputs_that_share_a_name_are_told_apart_and_not_added_together():
     assert doubled.grad.item() == 6.0 and tripled.grad.item() == 4.0
     assert top.question.prompt.endswith("What does mul(x, 2) receive?") and top.question.answer == (6.0,)
     assert x.grad.item() == 24.0 == plain.grad.item()
+
+
+def test_a_factor_is_shown_only_when_sent_over_received_is_it():
+    """The shown factor is sent ÷ received; where g holds inf or 0 that says nothing of the factor (inf ÷ inf is
+    nan), so the card shows what was sent without a factor. Every 'g × f = A × B = C' line that remains holds
+    A × B = C, and the factor B is the true local derivative (here the other operand, read from plain torch)."""
+    import math
+
+    w = t([0.5, -1.0])
+    b = t([0.0, 2.0])
+    xx = torch.tensor([1.0, 0.0])
+    with al.Lens(names={"w": w, "b": b, "xx": xx}) as lens:
+        (torch.log(xx * b) * (w.detach() * 2)).sum().backward()
+    lines = [line for step in steps_for(lens.passes[0]) for line in step.lines if "receives g ×" in line]
+    b_line = [line for line in lines if line.startswith("∂mul/∂b")]
+    assert b_line == ["∂mul/∂b = (no-grad tensor); b receives g × (no-grad tensor) = [inf, nan]."]
+    assert [math.isinf(b.grad[0]), math.isnan(b.grad[1])] == [True, True]
+    for line in lines:
+        shown = re.search(r"= (\[[^\]]*\]|\S+) × (\[[^\]]*\]|\S+) = (\[[^\]]*\]|[^.\s]+)", line)
+        if shown:
+            a, f, c = (torch.tensor(eval(text.replace("inf", "float('inf')").replace("nan", "float('nan')")))
+                       for text in shown.groups())
+            assert torch.allclose(a * f, c, equal_nan=True), line

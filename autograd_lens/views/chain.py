@@ -153,10 +153,12 @@ def _tensor(value: Any) -> bool:
 
 
 def _ratio(sent: Any, received: Any, limit: int) -> Any:
-    """The local factor the engine applied, sent ÷ received, when it is well defined."""
+    """The local factor the engine applied, sent ÷ received, when it is well defined: every received number finite
+    and not 0 (inf ÷ inf, or anything ÷ 0, says nothing of the factor)."""
     if not _tensor(sent) or not _tensor(received):
         return None
-    if sent.shape != received.shape or sent.numel() > limit or bool((received == 0).any()):
+    if sent.shape != received.shape or sent.numel() > limit or bool((received == 0).any()) \
+            or not bool(received.isfinite().all()):
         return None
     return sent / received
 
