@@ -345,7 +345,7 @@ def test_one_tensor_used_twice_keeps_its_name():
 
 def test_torchs_t_of_a_weight_and_an_input_named_like_the_result_are_explained_on_the_card():
     """``addmm = bias + addmm @ t`` is named ``addmm = lin.1.bias + addmm(lin.0.bias, t) @ t(lin.1.weight)``;
-    when the earlier addmm's call is too long to write, it is the 'earlier addmm'. The values are autograd's."""
+    past a module's hook boundaries the inner addmm is named by what went into it. The values are autograd's."""
     torch.manual_seed(0)
     lin = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
     with al.Lens(names={"lin": lin}) as lens:
@@ -359,4 +359,24 @@ def test_torchs_t_of_a_weight_and_an_input_named_like_the_result_are_explained_o
     with al.Lens(names={"layer": layer}) as lens:
         layer(layer(torch.ones(1, 1, requires_grad=True))).sum().backward()
     outer = [s for s in steps_for(lens.passes[0]) if "(AddmmBackward0)" in s.title][0]
-    assert "Chain rule: addmm = layer.bias + earlier addmm @ t(layer.weight)." in outer.lines
+    assert "Chain rule: addmm = layer.bias + addmm(layer.bias, leaf, t) @ t(layer.weight)." in outer.lines
+
+
+def test_an_input_called_like_the_op_itself_is_named_by_what_went_into_it():
+    """``mul = mul * 5`` (a module's x * 2, then * 5): the card and the predict question name the inner one
+    ``mul(x, 2)``, looking past the module's hook boundary; its value is autograd's."""
+
+    class Double(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    layer = Double()
+    layer.register_full_backward_hook(lambda module, grad_input, grad_output: None)
+    x = torch.tensor(1.0, requires_grad=True)
+    with al.Lens(names={"layer": layer, "x": x}) as lens:
+        (layer(x) * 5).backward()
+    (outer,) = [s for s in steps_for(lens.passes[0]) if s.title == "mul (MulBackward0) runs"][:1]
+    assert "It sends mul(x, 2) ← 5.0." in outer.lines
+    assert outer.question.prompt == "mul received g = 1.0. What does mul(x, 2) receive?"
+    assert outer.question.answer == (5.0,) and x.grad.item() == 10.0
+

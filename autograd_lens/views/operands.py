@@ -44,10 +44,10 @@ def card_targets(event: NodeRun, graph: Graph) -> list[str]:
     names = list(event.targets)
     out = output_name(event, graph)
     for slot, name in enumerate(names):
-        # an unnamed input called like the op's own result (``addmm = bias + addmm @ t``), or torch's ``t`` of
+        # an unnamed input called like the op itself or its result (``addmm = bias + addmm @ t``), or torch's ``t`` of
         # a weight: named by what flows into it (``addmm(…)``, ``t(layer.weight)``)
         made_by = _through_boundaries(graph, keys[slot])
-        if (name == out or name == "t") and name == graph_label(graph, made_by):
+        if name in (out, event.label, "t") and name == graph_label(graph, made_by):
             called = _called_with(graph, made_by, name)
             names[slot] = called if called and len(called) <= _SHORT else (f"earlier {name}" if name == out else name)
     for label in {name for name in names if name != NO_GRAD}:
@@ -99,7 +99,8 @@ def _called_with(graph: Graph, key: Any, label: str) -> str | None:
     """``mul(a, b)``: a drawn op named by the labels of what flows into it (None when it is not drawn)."""
     if isinstance(key, tuple):
         return None
-    sources = [graph.node(edge.src).label for edge in graph.edges_into(key) if edge.kind == "data"]
+    sources = [graph.node(_through_boundaries(graph, edge.src)).label for edge in graph.edges_into(key)
+               if edge.kind == "data"]
     constants = [graph.node(edge.src).label for edge in graph.edges_into(key)
                  if edge.kind == "saved" and graph.node(edge.src).kind == "constant"]
     return f"{label}({', '.join(sources + constants)})" if sources or constants else None
