@@ -380,3 +380,21 @@ def test_an_input_called_like_the_op_itself_is_named_by_what_went_into_it():
     assert outer.question.prompt == "mul received g = 1.0. What does mul(x, 2) receive?"
     assert outer.question.answer == (5.0,) and x.grad.item() == 10.0
 
+
+
+def test_the_start_card_lists_a_parameterless_hooked_module_only_when_this_graph_goes_through_it():
+    """Before a pass, a module without parameters cannot be placed; after it, torch's hook boundaries say whether
+    the graph goes through it. Truth: which hooks fire in plain torch."""
+    fired = []
+    used, unused = torch.nn.Tanh(), torch.nn.ReLU()
+    used.register_full_backward_hook(lambda module, grad_input, grad_output: fired.append("used"))
+    unused.register_full_backward_hook(lambda module, grad_input, grad_output: fired.append("unused"))
+    x = torch.tensor([0.5], requires_grad=True)
+    with al.Lens(names={"used": used, "unused": unused, "x": x}) as lens:
+        used(x).sum().backward()
+    assert fired == ["used"]
+    start = steps_for(lens.passes[0])[0].lines
+    assert "• used: module backward hooks (this graph goes through its hook boundaries)" in start
+    assert not any(line.startswith("• unused") for line in start)
+    assert ("(1 module with backward hooks and no parameters is not on this graph: torch made no hook boundary of "
+            "its here.)") in start

@@ -134,3 +134,36 @@ class _Pass:
         copies = leaf_copies(self.graph, node_id) if self.graph.node(node_id).kind == "leaf" else [node_id]
         found = [item for copy in copies for item in self.arrivals.get(copy, ())]
         return found if by_op else [value for _, value in found]
+
+
+def inventory_lines(backward_pass: BackwardPass) -> list[str]:
+    """The start card's list of the hooks attached before the pass.  A module without parameters whose hooks
+    could not be placed before the pass ("module_unknown") is placed now: torch put its hook boundaries in this
+    graph, or it did not (then it is left out, and the card says how many were; with part of the graph not drawn
+    it stays "cannot be told")."""
+    entries = list(backward_pass.inventory)
+    graph = backward_pass.graph
+    complete = not any(node.kind == "hidden" for node in graph.nodes)
+    boundaries = {node.label for node in graph.nodes if node.op == "BackwardHookFunctionBackward"}
+    kept, elsewhere = [], 0
+    for entry in entries:
+        if entry.kind == "module_unknown" and complete:
+            if any(label.startswith(entry.target + " ") for label in boundaries):
+                kept.append(f"{entry.target}: module backward hooks (this graph goes through its hook boundaries)")
+            else:
+                elsewhere += 1
+            continue
+        kept.append(entry.text())
+    lines = []
+    if kept:
+        lines.append(f"Hooks attached ({len(kept)}); on one target they fire in registration order, across targets "
+                     "in the engine's order:")
+        lines.extend("• " + text for text in kept)
+    else:
+        lines.append("No tensor or module hook is attached to this graph.")
+    if elsewhere:
+        lines.append(f"({elsewhere} module{'s' if elsewhere > 1 else ''} with backward hooks and no parameters "
+                     f"{'are' if elsewhere > 1 else 'is'} not on this graph: torch made no hook boundary of "
+                     f"{'theirs' if elsewhere > 1 else 'its'} here.)")
+    return lines
+

@@ -20,7 +20,7 @@ from ..model import BackwardPass, GradWritten, Graph, HookCall, NodeRun, PassErr
 from ..capture.inventory import NODE_HOOKS_NOTE
 from .chain import chain_rule
 from .operands import card_targets, input_keys, numbered_note
-from .context import BOUNDARY_TEXT, STEP_LIMIT, Step, _Pass, hook_positions, hook_totals, leaf_copies
+from .context import BOUNDARY_TEXT, STEP_LIMIT, Step, inventory_lines, _Pass, hook_positions, hook_totals, leaf_copies
 from .endcard import end_step, mark_nonfinite
 from .hook_cards import _hook_step, _sum_text, _summable
 from .questions import (CHAIN_RULE_LIMIT, Question, check_answer, check_answers, question_about, question_html,
@@ -170,12 +170,7 @@ def _start_step(backward_pass: BackwardPass) -> Step:
     elif backward_pass.groups:
         lines.append(f"Module groups: the dashed outlines are the {len(backward_pass.groups)} nn.Module calls "
                      "that made these nodes (click one to open or close it).")
-    if backward_pass.inventory:
-        lines.append(f"Hooks attached ({len(backward_pass.inventory)}); on one target they fire in registration "
-                     "order, across targets in the engine's order:")
-        lines.extend("• " + entry.text() for entry in backward_pass.inventory)
-    else:
-        lines.append("No tensor or module hook is attached to this graph.")
+    lines.extend(inventory_lines(backward_pass))
     lines.append(f"(Not listed: {NODE_HOOKS_NOTE}.)")
     return Step(0, "start", None, f"Before {what}", lines=tuple(lines))
 
