@@ -648,6 +648,7 @@ def test_untrusted_course_notebook_shows_a_picture_not_text_soup(browser, lab):
     output = picture.locator("xpath=ancestor::div[contains(@class, 'jp-OutputArea-output')][1]").inner_text()
     assert "x.grad written: 10.0" in output and "grad if no hook had run" in output
     assert "PowBackward0" not in output  # the drawing's labels are in the picture, not spilled as text
+    assert "Stepping through it needs the stepper's script, which runs once the notebook is trusted" in output
     picture.scroll_into_view_if_needed()
     shot(page, "jupyterlab-untrusted.png")
     page.close()

@@ -263,6 +263,30 @@ def test_a_folded_box_opens_and_folds_in_the_static_page(browser, tmp_path):
     page.close()
 
 
+@browser_only
+def test_at_fit_the_overview_hides_small_labels_but_not_the_folded_boxes(browser, tmp_path):
+    """Fitted to a small viewport, text under 10 px is hidden (an overview); the folded box's name stays, so the
+    box to click can be found."""
+    model, loss = transformer_loss()
+    graph = al.graph(loss, names={"model": model})
+    path = tmp_path / "graph.html"
+    path.write_text(f"<!DOCTYPE html><html><body>{graph._repr_mimebundle_()['text/html']}</body></html>",
+                    encoding="utf-8")
+    page = browser.new_page(viewport={"width": 700, "height": 500})
+    page.goto(path.as_uri())
+    page.wait_for_selector(".al-stepper[data-fold-state='0']")
+    stepper = page.locator(".al-stepper")
+    stepper.locator("button[data-go=fit]").click()
+    assert "al-overview" in stepper.get_attribute("class")
+    shown = stepper.evaluate("(root) => Array.from(root.querySelectorAll('.al-canvas g.node text'))"
+                             ".filter(t => getComputedStyle(t).display !== 'none').map(t => t.textContent)")
+    assert "layers.0-11 (x12)" in shown, shown  # every other node's text is hidden: only the folded box's shows
+    folded = stepper.evaluate("(root) => Array.from(root.querySelectorAll('.al-canvas g.node.al-foldable text'))"
+                              ".map(t => t.textContent)")
+    assert sorted(shown) == sorted(folded), (shown, folded)
+    page.close()
+
+
 NOTEBOOK_SOURCE = """%load_ext autograd_lens
 import sys
 sys.path.insert(0, {tests!r})

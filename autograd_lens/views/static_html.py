@@ -105,6 +105,10 @@ def stepper_fragment(views: list[PassView], predict: bool = False) -> str:
                    "compressed and drawn by the stepper's script, which runs once the notebook is trusted (the "
                    "command Trust Notebook), in nbconvert HTML and in <code>lens.to_html()</code> pages. Its last "
                    "step and the gradients:</p>")
+    if inline:  # the picture is the finished pass: say how to step through it
+        picture += ('<p class="al-nopicture">The finished pass, its last step and the gradients. Stepping through it '
+                    "needs the stepper's script, which runs once the notebook is trusted (the command Trust Notebook), "
+                    "in nbconvert HTML and in <code>lens.to_html()</code> pages.</p>")
     finished = f'{picture}<div class="al-cardbox">{first.cards[-1]}</div><div class="al-tablebox">{first.table}</div>'
     if predict:  # with scripts off nothing can be asked: the finished pass (every answer) waits behind a click
         finished = ('<p class="al-nopredict">Predict mode asks for each gradient before showing it; it needs the '
