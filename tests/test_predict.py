@@ -278,3 +278,21 @@ def test_with_scripts_off_predict_mode_keeps_the_answers_behind_a_click():
 
     listed = pass_html(lens.passes[0], predict=True)
     assert "x.grad written: 10.0" not in re.sub(r"<details>.*?</details>", "", listed, flags=re.S)
+
+
+def test_predict_mode_draws_no_debugging_mark_that_would_tell_an_answer():
+    """'⚠ inf starts here' on the drawing would tell what log sends before the student answers; the same pass
+    without predict mode has the mark."""
+    from autograd_lens.views.passview import views_for
+    from autograd_lens.views.static_html import stepper_fragment
+
+    x = torch.tensor([0.0, 1.0], requires_grad=True)
+    with al.Lens(names={"x": x}) as lens:
+        (torch.log(x) * 2).sum().backward()
+    assert torch.isinf(x.grad[0])  # the truth: log's gradient at 0 is inf
+    (shown,) = views_for(lens.passes)
+    (asked,) = views_for(lens.passes, predict=True)
+    assert "starts here" in shown.svg and "starts here" not in asked.svg
+    assert "marktitles" in shown.data() and "marktitles" not in asked.data(predict=True)
+    page = stepper_fragment([asked], predict=True)
+    assert "\"marktitles\":" not in page and "⚠ inf starts here" not in asked.svg

@@ -39,6 +39,7 @@ def pass_title(backward_pass: BackwardPass) -> str:
 class PassView:
     backward_pass: BackwardPass
     totals: dict | None = None  # hook call counts over the whole recording (see steps.hook_totals)
+    marks: bool = True  # the debugging marks (off in predict mode: "⚠ inf starts here" or a path's share would tell)
 
     @cached_property
     def steps(self) -> list[Step]:
@@ -73,7 +74,7 @@ class PassView:
         graph = self.backward_pass.graph
         widest = {node: max(texts, key=len) for node, texts in self.grad_variants.items()}
         return to_dot(graph, edge_labels=self.final.edge_labels, grad_texts=widest, groups=self.backward_pass.groups,
-                      marks=marks_for(self.backward_pass))
+                      marks=marks_for(self.backward_pass) if self.marks else None)
 
     @cached_property
     def svg(self) -> str:
@@ -114,7 +115,8 @@ class PassView:
         }
         if self.backward_pass.sources:  # shown on hover over a node
             data["sources"] = {node: source.describe() for node, source in self.backward_pass.sources.items()}
-        data.update(marks_data(self.backward_pass))  # the debugging marks' tooltips, the paths to each leaf
+        if self.marks:
+            data.update(marks_data(self.backward_pass))  # the debugging marks' tooltips, the paths to each leaf
         if self.backward_pass.groups:  # module calls: clusters the stepper can collapse
             data["groups"] = group_data(self.backward_pass)
         if predict:
@@ -179,10 +181,10 @@ def group_data(backward_pass: BackwardPass) -> dict:
 _GRAD_TEXT = re.compile(r'(<g id="(n\d+)" class="node">(?:(?!</g>).)*?)(<text([^>]*)>grad ([^<]*)</text>)', re.S)
 
 
-def views_for(passes: list[BackwardPass]) -> list[PassView]:
-    """One view per pass, hook calls counted over all of them."""
+def views_for(passes: list[BackwardPass], predict: bool = False) -> list[PassView]:
+    """One view per pass, hook calls counted over all of them; for predict mode without the debugging marks."""
     totals = hook_totals(passes)
-    return [PassView(p, totals) for p in passes]
+    return [PassView(p, totals, marks=not predict) for p in passes]
 
 
 def grad_class(text: str) -> str:

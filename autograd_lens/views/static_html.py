@@ -132,5 +132,5 @@ def page(body: str, title: str = "autograd_lens") -> str:
 
 def lens_page(lens, predict: bool = False) -> str:
     """A standalone page for everything a Lens recorded."""
-    views = views_for(lens.passes)
+    views = views_for(lens.passes, predict)
     return page(stepper_fragment(views, predict=predict), title="autograd_lens: backward pass")

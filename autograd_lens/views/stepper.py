@@ -43,7 +43,7 @@ class Stepper(anywidget.AnyWidget):
     answers = traitlets.Dict().tag(sync=True)  # "pass:step" -> [right, message], from the browser or answer()
 
     def __init__(self, passes: list[BackwardPass], text: str = "", predict: bool = False) -> None:
-        self.views = views_for(passes)
+        self.views = views_for(passes, predict)
         self.predict = predict
         self._text = text or f"<autograd_lens.Stepper: {len(passes)} pass{'es' if len(passes) != 1 else ''}>"
         key = f"al-live-{next(_live_ids)}-{fragment_key(self.views, predict) if self.views else 'empty'}"

@@ -72,7 +72,7 @@ def lens_bundle(lens: Any, predict: bool = False) -> dict[str, str]:
         if not lens.passes:
             return events_bundle(lens)
         try:
-            views = views_for(lens.passes)
+            views = views_for(lens.passes, predict)
             for view in views:
                 _ = view.svg  # drawn now: a renderer that cannot run falls back below, before anything is shown
             return {"text/html": stepper_fragment(views, predict=predict), "text/plain": lens_text(lens)}
