@@ -465,14 +465,7 @@ def test_the_garbage_collectors_callbacks_during_a_pass_are_no_hook_and_no_note(
     gradients are plain torch's."""
     import gc
 
-    class Twice(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, a):
-            return a * 2
-
-        @staticmethod
-        def backward(ctx, grad):
-            return grad * 2
+    from conftest import Double
 
     collected = []
 
@@ -480,7 +473,7 @@ def test_the_garbage_collectors_callbacks_during_a_pass_are_no_hook_and_no_note(
         collected.append(phase)
 
     def program(x):
-        y = Twice.apply(Twice.apply(x))
+        y = Double.apply(Double.apply(x))
         z = (y * y).sum()
         gc.callbacks.append(callback)
         old = gc.get_threshold()
