@@ -66,16 +66,33 @@ def current_node(style_text):
     return match.group(1) if match else None
 
 
+def open_page(browser, where, ready=".al-stepper[data-step='0']", width=1300, height=900, color_scheme=None,
+              offline=False, init_script=None, scripts=True):
+    """A new page at ``where`` (a file's path or a URL) once ``ready`` (a selector; None: do not wait) is there:
+    (page, the list its uncaught errors are added to).  ``offline``: only file: URLs load; ``scripts=False``: in a
+    context of its own with JavaScript off (close it with ``page.context.close()``)."""
+    options = {"viewport": {"width": width, "height": height}}
+    if color_scheme:
+        options["color_scheme"] = color_scheme
+    page = browser.new_page(**options) if scripts else browser.new_context(java_script_enabled=False, **options).new_page()
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    if offline:
+        page.route("**/*", lambda route: route.abort() if not route.request.url.startswith("file:") else route.continue_())
+    if init_script:
+        page.add_init_script(init_script)
+    page.goto(where.as_uri() if hasattr(where, "as_uri") else str(where))
+    if ready:
+        page.wait_for_selector(ready)
+    return page, errors
+
+
 def open_static_page(browser, tmp_path, predict=False):
     """The two-branch example as a standalone page, opened at its first step: (view, page, page errors)."""
     lens = two_branch_lens()
     path = tmp_path / "trace.html"
     lens.to_html(str(path), predict=predict)
-    page = browser.new_page(viewport={"width": 1300, "height": 900})
-    errors = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.goto(path.as_uri())
-    page.wait_for_selector(".al-stepper[data-step='0']")
+    page, errors = open_page(browser, path)
     return PassView(lens.passes[0]), page, errors
 
 
@@ -125,12 +142,7 @@ def test_a_large_pass_is_stored_compressed_and_still_steps_offline(browser, tmp_
     assert "al-nopicture" in fragment and "<img class" not in fragment and 'data-encoding="deflate-raw-base64"' in fragment
     path = tmp_path / "large.html"
     path.write_text(f"<!DOCTYPE html><html><body>{fragment}</body></html>", encoding="utf-8")
-    page = browser.new_page(viewport={"width": 1300, "height": 900})
-    errors = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.route("**/*", lambda route: route.abort() if not route.request.url.startswith("file:") else route.continue_())
-    page.goto(path.as_uri())
-    page.wait_for_selector(".al-stepper[data-step='0']")
+    page, errors = open_page(browser, path, offline=True)
     assert page.locator(".al-canvas svg g.node").count() == len(lens.passes[0].graph.nodes)
     for k in range(1, 6):
         page.click("button[data-go=next]")
@@ -142,11 +154,7 @@ def test_a_large_pass_is_stored_compressed_and_still_steps_offline(browser, tmp_
     assert errors == []
     page.close()
     # a browser that cannot decompress keeps the no-script view, without an error
-    old = browser.new_page(viewport={"width": 1300, "height": 900})
-    old.add_init_script("delete window.DecompressionStream")
-    old.on("pageerror", lambda error: errors.append(str(error)))
-    old.goto(path.as_uri())
-    old.wait_for_selector(".al-nopicture")
+    old, errors = open_page(browser, path, ".al-nopicture", init_script="delete window.DecompressionStream")
     assert old.locator(".al-stepper").count() == 0 and errors == []
     old.close()
 
@@ -187,11 +195,7 @@ def test_module_groups_collapse_around_the_current_step(browser, tmp_path):
     assert len(groups) == 101, backward_pass.groups_note
     path = tmp_path / "groups.html"
     lens.to_html(str(path))
-    page = browser.new_page(viewport={"width": 1300, "height": 900})
-    errors = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.goto(path.as_uri())
-    page.wait_for_selector(".al-stepper[data-step='0']")
+    page, errors = open_page(browser, path)
     collapsed = lambda: page.get_attribute(".al-stepper", "data-collapsed").split()  # noqa: E731
     shown = lambda node: page.evaluate(f"getComputedStyle(document.querySelector('.al-canvas #{node}')).display")  # noqa: E731
     assert collapsed() == [f"m{i}" for i in range(2, 102)]  # before the first step: every layer closed
@@ -305,11 +309,9 @@ def test_static_page_predict_mode_asks_checks_and_then_reveals(browser, tmp_path
 def test_static_page_without_javascript_shows_the_finished_pass(browser, tmp_path):
     path = tmp_path / "trace.html"
     two_branch_lens().to_html(str(path))
-    context = browser.new_context(java_script_enabled=False)
-    page = context.new_page()
-    page.goto(path.as_uri())
+    page, _ = open_page(browser, path, ".al-cardbox", scripts=False)
     assert "x.grad written: 10" in page.inner_text(".al-cardbox")
-    context.close()
+    page.context.close()
 
 
 def free_port():
@@ -469,8 +471,7 @@ def node_in_view(stepper):
 
 def open_live_notebook(browser, url):
     """Open a notebook in JupyterLab or Notebook 7, run all its cells, wait for the stepper: (page, its ">" button)."""
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(url)
+    page, _ = open_page(browser, url, None, width=1400, height=1000)
     run_all(page)
     next_button = page.locator(".jp-OutputArea button[data-go=next]")
     next_button.wait_for(timeout=60_000)
@@ -539,9 +540,7 @@ def test_course_notebook_steps_in_nbconvert_html(browser, tmp_path):
     notebook = os.path.join(os.path.dirname(ARTIFACTS), "notebooks", "02_tensor_hooks.ipynb")
     subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", notebook, "--output-dir", str(tmp_path)],
                    check=True, capture_output=True, timeout=300)
-    page = browser.new_page(viewport={"width": 1300, "height": 900})
-    page.route("**/*", lambda route: route.abort() if route.request.url.startswith("http") else route.continue_())
-    page.goto((tmp_path / "02_tensor_hooks.html").as_uri(), wait_until="domcontentloaded")
+    page, _ = open_page(browser, tmp_path / "02_tensor_hooks.html", None, offline=True)
     stepper = page.locator(".al-stepper").first
     stepper.locator(".al-pos").wait_for()
     assert stepper.locator(".al-pos").inner_text() == "step 0 of 6"
@@ -622,9 +621,8 @@ def test_the_widget_step_is_read_and_set_from_python(browser, lab):
 def test_saved_notebook_reopened_without_its_kernel_still_steps(browser, lab):
     """A trusted notebook whose kernel is gone: its %%lens outputs are HTML steppers (no widget model is
     needed), so they step; nothing says "model not found"."""
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(lab.replace("/lab/tree/stepper.ipynb", "/lab/workspaces/saved/tree/saved.ipynb"))
-    page.wait_for_selector(".jp-Notebook")
+    page, _ = open_page(browser, lab.replace("/lab/tree/stepper.ipynb", "/lab/workspaces/saved/tree/saved.ipynb"),
+                        ".jp-Notebook", width=1400, height=1000)
     next_button = page.locator(".jp-OutputArea button[data-go=next]").first
     next_button.wait_for(timeout=60_000)  # the inline script ran: the notebook is trusted
     stepper = next_button.locator("xpath=ancestor::div[contains(@class, 'al-stepper')][1]")
@@ -639,9 +637,8 @@ def test_saved_notebook_reopened_without_its_kernel_still_steps(browser, lab):
 
 
 def test_untrusted_course_notebook_shows_a_picture_not_text_soup(browser, lab):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(lab.replace("/lab/tree/stepper.ipynb", "/lab/workspaces/untrusted/tree/course.ipynb"))
-    page.wait_for_selector(".jp-Notebook")
+    page, _ = open_page(browser, lab.replace("/lab/tree/stepper.ipynb", "/lab/workspaces/untrusted/tree/course.ipynb"),
+                        ".jp-Notebook", width=1400, height=1000)
     picture = page.locator(".jp-OutputArea img").first
     picture.wait_for(timeout=60_000)
     assert page.evaluate("img => img.naturalWidth", picture.element_handle()) > 100  # the data URI survived
@@ -696,11 +693,8 @@ def test_live_stepper_in_marimo(browser, tmp_path):
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
-        page = browser.new_page(viewport={"width": 1300, "height": 900})
-        errors = []
-        page.on("pageerror", lambda error: errors.append(str(error)))
         wait_until_serving(f"http://127.0.0.1:{port}", "marimo")
-        page.goto(f"http://127.0.0.1:{port}")
+        page, errors = open_page(browser, f"http://127.0.0.1:{port}", None)
         next_button = page.locator("button[data-go=next]")  # inside marimo's shadow root: locators reach it
         next_button.wait_for(timeout=90_000)
         for _ in range(4):

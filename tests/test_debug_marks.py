@@ -388,11 +388,9 @@ def test_the_static_page_shows_cut_colours_tooltips_and_the_path_highlight(chrom
     lens = marks_lens()
     path = tmp_path / "marks.html"
     lens.to_html(str(path))
-    page = chromium.new_page(viewport={"width": 1300, "height": 900})
-    errors = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.goto(path.as_uri())
-    page.wait_for_selector(".al-stepper[data-step='0']")
+    from test_browser import open_page
+
+    page, errors = open_page(chromium, path)
     check_marks_and_paths(page.locator(".al-stepper"), lens)
     assert errors == []
     page.close()
@@ -422,8 +420,9 @@ def test_the_live_widget_in_jupyterlab_dark_theme_marks_and_highlights_paths(chr
     lab = browser_tests.start_lab(_WithWhyNotebook(tmp_path_factory), theme="JupyterLab Dark")
     url = next(lab)
     try:
-        page = chromium.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(url.replace("/lab/tree/stepper.ipynb", "/lab/workspaces/why/tree/why.ipynb"))
+        page, _ = browser_tests.open_page(chromium, url.replace("/lab/tree/stepper.ipynb",
+                                                                "/lab/workspaces/why/tree/why.ipynb"),
+                                          None, width=1400, height=1000)
         browser_tests.run_all(page)
         stepper = page.locator(".jp-OutputArea .al-stepper").first
         stepper.locator("button[data-go=next]").wait_for(timeout=60_000)

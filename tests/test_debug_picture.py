@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from test_browser import ARTIFACTS, browser, playwright  # noqa: F401
+from test_browser import ARTIFACTS, browser, open_page, playwright  # noqa: F401
 
 pytestmark = [pytest.mark.browser]
 
@@ -34,11 +34,7 @@ def test_the_debug_marks_are_on_the_static_page_and_pictured(browser, tmp_path):
     assert w.grad is None and torch.isnan(b.grad).any()  # the truth the marks must tell
     path = tmp_path / "broken.html"
     lens.to_html(str(path))
-    page = browser.new_page(viewport={"width": 1000, "height": 1000})
-    errors = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.goto(path.as_uri())
-    page.wait_for_selector(".al-stepper[data-step='0']")
+    page, errors = open_page(browser, path, width=1000, height=1000)
     page.click("button[data-go=next]")
     page.keyboard.press("End")
     card = page.inner_text(".al-stepper")

@@ -184,12 +184,9 @@ browser_only = pytest.mark.browser
 def _page(browser, html_text, tmp_path):
     path = tmp_path / "graph.html"
     path.write_text(f"<!DOCTYPE html><html><body>{html_text}</body></html>", encoding="utf-8")
-    page = browser.new_page(viewport={"width": 1300, "height": 900})
-    errors = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.goto(path.as_uri())
-    page.wait_for_selector(".al-stepper[data-fold-state='0']")
-    return page, errors
+    from test_browser import open_page
+
+    return open_page(browser, path, ".al-stepper[data-fold-state='0']")
 
 
 def drawn_texts(where):
@@ -269,12 +266,12 @@ def test_at_fit_the_overview_hides_small_labels_but_not_the_folded_boxes(browser
     box to click can be found."""
     model, loss = transformer_loss()
     graph = al.graph(loss, names={"model": model})
+    from test_browser import open_page
+
     path = tmp_path / "graph.html"
     path.write_text(f"<!DOCTYPE html><html><body>{graph._repr_mimebundle_()['text/html']}</body></html>",
                     encoding="utf-8")
-    page = browser.new_page(viewport={"width": 700, "height": 500})
-    page.goto(path.as_uri())
-    page.wait_for_selector(".al-stepper[data-fold-state='0']")
+    page, errors = open_page(browser, path, ".al-stepper[data-fold-state='0']", width=700, height=500)
     stepper = page.locator(".al-stepper")
     stepper.locator("button[data-go=fit]").click()
     assert "al-overview" in stepper.get_attribute("class")
@@ -284,6 +281,7 @@ def test_at_fit_the_overview_hides_small_labels_but_not_the_folded_boxes(browser
     folded = stepper.evaluate("(root) => Array.from(root.querySelectorAll('.al-canvas g.node.al-foldable text'))"
                               ".map(t => t.textContent)")
     assert sorted(shown) == sorted(folded), (shown, folded)
+    assert errors == []
     page.close()
 
 
@@ -299,7 +297,7 @@ model, loss = transformer_loss()"""
 def test_a_folded_box_opens_and_folds_in_jupyterlab_and_notebook_7(browser, tmp_path_factory, app):
     import os
 
-    from test_browser import run_all, start_lab
+    from test_browser import open_page, run_all, start_lab
 
     pytest.importorskip(app)
     server = start_lab(tmp_path_factory, app=app)
@@ -317,8 +315,7 @@ def test_a_folded_box_opens_and_folds_in_jupyterlab_and_notebook_7(browser, tmp_
                                          data=json.dumps({"type": "notebook", "content": notebook}).encode(),
                                          headers={"Content-Type": "application/json"})
         urllib.request.urlopen(request, timeout=30).read()
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(f"{base}/{where}/expand.ipynb?token={token}")
+        page, _ = open_page(browser, f"{base}/{where}/expand.ipynb?token={token}", None, width=1400, height=1000)
         run_all(page)
         stepper = page.locator(".jp-OutputArea .al-stepper")
         stepper.wait_for(timeout=60_000)
@@ -346,11 +343,9 @@ def test_a_module_group_opens_and_closes_from_the_keyboard_in_a_lens_page(browse
         model(torch.randn(2, 4)).sum().backward()
     path = tmp_path / "trace.html"
     lens.to_html(str(path))
-    page = browser.new_page(viewport={"width": 1300, "height": 900})
-    errors = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.goto(path.as_uri())
-    page.wait_for_selector(".al-stepper[data-step='0']")
+    from test_browser import open_page
+
+    page, errors = open_page(browser, path)
     stepper = page.locator(".al-stepper")
     closed = stepper.get_attribute("data-collapsed").split()
     groups = {g.id: g for g in lens.passes[0].groups}

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from test_browser import (ARTIFACTS, browser, lab, notebook7, open_live_notebook, open_static_page,  # noqa: F401
+from test_browser import (ARTIFACTS, browser, lab, notebook7, open_live_notebook, open_page, open_static_page,  # noqa: F401
                           shot, playwright)
 
 pytestmark = [pytest.mark.browser]
@@ -78,11 +78,7 @@ def mlp_page(browser, tmp_path, layers=50, modules=False, name="mlp.html", color
         loss.backward()
     path = tmp_path / name
     lens.to_html(str(path))
-    page = browser.new_page(viewport={"width": 1300, "height": 900}, color_scheme=color_scheme)
-    errors = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.goto(path.as_uri())
-    page.wait_for_selector(".al-stepper[data-step='0']")
+    page, errors = open_page(browser, path, color_scheme=color_scheme)
     return lens, page, errors
 
 
@@ -229,11 +225,7 @@ def test_a_large_graph_from_graph_navigates_and_reads_without_scripts(browser, t
     assert set(bundle) == {"text/html", "text/plain"} and bundle == graph._repr_mimebundle_()  # deterministic
     path = tmp_path / "graph.html"
     path.write_text(f"<!DOCTYPE html><html><body>{bundle['text/html']}</body></html>", encoding="utf-8")
-    page = browser.new_page(viewport={"width": 1300, "height": 900})
-    errors = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.goto(path.as_uri())
-    page.wait_for_selector(".al-stepper")
+    page, errors = open_page(browser, path, ".al-stepper")
     assert not page.is_visible("button[data-go=next]") and page.is_visible("button[data-go=fit]")
     drawn = plan(graph).graph
     page.fill("input.al-search", "layers.0-11")
@@ -251,10 +243,8 @@ def test_a_large_graph_from_graph_navigates_and_reads_without_scripts(browser, t
     assert int(page.get_attribute(".al-stepper", "data-upstream")) == len(upstream) >= 3
     assert errors == []
     page.close()
-    context = browser.new_context(java_script_enabled=False)
-    quiet = context.new_page()
-    quiet.goto(path.as_uri())
+    quiet, _ = open_page(browser, path, "img.al-picture", scripts=False)
     assert quiet.evaluate("document.querySelector('img.al-picture').naturalWidth") > 300
     quiet.click("summary")
     assert "layers.0-11 (x12)" in quiet.inner_text("table.autograd-lens-table")
-    context.close()
+    quiet.context.close()
