@@ -585,6 +585,22 @@ def contrast(page, selector):
     }""", selector)
 
 
+def panel_fills_frame(viewport):
+    """The drawing's panel and its frame (the viewport, a locator) on screen: the viewport's own background is white
+    and so are the pixels just inside its four corners, past the drawing; a white drawing smaller than a dark
+    viewport (a white box inside a dark frame) fails.  Returns the corners' darkest channel values."""
+    import io
+
+    from PIL import Image
+
+    assert viewport.evaluate("v => getComputedStyle(v).backgroundColor") == "rgb(255, 255, 255)"
+    image = Image.open(io.BytesIO(viewport.screenshot())).convert("RGB")
+    width, height = image.size
+    inset = 8  # past the 1 px border and its 6 px rounded corners
+    return [min(min(image.getpixel((x + dx, y + dy))) for dx in range(-1, 2) for dy in range(-1, 2))
+            for x in (inset, width - 1 - inset) for y in (inset, height - 1 - inset)]
+
+
 def test_live_stepper_in_jupyterlab_dark_theme(browser, dark_lab):
     page, next_button = open_live_notebook(browser, dark_lab)
     assert page.evaluate("document.body.dataset.jpThemeLight") == "false"  # really the dark theme
@@ -596,6 +612,13 @@ def test_live_stepper_in_jupyterlab_dark_theme(browser, dark_lab):
         assert contrast(page, selector) >= 4.5, selector
     where = current_in_view(page)
     assert where["inside"] and where["textPx"] >= 10, where
+    # the drawing's white panel fills its frame (no white box inside a dark frame), around a drawing smaller than it
+    viewport = page.locator(".jp-OutputArea .al-viewport").first
+    for _ in range(3):
+        page.locator(".jp-OutputArea button[data-go=zoom-out]").click()
+    drawing = page.locator(".jp-OutputArea .al-canvas svg").first.bounding_box()
+    assert drawing["width"] < viewport.bounding_box()["width"] - 40
+    assert min(panel_fills_frame(viewport)) >= 240
     shot(page, "jupyterlab-dark-step-4.png")
     page.close()
 

@@ -248,3 +248,48 @@ def test_a_large_graph_from_graph_navigates_and_reads_without_scripts(browser, t
     quiet.click("summary")
     assert "layers.0-11 (x12)" in quiet.inner_text("table.autograd-lens-table")
     quiet.context.close()
+
+
+SCRIPT = """import torch
+
+x = torch.tensor(2.0, requires_grad=True)
+y = x ** 2
+y.register_hook(lambda g: g * 0.5)
+(y * 3 + y * 2).backward()
+"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_static_page_follows_the_system_colour_scheme(browser, tmp_path, scheme):
+    """``python -m autograd_lens script.py -o trace.html`` in a browser set to light or dark: the page, its controls,
+    cards and table take that scheme with readable text (contrast 4.5 or more); the drawing keeps its white panel,
+    which fills its frame."""
+    from test_browser import contrast, panel_fills_frame
+
+    from autograd_lens.__main__ import main
+
+    (tmp_path / "script.py").write_text(SCRIPT)
+    assert main([str(tmp_path / "script.py"), "-o", str(tmp_path / "trace.html")]) == 0
+    page, errors = open_page(browser, tmp_path / "trace.html", color_scheme=scheme)
+    for _ in range(7):  # to the hook's card (it has the note and the table of changes)
+        page.click("button[data-go=next]")
+        if "hook <lambda> on y" in page.inner_text(".al-cardbox"):
+            break
+    assert "hook <lambda> on y" in page.inner_text(".al-cardbox")
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert background == ("rgb(255, 255, 255)" if scheme == "light" else "rgb(17, 17, 17)")
+    card = page.evaluate("getComputedStyle(document.querySelector('.al-card')).backgroundColor")
+    assert (card == "rgb(249, 250, 251)") == (scheme == "light")  # the card turns dark with the page
+    for selector in (".al-card", ".al-title", ".al-step", ".al-controls button", ".al-pos", "input.al-search",
+                     "table.al-grads td", ".al-changed"):
+        assert contrast(page, selector) >= 4.5, (scheme, selector)
+    page.click("button[data-go=last]")
+    assert contrast(page, "table.al-grads tr.al-differs td") >= 4.5
+    viewport = page.locator(".al-viewport")
+    for _ in range(3):
+        page.click("button[data-go=zoom-out]")
+    assert page.locator(".al-canvas svg").bounding_box()["width"] < viewport.bounding_box()["width"] - 40
+    assert min(panel_fills_frame(viewport)) >= 240
+    shot(page, f"static-page-{scheme}.png")
+    assert errors == []
+    page.close()

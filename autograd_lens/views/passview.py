@@ -331,7 +331,7 @@ BASE_CSS = """\
 {scope} .al-before {{visibility: visible}}
 {scope} .al-viewport {{position: relative; overflow: hidden; cursor: grab; touch-action: none; min-height: 160px;
   border: 1px solid var(--jp-border-color2, #e5e7eb); border-radius: 6px; margin: 4px 0;
-  background: var(--jp-layout-color0, #ffffff)}}
+  background: #ffffff}}
 {scope} .al-viewport.al-dragging {{cursor: grabbing}}
 {scope} .al-canvas {{position: absolute; left: 0; top: 0; transform-origin: 0 0}}
 {scope} .al-canvas svg {{display: block; background: #ffffff; border-radius: 4px; max-width: none; max-height: none}}

@@ -123,10 +123,27 @@ def stepper_fragment(views: list[PassView], predict: bool = False) -> str:
     )
 
 
+# The standalone page follows the system's light or dark setting.  The stepper's style sheet reads JupyterLab's
+# theme variables (with light fallbacks); in dark the page sets them as JupyterLab's dark theme does, so the
+# controls, cards and tables turn dark while the drawing keeps its white panel (its colours are made for white).
+PAGE_CSS = """\
+:root {color-scheme: light dark}
+body {margin: 16px; background: #ffffff; color: #111827; font-family: Helvetica, Arial, sans-serif}
+@media (prefers-color-scheme: dark) {
+  :root {--jp-layout-color0: #111111; --jp-layout-color1: #1f2937; --jp-layout-color2: #374151;
+    --jp-ui-font-color1: #f3f4f6; --jp-ui-font-color2: #d1d5db; --jp-border-color1: #9ca3af;
+    --jp-border-color2: #4b5563; --jp-warn-color0: #fbbf24}
+  body {background: #111111; color: #f3f4f6}
+  a {color: #93c5fd}
+}
+"""
+
+
 def page(body: str, title: str = "autograd_lens") -> str:
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<title>{html.escape(title)}</title></head>\n<body>\n{body}\n</body></html>\n"
+        '<meta name="color-scheme" content="light dark">'
+        f"<title>{html.escape(title)}</title><style>\n{PAGE_CSS}</style></head>\n<body>\n{body}\n</body></html>\n"
     )
 
 
