@@ -354,6 +354,26 @@ def wait_until_serving(url, what):
     pytest.fail(f"{what} did not start")
 
 
+def medium_lens(layers=5):
+    """layers x (Linear + Tanh): 5 give 27 boxes drawn 9,000 px wide, stored as a picture (a medium pass)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[m for _ in range(layers) for m in (torch.nn.Linear(8, 8), torch.nn.Tanh())])
+    with al.Lens(names={"model": model}) as lens:
+        model(torch.randn(4, 8)).sum().backward()
+    return lens
+
+
+def medium_notebook(layers=5):
+    """A notebook whose one cell holds the %%lens output of ``medium_lens(layers)``, as a kernel stored it."""
+    from autograd_lens.views.trace_display import lens_bundle
+
+    output = {"output_type": "display_data", "metadata": {}, "data": lens_bundle(medium_lens(layers))}
+    return {"cells": [{"cell_type": "code", "metadata": {}, "execution_count": 1, "source": "%%lens\n...",
+                       "outputs": [output]}],
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+            "nbformat": 4, "nbformat_minor": 5}
+
+
 def start_lab(tmp_path_factory, theme=None, app="jupyterlab"):
     pytest.importorskip("jupyterlab")
     root = tmp_path_factory.mktemp("lab")
@@ -384,6 +404,8 @@ def start_lab(tmp_path_factory, theme=None, app="jupyterlab"):
          "source": "print('python sees step', stepper.step)\nstepper.step = 4"},
     ]
     (root / "widget.ipynb").write_text(json.dumps(notebook))
+    # a medium pass's output stored in a notebook never opened here (untrusted: scripts off, HTML sanitised)
+    (root / "medium.ipynb").write_text(json.dumps(medium_notebook()))
     settings = tmp_path_factory.mktemp("settings")
     if theme:
         themes = settings / "us" / "@jupyterlab" / "apputils-extension"
@@ -671,6 +693,26 @@ def test_untrusted_course_notebook_shows_a_picture_not_text_soup(browser, lab):
     assert "Stepping through it needs the stepper's script, which runs once the notebook is trusted" in output
     picture.scroll_into_view_if_needed()
     shot(page, "jupyterlab-untrusted.png")
+    page.close()
+
+
+def test_untrusted_notebook_shows_a_medium_pass_readable_not_shrunk(browser, lab):
+    """JupyterLab's sanitiser keeps the picture's size: a 9,000 px wide drawing is not shrunk to the output's width
+    (text of 1.5 px) but shown at the width where its smallest text is 10 px, scrolling in its box."""
+    from autograd_lens.views.static_html import readable_width
+
+    page, _ = open_page(browser, lab.replace("/lab/tree/stepper.ipynb", "/lab/workspaces/medium/tree/medium.ipynb"),
+                        ".jp-OutputArea img.al-picture", width=1400, height=1000)
+    picture = page.locator(".jp-OutputArea img.al-picture")
+    assert picture.evaluate("img => img.naturalWidth") > 300
+    output = page.locator(".jp-OutputArea-output").first.bounding_box()
+    shown = picture.bounding_box()
+    svg = PassView(medium_lens().passes[0]).svg
+    assert abs(shown["width"] - readable_width(svg)) <= 1 and shown["width"] > 2 * output["width"], (shown, output)
+    box = page.locator(".jp-OutputArea .al-picturebox")
+    assert box.evaluate("b => getComputedStyle(b).overflowX") == "auto"
+    assert box.bounding_box()["width"] <= output["width"] + 1  # the box scrolls; the page does not widen
+    assert "grad written" in page.locator(".jp-OutputArea .al-cardbox").inner_text()
     page.close()
 
 

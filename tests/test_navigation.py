@@ -293,3 +293,47 @@ def test_the_static_page_follows_the_system_colour_scheme(browser, tmp_path, sch
     shot(page, f"static-page-{scheme}.png")
     assert errors == []
     page.close()
+
+
+SMALLEST_TEXT = """([svg, width]) => {
+    // the drawing at `width` CSS px (as the picture shows it): the smallest drawn text's font size on screen, in px
+    document.body.innerHTML = svg;
+    const drawing = document.querySelector('svg');
+    drawing.style.width = width + 'px';
+    drawing.style.height = 'auto';
+    const sizes = Array.from(drawing.querySelectorAll('text')).filter(t => t.textContent.trim())
+        .map(t => parseFloat(getComputedStyle(t).fontSize) * t.getScreenCTM().a);
+    return [Math.min(...sizes), sizes.length];
+}"""
+
+
+@pytest.mark.parametrize("layers", [5, 10])  # 27 boxes drawn 9,000 px wide; 52 boxes drawn 1,400 px wide
+def test_with_scripts_off_a_medium_pass_is_a_readable_picture_not_a_shrunken_one(browser, tmp_path, layers):
+    """A notebook holding a %%lens output of a medium pass (its drawing stored as a picture), exported by nbconvert
+    and opened with JavaScript off: the picture is shown at a size where its smallest text is 10 px or more (it
+    scrolls in its box), and the last card and the table are there."""
+    import json
+    import subprocess
+    import sys
+    import urllib.parse
+
+    from test_browser import medium_notebook
+
+    notebook = medium_notebook(layers)
+    assert '<img class="al-picture"' in notebook["cells"][0]["outputs"][0]["data"]["text/html"]  # stored as a picture
+    (tmp_path / "medium.ipynb").write_text(json.dumps(notebook))
+    subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", str(tmp_path / "medium.ipynb")],
+                   check=True, capture_output=True, timeout=300)
+    page, _ = open_page(browser, tmp_path / "medium.html", "img.al-picture", width=1100, scripts=False)
+    picture = page.locator("img.al-picture")
+    shown = picture.bounding_box()
+    assert picture.evaluate("img => img.naturalWidth") > 300
+    assert shown["width"] > 0 and shown["height"] > 0
+    svg = urllib.parse.unquote(picture.get_attribute("src").partition(",")[2])
+    assert "model.0.weight.grad written" in page.inner_text(".al-cardbox")  # the last step's card
+    assert "model.0.weight" in page.inner_text(".al-tablebox")
+    page.context.close()
+    measure, _ = open_page(browser, "about:blank", None)
+    smallest, count = measure.evaluate(SMALLEST_TEXT, [svg, shown["width"]])
+    assert count > 2 * 5 * layers and smallest >= 9.9, (smallest, shown)
+    measure.close()

@@ -21,7 +21,7 @@ from ..model import Graph
 from .fold import Folded, fold_label, plan
 from .passview import base_css, slim_svg, svg_uri_text
 from .render import render_svg
-from .static_html import _data_script, classic_script
+from .static_html import _data_script, classic_script, picture_html
 
 VARIANT_LAYOUTS = 8  # drawings with folds opened, laid out in advance, per graph
 VARIANT_BOXES = 1_500  # boxes in all those drawings (each costs layout time at display and page size)
@@ -155,8 +155,7 @@ def graph_html(graph: Graph, svg: str, text: str, table_of) -> str:
     if folds:
         data["passes"][0]["folds"] = folds
     alt = html.escape(text, quote=True)
-    picture = (f'<img class="al-picture" alt="{alt}" '
-               f'src="data:image/svg+xml,{svg_uri_text(slim).replace("&", "&amp;")}">')
+    picture = picture_html(f"data:image/svg+xml,{svg_uri_text(slim)}", alt, slim)
     return (f'<div class="autograd-lens al-static al-graph" id="{key}">{picture}'
             f'<details><summary>the boxes as a table</summary>{table}</details>'
             f"{_data_script(data)}<script>{classic_script()}</script></div>")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
+import re
 import zlib
 from importlib import resources
 
@@ -87,6 +89,40 @@ def fragment_key(views: list[PassView], predict: bool = False) -> str:
 PICTURE_INLINE_LIMIT = 100_000
 
 
+MIN_TEXT_PX = 10  # the smallest text of a picture shown with scripts off, in CSS px (stepper.js: MIN_TEXT_PX)
+PICTURE_HEIGHT = 720  # px: a taller picture scrolls in its box
+
+
+def readable_width(svg: str) -> int | None:
+    """The width in CSS px at which the drawing's smallest text is ``MIN_TEXT_PX`` (None when the SVG does not say
+    its size): from its width (Graphviz writes points), its viewBox, the layout's own scale and its font sizes."""
+    head = re.search(r"<svg\b[^>]*>", svg)
+    if not head:
+        return None
+    size = re.search(r"""\bwidth=["']([\d.]+)(pt|px)?["']""", head.group(0))
+    box = re.search(r"""\bviewBox=["'][-\d.]+[ ,]+[-\d.]+[ ,]+([\d.]+)""", head.group(0))
+    if not size:
+        return None
+    width = float(size.group(1)) * (4 / 3 if size.group(2) == "pt" else 1)
+    unit = width / float(box.group(1)) if box and float(box.group(1)) > 0 else 1.0  # px per user unit
+    scale = re.search(r"""class=["']graph["'][^>]*transform=["']scale\(([\d.]+)""", svg)
+    unit *= float(scale.group(1)) if scale else 1.0
+    fonts = [float(f) for f in re.findall(r"""font-size(?:=["']|:\s*)([\d.]+)""", svg) if float(f) > 0]
+    if not fonts or width <= 0:
+        return None
+    return math.ceil(width * MIN_TEXT_PX / (min(fonts) * unit))
+
+
+def picture_html(uri: str, alt: str, svg: str) -> str:
+    """The drawing as a picture for where scripts do not run: never shrunk below the width at which its text reads
+    (10 px or more; a notebook's style sheet shrinks a wide picture to the output's width), scrolling in its box
+    when larger than that.  ``uri`` is the data URI, ``svg`` its text, ``alt`` escaped already."""
+    least = readable_width(svg)
+    style = f' style="min-width:{least}px"' if least else ""
+    return (f'<div class="al-picturebox" style="overflow:auto;max-height:{PICTURE_HEIGHT}px">'
+            f'<img class="al-picture" alt="{alt}" src="{uri.replace("&", "&amp;")}"{style}></div>')
+
+
 def stepper_fragment(views: list[PassView], predict: bool = False) -> str:
     """An HTML fragment (for a notebook output) stepping through the given passes.  With ``predict``,
     each step that reveals a gradient first asks the student for it."""
@@ -98,7 +134,7 @@ def stepper_fragment(views: list[PassView], predict: bool = False) -> str:
     data = stepper_data(views, key, predict, first_picture=not inline)  # an inline picture is the <img>
     title = html.escape(pass_title(first.backward_pass))
     if inline:
-        picture = f'<img class="al-picture" alt="the backward pass drawn: {title}" src="{first.picture.replace("&", "&amp;")}">'
+        picture = picture_html(first.picture, f"the backward pass drawn: {title}", first.svg)
     else:
         functions = sum(1 for node in first.backward_pass.graph.nodes if node.kind == "function")
         picture = (f'<p class="al-nopicture">The drawing of {title} ({functions:,} backward functions) is stored '
