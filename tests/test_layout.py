@@ -8,8 +8,7 @@ import pathlib
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "autograd_lens"
 LIMIT = 400  # lines
 # Modules still over the limit, each capped at its size when the limit was set: they may shrink, not grow.
-OVER = {"capture/tracer.py": 570, "capture/build.py": 430,
-        "views/chain.py": 425, "views/fold.py": 450}
+OVER: dict[str, int] = {}
 
 
 def _modules() -> dict[str, pathlib.Path]:

@@ -22,22 +22,23 @@ from typing import Any
 
 import torch
 
-from ..compat import other_profiler
 from ..debug import DebugRecording
 from ..model import BackwardPass, GraphOptions, HookCall, Note, values_equal
 from ..notes import note
-from .build import HookCounter, build_pass, relabel
+from .build import build_pass, relabel
+from .counting import HookCounter
 from .lines import CellLines
-from .modules import ModuleCalls, groups_for
-from .names import caller_namespace, names_from, user_frame
+from .modules import ModuleCalls
+from .names import caller_namespace, user_frame
 from .observe import PassObserver
-from .stack import install as install_warn
-from .stack import lens_frame
-from .stack import uninstall as uninstall_warn
+from .stack import install as install_warn, lens_frame, uninstall as uninstall_warn
 from .snapshot import hidden_from_user, snapshot
 from .unhooked import Unknown
 from .structure import structure
 from .walk import leaf_state, walk
+from .annotate import _groups, _module_hooks, _sources
+from .selfcheck_run import _SELF_CHECK, _self_check  # noqa: F401  (tests read tracer._SELF_CHECK)
+from .showing import LensViews
 
 # Graphs up to this many nodes are modelled before the pass (saved tensors included);
 # larger ones after it, so tracing a big model adds little to its backward().
@@ -47,7 +48,6 @@ _ACTIVE: list["Lens"] = []
 _NONLEAF_WARNING = "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed"
 _INPLACE_AFTER_HOOK = "of BackwardHookFunction is a view and is being modified inplace"
 _hidden_from_modes = hidden_from_user  # the lens's tensor ops never reach a user's dispatch mode or profile
-_SELF_CHECK: dict[str, Any] = {}  # "result": None (fine) or the reason recording is off, once per process
 
 
 _EXAMPLES = {"store_limit": "4096", "max_elements": "16", "max_nodes": "300", "memory_budget": "256 * 2**20",
@@ -86,7 +86,7 @@ def _untraceable(args: tuple) -> bool:
     return bool(torch.compiler.is_compiling())
 
 
-class Lens:
+class Lens(LensViews):
     """Record every backward pass run inside a ``with`` block.
 
     >>> import torch, autograd_lens as al
@@ -173,7 +173,7 @@ class Lens:
                 "a Lens is already recording; nested Lens blocks are not supported. "
                 "End the outer `with Lens()` (or %%lens cell) first."
             )
-        _self_check()
+        _self_check(Lens)
         self._original = torch.autograd._engine_run_backward
         self._thread = threading.get_ident()
         lens = self
@@ -395,175 +395,5 @@ class Lens:
             for key in [key for key, entry in self._history.items() if entry.ref() is None]:
                 del self._history[key]
 
-    # ------------------------------------------------------------------ showing
-    def _repr_mimebundle_(self, include=None, exclude=None):
-        from ..views.trace_display import lens_bundle
-
-        return lens_bundle(self)
-
-    def __repr__(self) -> str:
-        from ..views.trace_display import lens_text
-
-        return lens_text(self)
-
-    def show(self, predict: bool = False) -> None:
-        """Display the recorded passes (in Jupyter).  With ``predict=True`` the stepper asks for each
-        gradient before it reveals it, and checks the answer against autograd's value."""
-        from IPython.display import display
-
-        if not isinstance(predict, bool):
-            raise TypeError(f"predict must be True or False, not {predict!r}")
-        if predict:
-            from ..views.trace_display import PredictDisplay
-
-            display(PredictDisplay(self))
-        else:
-            display(self)
-
-    def stepper(self, predict: bool = False):
-        """The stepper widget for these passes (``predict``: ask before revealing each gradient)."""
-        from ..views.stepper import Stepper
-        from ..views.trace_display import lens_text
-
-        if not isinstance(predict, bool):
-            raise TypeError(f"predict must be True or False, not {predict!r}")
-        return Stepper(self.passes, text=lens_text(self), predict=predict)
-
-    def paths_to(self, name: str, pass_index: int | None = None):
-        """``name``'s gradient as a sum over the paths from the root (a :class:`~autograd_lens.debug.PathSet`),
-        in the last pass whose graph has it (or pass ``pass_index``); recorded with ``Lens(why=True)``."""
-        from ..debug import safe_paths_to
-
-        return safe_paths_to(self._passes, name, pass_index)
-
-    def why(self, name: str):
-        """Where ``name``'s gradient stopped, where NaN or inf started, and which paths it took (what
-        ``%%lens --why NAME`` shows): plain tables in Jupyter, text otherwise."""
-        from ..debug.why import Why
-
-        return Why(self, name)
-
-    @property
-    def plot(self):
-        """``lens.plot()``: gradients with vs without hooks and hook call counts (a matplotlib figure);
-        ``lens.plot.grad_flow()``, ``.timeline()``, ``.before_after()``, ``.with_without()``: one picture each."""
-        from ..views.plots import Plots
-
-        return Plots(self)
-
-    def to_html(self, path: str | None = None, predict: bool = False) -> str:
-        """A standalone HTML page of the recorded passes; written to ``path`` when given.  With
-        ``predict=True`` it asks for each gradient before revealing it."""
-        from ..views.static_html import lens_page
-
-        page = lens_page(self, predict=bool(predict))
-        if path is not None:
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write(page)
-        return page
-
 
 lens_frame(Lens._run.__code__)
-
-
-def _sources(graph: Any, cell_lines: CellLines | None) -> dict:
-    """Each backward function's cell line, or why lines are not known."""
-    if cell_lines is None:
-        return {"sources_note": "the lines of code that made the nodes are known in %%lens cells only"}
-    if cell_lines.unknown:
-        return {"sources_note": f"the lines of code that made the nodes are not known: {cell_lines.unknown}"}
-    sources = {}
-    for node in graph.nodes:
-        if node.kind == "function":
-            line = cell_lines.line_of(node.sequence_nr)
-            if line is not None:
-                sources[node.id] = line
-    return {"sources": sources}
-
-
-GROUP_HINT_OVER = 60  # a drawing this big without module groups suggests --modules
-
-
-def _groups(graph: Any, calls: ModuleCalls | None, names: Any, asked: bool) -> dict:
-    """The module calls that made the pass's nodes (``modules=True``), or why they are not known."""
-    if not asked:
-        if len(graph.nodes) > GROUP_HINT_OVER and names.module_objects:
-            return {"groups_note": "not recorded; run the cell as %%lens --modules (or use Lens(modules=True)) to group "
-                                   "the nodes by the nn.Module call that made them"}
-        return {}
-    if calls is None:
-        return {"groups_note": "module calls were not recorded"}
-    if calls.unknown:
-        return {"groups_note": f"which module made each node is not known: {calls.unknown}"}
-    groups = groups_for(graph, calls, names.module_name)
-    if not groups:
-        return {"groups_note": "no nn.Module call made a node of this pass while the lens recorded (a node made "
-                               "before the cell or block began is not grouped)"}
-    return {"groups": groups, **_name_output_boundaries(graph, groups, names)}
-
-
-def _name_output_boundaries(graph: Any, groups: tuple, names: Any) -> dict:
-    """A hook boundary no hook ran at (the output side of a module with only a full backward hook) is named by
-    its group, when that group's module has backward hooks (the boundary is then that module's)."""
-    by_name = {names.module_name(module): module for module in names.module_objects}
-    relabel = {}
-    for group in groups:
-        module = by_name.get(group.path)
-        if module is None or not (module._backward_hooks or module._backward_pre_hooks):
-            continue
-        for node_id in group.nodes:
-            node = graph.node(node_id)
-            if node.kind == "function" and node.op == "BackwardHookFunctionBackward" and node.label == "module hook boundary":
-                relabel[node_id] = f"{group.path} hook boundary"
-    return {"relabel": relabel} if relabel else {}
-
-
-def _module_hooks(namespace: dict) -> set[tuple[str, int]]:
-    """(module name, hook id) of every backward hook on the named modules of ``namespace``."""
-    names = names_from(namespace)
-    found = set()
-    for module in names.module_objects:
-        for hooks in (module._backward_hooks, module._backward_pre_hooks):
-            found.update((names.module_name(module), key) for key in hooks)
-    return found
-
-
-def _self_check() -> None:
-    """Once per process: trace a 3-node graph with one hook and compare with what torch did.
-    If recording hooks is not right on the running torch, Lenses record nodes only and say so."""
-    if "result" in _SELF_CHECK or other_profiler() is not None:
-        return
-    _SELF_CHECK["result"] = None  # also stops the check from checking itself
-    try:
-        # whatever the caller's context (no_grad, a default device, dispatch modes): a plain CPU graph
-        with torch.enable_grad(), torch.inference_mode(False), _hidden_from_modes(), torch.device("cpu"):
-            right = _record_is_right()
-        if not right:
-            _SELF_CHECK["result"] = f"the self-check on torch {torch.__version__} did not record hooks right"
-    except Exception:  # the check itself could not run here (not a wrong record): try again next time
-        del _SELF_CHECK["result"]
-        return
-    if _SELF_CHECK["result"]:
-        warnings.warn(f"autograd_lens: {_SELF_CHECK['result']}; backward functions are recorded, hook calls are not",
-                      RuntimeWarning, stacklevel=3)
-
-
-def _record_is_right() -> bool:
-    """``x = 2; y = x * x`` with a hook halving y's gradient, ``(y * 3).backward()``: the record must say so."""
-    seen: list[float] = []
-    x = torch.tensor(2.0, requires_grad=True, dtype=torch.float32, device="cpu")
-    with Lens(names={"x": x}) as lens:
-        y = x * x
-        y.register_hook(lambda g: seen.append(float(g)) or g * 0.5)
-        (y * 3).backward()
-    calls = lens.hook_calls
-    backward_pass = lens.passes[0]
-    return (
-        seen == [3.0]
-        and len(calls) == 1
-        and float(calls[0].grad_in) == 3.0
-        and float(calls[0].grad_out) == 1.5
-        and float(x.grad) == 6.0
-        and float(backward_pass.grads_without_hooks["x"]) == 12.0
-        and [type(event).__name__ for event in backward_pass.events] == ["NodeRun", "HookCall", "NodeRun", "GradWritten"]
-    )

@@ -1,0 +1,72 @@
+"""What a pass's model gets beside its records: the cell line that made each node, the module calls that made
+them (module groups), and the names of hook boundaries only a module group can tell."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .lines import CellLines
+from .modules import ModuleCalls, groups_for
+from .names import names_from
+
+
+def _sources(graph: Any, cell_lines: CellLines | None) -> dict:
+    """Each backward function's cell line, or why lines are not known."""
+    if cell_lines is None:
+        return {"sources_note": "the lines of code that made the nodes are known in %%lens cells only"}
+    if cell_lines.unknown:
+        return {"sources_note": f"the lines of code that made the nodes are not known: {cell_lines.unknown}"}
+    sources = {}
+    for node in graph.nodes:
+        if node.kind == "function":
+            line = cell_lines.line_of(node.sequence_nr)
+            if line is not None:
+                sources[node.id] = line
+    return {"sources": sources}
+
+
+GROUP_HINT_OVER = 60  # a drawing this big without module groups suggests --modules
+
+
+def _groups(graph: Any, calls: ModuleCalls | None, names: Any, asked: bool) -> dict:
+    """The module calls that made the pass's nodes (``modules=True``), or why they are not known."""
+    if not asked:
+        if len(graph.nodes) > GROUP_HINT_OVER and names.module_objects:
+            return {"groups_note": "not recorded; run the cell as %%lens --modules (or use Lens(modules=True)) to group "
+                                   "the nodes by the nn.Module call that made them"}
+        return {}
+    if calls is None:
+        return {"groups_note": "module calls were not recorded"}
+    if calls.unknown:
+        return {"groups_note": f"which module made each node is not known: {calls.unknown}"}
+    groups = groups_for(graph, calls, names.module_name)
+    if not groups:
+        return {"groups_note": "no nn.Module call made a node of this pass while the lens recorded (a node made "
+                               "before the cell or block began is not grouped)"}
+    return {"groups": groups, **_name_output_boundaries(graph, groups, names)}
+
+
+def _name_output_boundaries(graph: Any, groups: tuple, names: Any) -> dict:
+    """A hook boundary no hook ran at (the output side of a module with only a full backward hook) is named by
+    its group, when that group's module has backward hooks (the boundary is then that module's)."""
+    by_name = {names.module_name(module): module for module in names.module_objects}
+    relabel = {}
+    for group in groups:
+        module = by_name.get(group.path)
+        if module is None or not (module._backward_hooks or module._backward_pre_hooks):
+            continue
+        for node_id in group.nodes:
+            node = graph.node(node_id)
+            if node.kind == "function" and node.op == "BackwardHookFunctionBackward" and node.label == "module hook boundary":
+                relabel[node_id] = f"{group.path} hook boundary"
+    return {"relabel": relabel} if relabel else {}
+
+
+def _module_hooks(namespace: dict) -> set[tuple[str, int]]:
+    """(module name, hook id) of every backward hook on the named modules of ``namespace``."""
+    names = names_from(namespace)
+    found = set()
+    for module in names.module_objects:
+        for hooks in (module._backward_hooks, module._backward_pre_hooks):
+            found.update((names.module_name(module), key) for key in hooks)
+    return found
