@@ -434,7 +434,104 @@ def test_the_live_widget_in_jupyterlab_dark_theme_marks_and_highlights_paths(chr
         drawing = page.locator(".jp-OutputArea .al-why-drawing")
         assert drawing.evaluate("d => getComputedStyle(d).backgroundColor") == "rgb(255, 255, 255)"
         assert drawing.locator("svg g.edge > path[style*='#7c3aed']").count() >= 2
+        # its numbered paths are buttons there too (the notebook is trusted: its script ran)
+        page.locator(".jp-OutputArea button.al-why-path").first.click()
+        assert drawing.get_attribute("data-path") == "1"
         browser_tests.shot(page, "jupyterlab-dark-debug-marks.png")
         page.close()
     finally:
         lab.close()
+
+
+def _leaves(count=24):
+    a = torch.tensor(1.5, requires_grad=True)
+    ws = [torch.tensor(float(i % 3) + 0.5, requires_grad=True) for i in range(count)]
+    return a, ws, {"a": a, **{f"w{i}": w for i, w in enumerate(ws)}}
+
+
+def wide_lens():
+    """24 terms stacked and summed; a used in the first and the last: its two paths far apart on the drawing."""
+    a, ws, names = _leaves()
+    with al.Lens(names=names, why=True) as lens:
+        terms = [(a * ws[0]).exp()] + [(w * 2).tanh() for w in ws[1:-1]] + [(a * ws[-1]).sin()]
+        torch.stack(terms).sum().backward()
+    return lens, a
+
+
+def chain_lens():
+    """A chain of 24 adds and a used once, next to the loss: a short path at the far end of a tall drawing."""
+    a, ws, names = _leaves()
+    with al.Lens(names=names, why=True) as lens:
+        total = (ws[0] * 2).tanh()
+        for w in ws[1:]:
+            total = total + (w * 2).tanh()
+        (total + (a * 3).sin()).backward()
+    return lens, a
+
+
+IN_VIEW = """(root, [port, ids]) => {
+    const box = root.querySelector(port).getBoundingClientRect();
+    return ids.map(id => { const g = root.querySelector('#' + id);
+        if (!g || !g.getClientRects().length) { return false; }
+        const b = g.getBoundingClientRect();
+        return b.left >= box.left && b.right <= box.right && b.top >= box.top && b.bottom <= box.bottom; }); }"""
+
+
+def test_choosing_a_path_in_the_stepper_brings_it_into_view(chromium, tmp_path):
+    """The paths menu of the static page: a chosen path outside the view is moved (and zoomed out) into it, every
+    one of its arrows; choosing one already in view keeps the view."""
+    from test_browser import open_page
+
+    lens, a = wide_lens()
+    assert lens.paths_to("a").count == 2 and torch.allclose(lens.paths_to("a").total, a.grad)
+    path = tmp_path / "wide.html"
+    lens.to_html(str(path))
+    page, errors = open_page(chromium, path)
+    stepper = page.locator(".al-stepper")
+    entries = PassView(lens.passes[0]).data()["paths"]
+    leaf = [entry["name"] for entry in entries].index("a")
+    chosen = [set(path_edges(lens.passes[0].graph, p)) for p in lens.paths_to("a").paths]
+    moved = 0
+    for number, edges in enumerate(chosen):
+        page.click("button[data-go=root]")
+        before = stepper.evaluate(IN_VIEW, [".al-viewport", sorted(edges)])
+        view = stepper.evaluate("root => root.querySelector('.al-canvas').style.transform")
+        stepper.locator("select.al-paths").select_option(f"{leaf}.{number}")
+        assert all(stepper.evaluate(IN_VIEW, [".al-viewport", sorted(edges)])), number
+        if all(before):
+            assert stepper.evaluate("root => root.querySelector('.al-canvas').style.transform") == view
+        moved += not all(before)
+        stepper.locator("select.al-paths").select_option("")
+    assert moved  # at least one path started out of view
+    stepper.locator("select.al-paths").select_option(str(leaf))  # all its paths
+    assert all(stepper.evaluate(IN_VIEW, [".al-viewport", sorted(set.union(*chosen))]))
+    assert errors == []
+    page.close()
+
+
+def test_choosing_a_numbered_path_of_the_why_drawing_scrolls_it_into_view(chromium, tmp_path):
+    """%%lens --why a: each path number in the paths table is a button; a click shows that path alone (the other
+    arrows faded) and scrolls the drawing so that its arrows are in view; a second click shows all again."""
+    from test_browser import open_page
+
+    lens, a = chain_lens()
+    paths = lens.paths_to("a")
+    assert paths.count == 1 and torch.allclose(paths.total, a.grad)
+    edges = sorted(path_edges(lens.passes[0].graph, paths.paths[0]))
+    page_path = tmp_path / "why.html"
+    page_path.write_text(f"<!DOCTYPE html><html><body>{Why(lens, 'a')._repr_html_()}</body></html>", encoding="utf-8")
+    page, errors = open_page(chromium, page_path, ".al-why-drawing[data-ready]", height=700)
+    drawing = page.locator(".al-why-drawing")
+    assert not any(drawing.evaluate(IN_VIEW.replace("root.querySelector(port)", "root"), ["", edges]))
+    button = page.locator("button.al-why-path")
+    assert button.all_inner_texts() == ["1"]
+    button.click()
+    assert drawing.get_attribute("data-path") == "1" and button.get_attribute("aria-pressed") == "true"
+    assert all(drawing.evaluate(IN_VIEW.replace("root.querySelector(port)", "root"), ["", edges]))
+    faded = drawing.evaluate("d => Array.from(d.querySelectorAll('g.edge')).filter(g => g.style.opacity === '0.25')"
+                             ".map(g => g.id)")
+    assert faded and not set(faded) & set(edges)
+    button.click()
+    assert drawing.get_attribute("data-path") == "" and drawing.locator("g.edge[style*='opacity: 0.25']").count() == 0
+    assert errors == []
+    page.close()

@@ -72,6 +72,7 @@ def paths_drawing(passes: list, name: str) -> str:
         from ..views.marks import edge_colours
         from ..views.passview import slim_svg
         from ..views.render import render_svg
+        from ..views.static_html import why_script
 
         svg = with_titles(edge_colours(slim_svg(render_svg(dot))), titles)
     except Exception as problem:  # a display never raises
@@ -79,7 +80,7 @@ def paths_drawing(passes: list, name: str) -> str:
     return (f"<p><b>The paths on the drawing</b> (pass {backward_pass.index + 1}; arrows labelled with the "
             "numbers of the paths above, thicker for larger paths)</p>"
             f'<div class="al-why-drawing" style="overflow:auto; max-height:640px; background:#ffffff; '
-            f'border-radius:4px">{svg}</div>')
+            f'border-radius:4px">{svg}</div>{why_script()}')
 
 
 def with_titles(svg: str, titles: dict[str, str]) -> str:

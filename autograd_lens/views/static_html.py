@@ -175,6 +175,88 @@ body {margin: 16px; background: #ffffff; color: #111827; font-family: Helvetica,
 """
 
 
+# The --why drawing of a leaf's paths (debug/drawing.py) with the paths table above it: a click on a path's number
+# in the table (or on an arrow's label "path 2" / "paths 1, 2") shows that path alone and scrolls it into view.
+# With scripts off the numbers stay plain text and the drawing scrolls by hand.
+WHY_SCRIPT = """\
+(function (script) {
+"use strict";
+var drawing = script && script.previousElementSibling;
+if (!drawing || !drawing.classList || !drawing.classList.contains("al-why-drawing") || drawing.getAttribute("data-ready")) { return; }
+drawing.setAttribute("data-ready", "1");
+var arrows = {};  // path number -> the arrows it runs along, read from their labels
+Array.prototype.forEach.call(drawing.querySelectorAll("g.edge"), function (g) {
+  var label = Array.prototype.map.call(g.querySelectorAll("text"), function (t) { return t.textContent; }).join(" ");
+  var found = /^paths? ([0-9, ]+)$/.exec(label.trim());
+  if (!found) { return; }
+  found[1].split(",").forEach(function (n) { n = n.trim(); (arrows[n] = arrows[n] || []).push(g); });
+});
+var table = drawing.previousElementSibling;
+while (table && table.tagName !== "TABLE") { table = table.previousElementSibling; }
+var buttons = [];
+function choose(number) {
+  var same = drawing.getAttribute("data-path") === number;
+  number = same ? "" : number;
+  drawing.setAttribute("data-path", number);
+  var chosen = arrows[number] || [];
+  Array.prototype.forEach.call(drawing.querySelectorAll("g.edge"), function (g) {
+    g.style.opacity = number && chosen.indexOf(g) < 0 ? "0.25" : "";
+  });
+  buttons.forEach(function (b) { b.setAttribute("aria-pressed", b.textContent === number ? "true" : "false"); });
+  if (!chosen.length) { return; }
+  drawing.scrollIntoView({block: "nearest"});
+  var port = drawing.getBoundingClientRect();
+  var boxes = chosen.map(function (g) { return g.getBoundingClientRect(); });
+  var left = Math.min.apply(null, boxes.map(function (b) { return b.left; }));
+  var right = Math.max.apply(null, boxes.map(function (b) { return b.right; }));
+  var top = Math.min.apply(null, boxes.map(function (b) { return b.top; }));
+  var bottom = Math.max.apply(null, boxes.map(function (b) { return b.bottom; }));
+  // all of it in view when it fits; else its start, the root's end (where the chain rule starts)
+  if (left < port.left || right > port.right) {
+    drawing.scrollLeft += right - left <= port.width ? (left + right - port.left - port.right) / 2 : left - port.left - 8;
+  }
+  if (top < port.top || bottom > port.bottom) {
+    drawing.scrollTop += bottom - top <= port.height ? (top + bottom - port.top - port.bottom) / 2 : top - port.top - 8;
+  }
+}
+if (table) {
+  Array.prototype.forEach.call(table.querySelectorAll("tr"), function (row) {
+    var cell = row.cells[0];
+    var number = cell && cell.tagName === "TD" ? cell.textContent.trim() : "";
+    if (!arrows[number]) { return; }
+    var button = document.createElement("button");
+    button.type = "button";
+    button.textContent = number;
+    button.className = "al-why-path";
+    button.setAttribute("aria-pressed", "false");
+    button.setAttribute("aria-label", "show path " + number + " alone on the drawing below (again: all paths)");
+    button.addEventListener("click", function () { choose(number); });
+    cell.textContent = "";
+    cell.appendChild(button);
+    buttons.push(button);
+  });
+}
+Object.keys(arrows).forEach(function (number) {
+  arrows[number].forEach(function (g) {
+    g.style.cursor = "pointer";
+    g.addEventListener("click", function () {
+      var label = Array.prototype.map.call(g.querySelectorAll("text"), function (t) { return t.textContent; }).join(" ");
+      var numbers = label.replace(/^paths? /, "").split(",").map(function (n) { return n.trim(); });
+      var current = drawing.getAttribute("data-path");
+      var at = numbers.indexOf(current);  // each click: the next of its paths, then all of them again
+      choose(at === numbers.length - 1 ? current : numbers[at + 1]);
+    });
+  });
+});
+})(document.currentScript);
+"""
+
+
+def why_script() -> str:
+    """The script that goes right after an ``al-why-drawing`` (see ``WHY_SCRIPT``)."""
+    return f"<script>{WHY_SCRIPT}</script>"
+
+
 def page(body: str, title: str = "autograd_lens") -> str:
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -121,8 +121,9 @@ export function pathCss(scope, paths, choice) {
     list.map((e) => scope + " #" + e + " > polygon").join(", ") + " {stroke: " + PATH + "; fill: " + PATH + "}"].join("\n");
 }
 
-function pathControls(toolbar, root, scope) {
-  // a select of each leaf's paths (shown when the pass has them), the chosen paths' contributions below it
+function pathControls(toolbar, root, scope, shown) {
+  // a select of each leaf's paths (shown when the pass has them), the chosen paths' contributions below it;
+  // shown(edge ids) brings the chosen paths' arrows into view
   const select = make("select", { class: "al-paths", "aria-label": "highlight the paths of a leaf's gradient",
     title: "highlight the paths a leaf's gradient took from the root (the chain rule, path by path)" });
   select.style.display = "none";
@@ -137,6 +138,7 @@ function pathControls(toolbar, root, scope) {
     note.textContent = chosen.map((p) => p.text + (p.edges.length || p.rest ? "" : " (not on the drawing)")).join("\n");
     note.style.display = chosen.length ? "" : "none";
     root.setAttribute("data-paths", choice);
+    if (chosen.length && shown) { shown([].concat(...chosen.map((p) => p.edges))); }
   };
   select.addEventListener("change", () => choose(select.value));
   const setup = (passPaths) => {
@@ -261,7 +263,7 @@ function render({ model, el }) {
   baseStyle.textContent += "\n" + [scope + " .al-found > polygon, " + scope + " .al-found > path, " + scope +
     " .al-found > ellipse {stroke: #db2777; stroke-width: 3px}", scope + " .al-search {width: 12em}",
     scope + " .node {cursor: pointer}"].join("\n");
-  const pathsUi = pathControls(toolbar, root, scope);
+  const pathsUi = pathControls(toolbar, root, scope, (edges) => showEdges(edges));
   baseStyle.textContent += "\n" + scope + " .al-pathnote {white-space: pre-wrap; font-family: monospace; font-size: 12px; " +
     "border-left: 4px solid " + PATH + "; padding: 2px 8px; margin: 4px 0}";
   root.append(baseStyle, frameStyle, groupStyle, selectStyle, pathsUi.style, toolbar, pathsUi.note, viewport, cardBox, tableBox);
@@ -364,6 +366,41 @@ function render({ model, el }) {
     if (box.left >= port.left && box.right <= port.right && box.top >= port.top && box.bottom <= port.bottom) { return; }
     view.x += port.left + port.width / 2 - (box.left + box.width / 2);
     view.y += port.top + port.height / 2 - (box.top + box.height / 2);
+    apply();
+  }
+
+  function showEdges(ids) {
+    // a chosen path's arrows in view: module groups holding them opened, the view moved (and zoomed out as far as
+    // needed, down to a tenth) so that all of them show, unless they all show already
+    const groups = passes[pass].groups;
+    if (groups) {
+      const shut = groups.list.filter((g) => g.edgeSet && ids.some((e) => g.edgeSet.has(e)) &&
+        canvas.querySelector("#" + g.id + ".al-collapsed"));
+      shut.forEach((g) => { opened[g.id] = true; });
+      if (shut.length) { applyGroups(); }
+    }
+    const union = () => {
+      const boxes = ids.map((id) => canvas.querySelector("#" + id)).filter((g) => g && g.getClientRects().length)
+        .map((g) => g.getBoundingClientRect());
+      if (!boxes.length) { return null; }
+      return { left: Math.min(...boxes.map((b) => b.left)), right: Math.max(...boxes.map((b) => b.right)),
+        top: Math.min(...boxes.map((b) => b.top)), bottom: Math.max(...boxes.map((b) => b.bottom)) };
+    };
+    let box = union();
+    if (!box) { return; }
+    const port = viewport.getBoundingClientRect();
+    const margin = 20;
+    if (box.left >= port.left + margin && box.right <= port.right - margin && box.top >= port.top + margin &&
+        box.bottom <= port.bottom - margin) { return; }
+    const room = Math.min((port.width - 2 * margin) / (box.right - box.left || 1),
+      (port.height - 2 * margin) / (box.bottom - box.top || 1));
+    if (room < 1) {
+      view.scale = Math.max(view.scale * room, 0.1);
+      apply();
+      box = union();
+    }
+    view.x += port.left + port.width / 2 - (box.left + box.right) / 2;
+    view.y += port.top + port.height / 2 - (box.top + box.bottom) / 2;
     apply();
   }
 
