@@ -535,3 +535,27 @@ def test_choosing_a_numbered_path_of_the_why_drawing_scrolls_it_into_view(chromi
     assert drawing.get_attribute("data-path") == "" and drawing.locator("g.edge[style*='opacity: 0.25']").count() == 0
     assert errors == []
     page.close()
+
+
+def test_a_chosen_path_through_closed_module_groups_opens_them(chromium, tmp_path):
+    """20 x (Linear + Tanh) with module groups (past 60 boxes they start closed): the path to model.10.weight runs
+    through closed layers; choosing it opens them and brings every arrow into view."""
+    from test_browser import open_page
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[m for _ in range(20) for m in (torch.nn.Linear(2, 2), torch.nn.Tanh())])
+    with al.Lens(names={"model": model}, modules=True, why=True) as lens:
+        model(torch.randn(1, 2)).sum().backward()
+    path = tmp_path / "groups.html"
+    lens.to_html(str(path))
+    page, errors = open_page(chromium, path)
+    stepper = page.locator(".al-stepper")
+    entries = [entry["name"] for entry in PassView(lens.passes[0]).data()["paths"]]
+    edges = sorted(path_edges(lens.passes[0].graph, lens.paths_to("model.10.weight").paths[0]))
+    closed = len(stepper.get_attribute("data-collapsed").split())
+    assert not all(stepper.evaluate(IN_VIEW, [".al-viewport", edges]))
+    stepper.locator("select.al-paths").select_option(f"{entries.index('model.10.weight')}.0")
+    assert all(stepper.evaluate(IN_VIEW, [".al-viewport", edges]))
+    assert len(stepper.get_attribute("data-collapsed").split()) < closed
+    assert errors == []
+    page.close()
