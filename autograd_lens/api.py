@@ -44,10 +44,12 @@ def graph(
     """
     if not roots:
         raise TypeError("graph() needs at least one tensor, e.g. graph(loss)")
-    from .capture.tracer import _check_options
+    numbers = {"max_elements": (max_elements, 0), "max_nodes": (max_nodes, 1), "split_leaf_uses": (split_leaf_uses, 0)}
+    if not (names is None or isinstance(names, Mapping)) \
+            or not all(type(value) is int and value >= lowest for value, lowest in numbers.values()):
+        from .capture.tracer import _check_options  # the tracer's messages (the tracer is not loaded otherwise)
 
-    _check_options(names, max_elements=(max_elements, 0), max_nodes=(max_nodes, 1),
-                   split_leaf_uses=(split_leaf_uses, 0))
+        _check_options(names, **numbers)
     options = GraphOptions(
         max_elements=max_elements,
         max_nodes=max_nodes,

@@ -87,12 +87,14 @@ def _number(number: Any) -> str:
     return format_number(number)
 
 
-def _saved_summary(fn: Any, names: Names, storage_names: dict, options: GraphOptions) -> str:
-    """``saves self=y`` style text: which tensors this backward function keeps."""
+def _saved_summary(fn: Any, names: Names, storage_names: dict, options: GraphOptions,
+                   values: list[tuple[str, Any]] | None = None) -> str:
+    """``saves self=y`` style text: which tensors this backward function keeps (``values``: its
+    ``_saved_values``, when already read)."""
     from ..format import format_value
 
     parts = []
-    for name, value in _saved_values(fn):
+    for name, value in _saved_values(fn) if values is None else values:
         if value is PACKED:
             parts.append(f"{name} {PACKED}")
             continue

@@ -234,12 +234,13 @@ def walk(
         named_output = names.outputs.get((id(fn), 0))
         label = op_label(name)
         metadata = _metadata(fn)
+        saved = _saved_values(fn) if options.show_saved else []  # read once: the summary and the constants
         node_id = build.node(
             kind="function",
             label=label,
             op=name,
             shape=_output_shape(metadata, 0),
-            detail=_saved_summary(fn, names, storage_names, options) if options.show_saved else "",
+            detail=_saved_summary(fn, names, storage_names, options, saved) if options.show_saved else "",
             sequence_nr=fn._sequence_nr(),
             reduced=_reduced_dims(fn),
         )
@@ -267,7 +268,7 @@ def walk(
             result.tensor_labels[key] = tensor_label
             result.output_edges[key] = build.edge(node_id, tensor_id)
         if options.show_saved:
-            _add_constants(build, fn, node_id)
+            _add_constants(build, saved, node_id)
 
     # Arrows from each input (tensor node, or the function standing for an unnamed result) to its user.
     use_counter: dict[int, int] = {}
@@ -337,9 +338,10 @@ def _small(tensor: torch.Tensor | None, options: GraphOptions, stats: bool = Tru
     return snapshot(tensor, store_limit=options.max_elements)
 
 
-def _add_constants(build: _Builder, fn: Any, node_id: str) -> None:
-    """Draw the numbers an op was called with (the 3 in ``y * 3``) as small input nodes."""
-    for name, value in _saved_values(fn):
+def _add_constants(build: _Builder, saved: list[tuple[str, Any]], node_id: str) -> None:
+    """Draw the numbers an op was called with (the 3 in ``y * 3``; ``saved``: its ``_saved_values``) as small
+    input nodes."""
+    for name, value in saved:
         if not _is_constant_name("_saved_" + name):
             continue
         if isinstance(value, torch.Tensor):

@@ -10,7 +10,7 @@ import html
 
 from ..format import format_shape, format_value
 from ..model import Graph
-from .render import GraphvizUnavailableError, RenderError, RenderTimeoutError, render_svg
+from .render import GraphvizUnavailableError, RenderError, RenderTimeoutError, start_svg
 
 RENDER_PROBLEMS = (GraphvizUnavailableError, RenderError, RenderTimeoutError)
 
@@ -60,18 +60,31 @@ def graph_bundle(graph: Graph) -> dict[str, str]:
     try:
         text = graph_text(graph)
         try:
-            svg = render_svg(graph.to_dot())
+            svg_of = start_svg(graph.to_dot())
         except Exception as error:  # never raise from a display method: a table and the real cause
             return {"text/html": hint_html(error) + graph_table_html(graph), "text/plain": text}
         from .fold import FOLD_OVER
 
-        if len(graph.nodes) > FOLD_OVER:  # a large graph: zoom, pan, find, upstream/downstream (see graphview)
-            from .graphview import graph_html
-
+        graph_html = None
+        try:
+            if len(graph.nodes) > FOLD_OVER:  # a large graph: zoom, pan, find, upstream/downstream (see graphview)
+                from .graphview import graph_html  # loaded while Graphviz lays out (a first display's imports)
+        finally:
+            svg, failed = _waited(svg_of)  # in any case: no layout outlives the display
+        if failed is not None:
+            return {"text/html": hint_html(failed) + graph_table_html(graph), "text/plain": text}
+        if graph_html is not None:
             return {"text/html": graph_html(graph, svg, text, graph_table_html), "text/plain": text}
         return {"image/svg+xml": svg, "text/plain": text}
     except Exception as error:
         return safe_bundle("graph", error)
+
+
+def _waited(svg_of) -> tuple[str, Exception | None]:
+    try:
+        return svg_of(), None
+    except Exception as error:
+        return "", error
 
 
 def safe_bundle(what: str, error: Exception) -> dict[str, str]:

@@ -114,6 +114,39 @@ def render_svg(source: str, renderer: str | None = None, timeout: float = DEFAUL
     return render_dot(source, "svg", renderer, timeout).decode("utf-8")
 
 
+def start_svg(source: str, renderer: str | None = None, timeout: float = DEFAULT_TIMEOUT):
+    """Start :func:`render_svg` on another thread and return the function that waits for its SVG (and raises
+    what it raised).  Graphviz lays out outside the GIL (WebAssembly through ctypes, or the ``dot`` process),
+    so the caller's own Python work meanwhile costs no time.  The in-process renderer is loaded first, on the
+    caller's thread: two threads both running Python (importing, say) would only take turns, and slowly."""
+    try:
+        if choose_renderer(renderer, "svg") == "wasm" and _wasm_lock.acquire(timeout=0):
+            try:
+                _prepare_wasm_backend()
+            finally:
+                _wasm_lock.release()
+    except Exception:  # render_svg, on the other thread, meets the same problem and says what it is
+        pass
+    result: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            result["svg"] = render_svg(source, renderer, timeout)
+        except BaseException as error:
+            result["error"] = error
+
+    worker = threading.Thread(target=run, name="autograd-lens-render", daemon=True)
+    worker.start()
+
+    def wait() -> str:
+        worker.join()  # render_svg keeps to its time limit
+        if "error" in result:
+            raise result["error"]  # type: ignore[misc]
+        return result["svg"]  # type: ignore[return-value]
+
+    return wait
+
+
 _wasm_lock = threading.Lock()
 
 

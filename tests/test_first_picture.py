@@ -1,0 +1,98 @@
+"""The path to a new model's first picture does only what the picture needs (issue 22): it loads no tracer,
+reads each backward function's saved values once, and lays out beside its own imports without leaving a layout
+running.  Operations are counted, never timed (benchmarks/bench_first_picture.py times it)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+import autograd_lens as al
+from autograd_lens.capture import walk
+from autograd_lens.views import render
+from autograd_lens.views.display import graph_bundle
+
+
+def mlp(layers: int):
+    torch.manual_seed(0)
+    model = nn.Sequential(*[m for _ in range(layers) for m in (nn.Linear(3, 3), nn.Tanh())])
+    return model, model(torch.randn(2, 3)).sum()
+
+
+def test_graph_and_its_display_do_not_load_the_tracer():
+    code = ("import sys, torch, autograd_lens as al\n"
+            "x = torch.tensor([1.0, 2.0], requires_grad=True)\n"
+            "bundle = al.graph((x * 3).sum(), names={'x': x})._repr_mimebundle_()\n"
+            "assert 'image/svg+xml' in bundle, bundle\n"
+            "print(sorted(m for m in sys.modules if m.startswith('autograd_lens.capture.')))\n")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "autograd_lens.capture.walk" in loaded  # the check sees the modules graph() uses
+    for module in ("tracer", "observe", "build", "hooks"):
+        assert f"autograd_lens.capture.{module}'" not in loaded, loaded
+
+
+@pytest.mark.parametrize(("options", "error", "message"), [
+    ({"max_nodes": 0}, ValueError, "max_nodes must be at least 1, not 0"),
+    ({"max_elements": -1}, ValueError, "max_elements must be at least 0, not -1"),
+    ({"max_nodes": True}, TypeError, "max_nodes must be a whole number (at least 1), e.g. max_nodes=300, not True"),
+    ({"split_leaf_uses": 2.0}, TypeError, "split_leaf_uses must be a whole number (at least 0)"),
+    ({"names": [1, 2]}, TypeError, "names must be a mapping from variable names"),
+])
+def test_bad_options_still_get_the_tracers_messages(options, error, message):
+    x = torch.tensor(2.0, requires_grad=True)
+    with pytest.raises(error) as raised:
+        al.graph(x * 2, **options)
+    assert message in str(raised.value)
+
+
+def test_each_functions_saved_values_are_read_once(monkeypatch):
+    from collections import Counter
+
+    from autograd_lens.capture import saved
+
+    model, loss = mlp(3)
+    reads: Counter = Counter()
+    original = saved.saved_value
+
+    def counted(fn, attribute):
+        reads[(fn.name(), fn._sequence_nr(), attribute)] += 1
+        return original(fn, attribute)
+
+    monkeypatch.setattr(saved, "saved_value", counted)
+    drawn = al.graph(loss, names={"model": model}, fold=False)
+    functions = {node.op for node in drawn.nodes if node.kind == "function"}
+    assert {name for name, _, _ in reads} == functions - {"TBackward0"}  # a transpose saves no value
+    assert set(reads.values()) == {1}, reads
+    # what was read once still gives the summary ("saves mat1=...") and the constants
+    assert any(node.detail.startswith("saves ") for node in drawn.nodes if node.kind == "function")
+
+
+def test_start_svg_gives_render_svgs_bytes_and_errors():
+    source = al.graph(mlp(2)[1]).to_dot()
+    assert render.start_svg(source)() == render.render_svg(source)
+    broken = render.start_svg("digraph { a -> }", renderer="wasm")
+    with pytest.raises(render.RenderError):
+        broken()
+    with pytest.raises(render.GraphvizUnavailableError):
+        render.start_svg(source, renderer="none")()
+
+
+@pytest.mark.parametrize("layers", [2, 40])  # an SVG; the navigator (past 60 boxes)
+def test_no_layout_outlives_a_display(layers):
+    model, loss = mlp(layers)
+    bundle = graph_bundle(al.graph(loss, names={"model": model}))
+    assert ("image/svg+xml" in bundle) == (layers == 2) and "<svg" in str(bundle)
+    assert [t.name for t in threading.enumerate() if t.name.startswith("autograd-lens")] == []
+
+
+def test_a_display_whose_layout_fails_shows_the_table_and_the_cause(monkeypatch):
+    monkeypatch.setenv("AUTOGRAD_LENS_RENDERER", "none")
+    model, loss = mlp(40)
+    bundle = graph_bundle(al.graph(loss, names={"model": model}))
+    assert "Rendering is switched off" in bundle["text/html"] and 'class="autograd-lens-table"' in bundle["text/html"]
+    assert [t.name for t in threading.enumerate() if t.name.startswith("autograd-lens")] == []
