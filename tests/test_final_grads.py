@@ -221,7 +221,7 @@ def test_write_card_says_ddp_changes_grad_after_the_write_and_compares_the_end_v
 
 class AliasGenerator:
     """Leaves whose gradients autograd adopts as views of the seed or of each other (0-dim ``sum``/``view``,
-    ``view(6)`` under ``gradient=``), beside ordinary ones; hooks that scale, observe, keep or edit ``.grad`` in
+    ``view(6)`` under ``gradient=``, rows of a ``stack`` or slices of a ``cat`` under ``gradient=``), beside ordinary ones; hooks that scale, observe, keep or edit ``.grad`` in
     place on some; 2-3 passes, a ``gradient=`` tensor fresh or reused, ``.grad = None`` between passes."""
 
     def __init__(self, seed: int) -> None:
@@ -232,6 +232,8 @@ class AliasGenerator:
         rng = self.rng
         lines = [f"torch.manual_seed({self.seed})"]
         flat = rng.random() < 0.5  # (2, 3) leaves seen as (6,) under gradient=, else 0-dim leaves
+        # parts: each leaf gets a part of one gradient= tensor (a row of stack's, a slice of cat's), not all of it
+        parts = not flat and rng.random() < 0.4
         count = rng.randint(2, 3)
         leaves = [f"x{i}" for i in range(count)]
         for name in leaves:
@@ -249,14 +251,22 @@ class AliasGenerator:
                 lines.append(f"REG({name}, 'register_post_accumulate_grad_hook', make_after('h{index}', {mode!r}))")
             else:
                 lines.append(f"REG({name}, 'register_hook', make_hook('h{index}', {kind!r}))")
-        lines.append(f"out = {' + '.join(terms)}")
-        reuse = flat and rng.random() < 0.5
+        if parts:
+            joined = rng.choice(["stack", "cat"])
+            if joined == "stack":
+                lines.append(f"out = torch.stack([{', '.join(terms)}])")
+            else:
+                lines.append(f"out = torch.cat([{', '.join(term + '.view(1)' for term in terms)}])")
+        else:
+            lines.append(f"out = {' + '.join(terms)}")
+        size = count if parts else 6
+        reuse = (flat or parts) and rng.random() < 0.5
         if reuse:
-            lines.append("g = torch.ones(6)")
+            lines.append(f"g = torch.linspace(0.5, 1.5, {size})")
         passes = rng.randint(2, 3)
         for index in range(passes):
             retain = ", retain_graph=True" if index < passes - 1 else ""
-            gradient = ("g" if reuse else "torch.ones(6)") if flat else None
+            gradient = ("g" if reuse else f"torch.linspace(0.5, 1.5, {size})") if flat or parts else None
             lines.append(f"PASS('backward', out{', gradient=' + gradient if gradient else ''}{retain})")
             if index < passes - 1 and rng.random() < 0.2:
                 lines.append(f"{rng.choice(leaves)}.grad = None")

@@ -90,7 +90,7 @@ def shared_leaves(observer: Any, adopted: set[int]) -> set[int]:
 
 def _source(fn: Any, outputs: dict[int, list], arrivals: dict[int, int]) -> tuple[int, bool]:
     """Walk up from ``fn`` (a leaf's AccumulateGrad) while the one gradient reaching it may be what the function
-    above received, or a view of it (``_may_view``, one output, as many elements): the function whose received
+    above received, or a view of it or of part of it (``_may_view``, one output, no more elements): the function whose received
     gradient the leaf may end up holding, and whether a new view was made on the way."""
     viewed = False
     current = fn
@@ -101,8 +101,10 @@ def _source(fn: Any, outputs: dict[int, list], arrivals: dict[int, int]) -> tupl
         user = edges[0][0][0]
         try:
             metadata = user._input_metadata
+            # as many elements, or fewer (a slice, a row of stack's or unbind's): a view of part of that buffer;
+            # more would be an expanded view, which autograd copies before a leaf holds it
             if not _may_view(user) or len(metadata) != 1 \
-                    or _numel(metadata[0].shape) != _numel(current._input_metadata[0].shape):
+                    or _numel(metadata[0].shape) < _numel(current._input_metadata[0].shape):
                 break
         except Exception:  # no metadata to compare: the gradient may be anything
             break
