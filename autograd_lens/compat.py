@@ -103,16 +103,18 @@ def untested() -> str | None:
 
 
 def other_profiler() -> str | None:
-    """What else is profiling this thread, or None.
+    """What else is profiling this thread, or None; named for the lens's note.
 
     ``sys.setprofile`` holds one function per thread: cProfile and ``%prun`` use it up to Python 3.11, yappi on
     every Python (from C, with no object: ``sys.getprofile()`` says None, so yappi itself is asked).  From Python
     3.12 cProfile and ``%prun`` register a ``sys.monitoring`` tool instead, and ``sys.getprofile()`` is None while
     they profile: the profiler slot of ``sys.monitoring`` is read too (line_profiler 5 takes it there as well; up
-    to 3.11 it traces with ``sys.settrace``, and it and the lens do not share a slot).
+    to 3.11 it traces with ``sys.settrace``, and it and the lens do not share a slot).  What the lens must not do
+    while one of them runs is in ``capture/snapshot.py`` (``_enter_dispatch``) and tests/test_profilers.py.
     """
-    if sys.getprofile() is not None:
-        return "a profile function (sys.setprofile)"
+    function = sys.getprofile()
+    if function is not None:
+        return f"{_owner(function)} through sys.setprofile"
     yappi = sys.modules.get("yappi")  # sets its profile function from C with no object: getprofile() says None
     try:
         if yappi is not None and yappi.is_running():
@@ -125,3 +127,11 @@ def other_profiler() -> str | None:
         if tool is not None:
             return f"the sys.monitoring profiler {tool!r}"
     return None
+
+
+def _owner(function: object) -> str:
+    """``cProfile.Profile`` for cProfile's profiler object, ``module.name`` for a Python profile function."""
+    named = function if getattr(function, "__qualname__", None) and getattr(function, "__module__", None) \
+        else type(function)
+    name = f"{getattr(named, '__module__', '?')}.{getattr(named, '__qualname__', '?')}"
+    return "torch.profiler with_stack=True" if name == "builtins.TraceContext" else name  # torch's C type

@@ -298,9 +298,6 @@ def test_backward_in_other_threads_is_neither_broken_nor_recorded():
     assert sorted(event.name for event in backward_pass.events if type(event).__name__ == "GradWritten") == ["w", "x"]
 
 
-@pytest.mark.xfail(sys.version_info >= (3, 12), strict=True,
-                   reason="Python >= 3.12 (cProfile on sys.monitoring): with a backward inside a Lens, cProfile's stats "
-                          "lose the functions enclosing that backward (#21)")
 def test_under_cprofile_the_lens_records_nodes_and_the_profile_survives():
     import autograd_lens as al
     from autograd_lens.compat import other_profiler

@@ -224,8 +224,6 @@ def test_yappi_which_getprofile_cannot_see_makes_the_lens_step_aside(monkeypatch
     assert compat.other_profiler() is None
 
 
-@pytest.mark.xfail(sys.version_info >= (3, 12), strict=True,
-                   reason="Python >= 3.12: yappi loses the call of a function enclosing a backward inside a Lens (#21)")
 def test_a_real_yappi_keeps_profiling_through_a_lens():
     yappi = pytest.importorskip("yappi")
 

@@ -163,13 +163,13 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
             self.unpack_codes.update(code for code in map(code_of, defaults) if code is not None)
         if not self.profiling_allowed:
             self.hooks_hidden = True
-        elif other_profiler() is None:  # sys.getprofile() misses cProfile on Python >= 3.12
+        elif (profiler := other_profiler()) is None:  # sys.getprofile() misses cProfile on Python >= 3.12
             self.profiling = True
             sys.setprofile(self._profile)
         else:
             self.hooks_hidden = True
-            self.note("hook calls not attributed: another profiler (cProfile, %prun, yappi or torch.profiler) is active, "
-                      "so only the backward functions were recorded")
+            self.note(f"hook calls not attributed: another profiler ({profiler}) is active, so only the backward "
+                      "functions were recorded")
 
     def _read_node_hooks(self, observe: Any) -> None:
         """Each node's own pre- and post-hooks, in registration order, from the hook dicts torch keeps on the

@@ -148,7 +148,7 @@ class hidden_from_user:
 
     def __enter__(self) -> "hidden_from_user":
         self.dispatch = _disable_dispatch()
-        self.dispatch.__enter__()
+        _enter_dispatch(self.dispatch)  # called unbound: see _enter_dispatch below
         self.profiled = False
         if _profiler_enabled():  # the depth is counted only while a profiler is on: no user code runs inside
             depth = getattr(self._depth, "value", 0)
@@ -165,8 +165,14 @@ class hidden_from_user:
             self._depth.value -= 1
             if self.profiled:
                 torch._C._autograd._enable_record_function(True)
-        self.dispatch.__exit__(*exc)
+        _exit_dispatch(self.dispatch, *exc)
 
 
 _disable_dispatch = torch._C._DisableTorchDispatch
+# Its methods are pybind11's: ``obj.__enter__()`` calls a bound method, which Python 3.12-3.13 report to
+# sys.monitoring as a CALL of the method but a C_RETURN of the function inside it, so cProfile (and %prun) pop
+# a frame they never pushed and lose the functions around the lens (tests/test_profilers.py).  Called through
+# the class, CALL and C_RETURN name the same function.
+_enter_dispatch = _disable_dispatch.__enter__
+_exit_dispatch = _disable_dispatch.__exit__
 _profiler_enabled = torch._C._autograd._profiler_enabled
