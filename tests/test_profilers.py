@@ -250,3 +250,40 @@ def test_each_running_profiler_is_named():
     else:
         assert seen == "cProfile.Profile through sys.setprofile"
     assert compat.other_profiler() is None
+
+
+def _started_in_a_hook(lensed: bool):
+    """A hook starts cProfile during the pass; a later hook and a call after the pass are profiled."""
+    profiler = cProfile.Profile()
+
+    def start(grad):
+        profiler.enable()
+        return grad * 2
+
+    x = torch.ones(3, requires_grad=True)
+    block = al.Lens() if lensed else contextlib.nullcontext()
+    try:
+        with block as lens:
+            y = x * 3
+            z = y.sin()
+            y.register_hook(start)
+            z.register_hook(triple)
+            z.sum().backward()
+            helper(x)
+    finally:
+        profiler.disable()
+    called = {name: stat[1] for (path, _, name), stat in pstats.Stats(profiler).stats.items() if path == HERE}
+    return called, x.grad.clone(), lens
+
+
+def test_a_profiler_started_inside_a_hook_keeps_running_and_the_lens_says_so():
+    plain_calls, plain_grad, _ = _started_in_a_hook(lensed=False)
+    lens_calls, lens_grad, lens = _started_in_a_hook(lensed=True)
+    assert lens_calls == plain_calls and torch.equal(lens_grad, plain_grad)
+    assert plain_calls.get("helper") == 1  # the profile kept recording after the pass
+    (backward_pass,) = lens.passes
+    if sys.version_info < (3, 12):  # cProfile took sys.setprofile's slot from the lens during the pass
+        assert any("a profiler was started during the pass" in note for note in backward_pass.notes)
+        assert "x" in backward_pass.unknown and backward_pass.grads_without_hooks["x"] is None
+    else:  # cProfile runs on sys.monitoring: the lens keeps recording every hook call
+        assert [call.hook for call in backward_pass.hook_calls] == ["triple", "start"]

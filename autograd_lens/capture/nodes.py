@@ -27,9 +27,7 @@ class NodeRecorder:
         """Pre-hook on ``AccumulateGrad``: the old ``.grad`` and what is about to be added.  Returns None."""
         if threading.get_ident() != self.thread or self.nested() or self.broken:
             return None
-        profiling = self.profiling
-        if profiling:
-            sys.setprofile(None)
+        profiling = self._pause_profile()
         try:
             with _hidden_from_modes():
                 fn = _current_node()
@@ -46,9 +44,7 @@ class NodeRecorder:
         """Post-hook on every node: what reached it and what it sent.  Returns None."""
         if threading.get_ident() != self.thread or self.nested() or self.broken:
             return None  # another thread's backward, or one run inside a hook: not this pass
-        profiling = self.profiling
-        if profiling:
-            sys.setprofile(None)
+        profiling = self._pause_profile()
         fn = None
         try:
             with _hidden_from_modes():
@@ -60,6 +56,22 @@ class NodeRecorder:
             if profiling:
                 sys.setprofile(self._profile)
         return None
+
+    def _pause_profile(self) -> bool:
+        """Switch the lens's profile function off for its own work; True if it was on (to switch it back on).  A
+        profiler started inside a hook during the pass (cProfile, on Python 3.11) has replaced it: that one is the
+        user's and stays; the lens sees no more hook calls in this pass and says so."""
+        if not self.profiling:
+            return False
+        if sys.getprofile() != self._profile:
+            self.profiling = False
+            self.hooks_hidden = True
+            self.copies.clear()
+            self.note("hook calls not attributed after a profiler was started during the pass: it took the place of "
+                      "the lens's own watcher, which stepped aside; values without hooks are unknown")
+            return False
+        sys.setprofile(None)
+        return True
 
     def _copy(self, value: Any) -> Any:
         """``snapshot_all``, reusing the copy of a tensor already copied in this pass when it is the same
@@ -120,6 +132,29 @@ class NodeRecorder:
                           "shown as summaries")
         return kept
 
+    def _written(self, grad: Any, grad_outputs: tuple) -> Any:
+        """A copy of a leaf's ``.grad`` right after AccumulateGrad wrote it.  When autograd adopted the gradient
+        that arrived without a copy (``.grad`` is then a view of the same memory, same layout and version), it is
+        the copy already taken of what arrived: one copy, and one object the later checks see as unchanged."""
+        if grad_outputs and type(grad) is torch.Tensor and not self.over_budget and self.profiling:
+            arrived = grad_outputs[0]
+            try:
+                adopted = type(arrived) is torch.Tensor and grad.layout == torch.strided == arrived.layout \
+                    and grad.numel() > 0 and grad.data_ptr() == arrived.data_ptr() and grad.dtype == arrived.dtype \
+                    and grad.device == arrived.device and grad.shape == arrived.shape \
+                    and grad.stride() == arrived.stride() and grad._version == arrived._version
+            except Exception:  # no storage to compare (ZeroTensor, a subclass): copy it
+                adopted = False
+            if adopted:
+                earlier = self._earlier_copy(arrived, arrived._version)
+                if earlier is not None:
+                    try:  # .grad read again after the pass: the same object at the same version has this copy
+                        self.copies[id(grad)] = (weakref.ref(grad), grad._version, earlier)
+                    except TypeError:
+                        pass
+                    return earlier
+        return self._keep(grad)
+
     def _record_node(self, fn: Any, grad_inputs: tuple, grad_outputs: tuple) -> None:
         pending, self.pending = self.pending, []
         for call in pending:
@@ -132,7 +167,7 @@ class NodeRecorder:
             key = id(fn)
             fresh = key not in self.written
             if fresh:  # no user code ran since the write
-                self.written[key] = self._keep(fn.variable.grad)
+                self.written[key] = self._written(fn.variable.grad, grad_outputs)
             # a leaf without a .grad before the pass: .grad is exactly what arrived
             received = self.incoming.pop(key) if key in self.incoming else self.written[key]
             record: Any = GradRecord(fn, received, self.written[key])

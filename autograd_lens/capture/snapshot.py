@@ -119,6 +119,11 @@ def copy_exactly(tensor: torch.Tensor) -> torch.Tensor:
     """
     if tensor.is_contiguous():
         return tensor.clone()
+    strides = tensor.stride()
+    if 0 not in strides:  # a transposed or permuted gradient: clone keeps the strides of a dense one
+        copy = tensor.clone()
+        if copy.stride() == strides:
+            return copy
     span = 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()) if size > 0)
     if tensor.numel() == 0:
         return tensor.clone()
