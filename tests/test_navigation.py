@@ -288,6 +288,11 @@ def test_the_static_page_follows_the_system_colour_scheme(browser, tmp_path, sch
     viewport = page.locator(".al-viewport")
     for _ in range(3):
         page.click("button[data-go=zoom-out]")
+    # zoomed out below 10 px text: an overview, no text drawn (a leaf's .grad text included)
+    assert "al-overview" in page.get_attribute(".al-stepper", "class")
+    assert page.evaluate("Array.from(document.querySelectorAll('.al-canvas text')).filter(t => "
+                         "getComputedStyle(t).display !== 'none' && getComputedStyle(t).visibility === 'visible')"
+                         ".map(t => t.textContent)") == []
     assert page.locator(".al-canvas svg").bounding_box()["width"] < viewport.bounding_box()["width"] - 40
     assert min(panel_fills_frame(viewport)) >= 240
     shot(page, f"static-page-{scheme}.png")

@@ -335,7 +335,8 @@ BASE_CSS = """\
 {scope} .al-viewport.al-dragging {{cursor: grabbing}}
 {scope} .al-canvas {{position: absolute; left: 0; top: 0; transform-origin: 0 0}}
 {scope} .al-canvas svg {{display: block; background: #ffffff; border-radius: 4px; max-width: none; max-height: none}}
-{scope}.al-overview .node:not(.al-foldable) text, {scope}.al-overview .edge text, {scope}.al-overview .cluster > text.al-small {{display: none}}
+{scope}.al-overview .node:not(.al-foldable) text, {scope}.al-overview .edge text, {scope}.al-overview .cluster > text.al-small {{
+  display: none !important}}
 {scope} .cluster {{cursor: pointer}}
 {scope} .cluster > text.al-group-name {{display: none; fill: #4c1d95; font-weight: bold}}
 {scope} .cluster.al-collapsed > text.al-group-name {{display: inline}}
