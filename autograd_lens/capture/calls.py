@@ -41,14 +41,20 @@ class HookCalls:
                     if code in self._own_codes:
                         return
                     # The engine runs Python (a hook, a custom Function's backward): it may edit a gradient
-                    # where the version counter does not see it (``.data``, numpy), so no earlier copy is reused.
-                    self.copies.clear()
+                    # where the version counter does not see it (``.data``, numpy), so no earlier copy is reused
+                    # after it starts (a hook's own call first reads what it got: nothing has run yet).
                     if code.co_filename.startswith(TORCH_DIR):
+                        self.copies.clear()
                         self.wrapper = Wrapper(frame, wrapper_family(code))
                         if self.wrapper.family in ("module_full", "module_pre"):
                             self._boundary(self.wrapper)
                     elif code not in self.unpack_codes and not self._is_unpack_hook(code):
-                        self._begin(frame, None)
+                        try:
+                            self._begin(frame, None)
+                        finally:
+                            self.copies.clear()
+                    else:
+                        self.copies.clear()
                 elif self.wrapper is not None and parent is self.wrapper.frame:
                     if self.wrapper.family != "ignore" and user_function(frame, self.wrapper) is not None:
                         self._begin(frame, self.wrapper)
@@ -183,6 +189,8 @@ class HookCalls:
                 self.written[id(node)] = snapshot(node.variable.grad, limit)
             if kind == "post_accumulate_grad":
                 grad_in = snapshot(received.grad, limit)
+            elif kind == "tensor" and wrapper is None and isinstance(received, torch.Tensor):
+                grad_in = self.copied(received)  # the copy of what a node sent, when this is it, unchanged
             else:
                 grad_in = snapshot_all(received, limit)
             self.current = HookRecord(
@@ -271,6 +279,8 @@ class HookCalls:
                 edited = not values_equal(call.grad_in, snapshot_all(call.received, limit))
         call.edited_in_place = edited
         self.edited_in_place = self.edited_in_place or edited
+        if call.kind == "tensor":  # what the next function receives, copied after the hook: kept for reuse
+            self.keep_copy(call.received if returned is None else returned, call.grad_out)
         if call.modified or edited:
             self.unhooked.activate(edited)
         call.frame = None  # don't keep the hook's locals alive

@@ -112,6 +112,15 @@ class NodeRecorder:
                 return earlier
         return snapshot(value, self.store_limit)
 
+    def keep_copy(self, value: Any, kept: Any) -> None:
+        """``kept``, a copy of tensor ``value`` taken just now (after a hook ran), for reuse while ``value`` stays
+        the same object at the same version and no Python runs inside the engine."""
+        if self.profiling and isinstance(value, torch.Tensor) and isinstance(kept, (torch.Tensor, TensorSummary)):
+            try:
+                self.copies[id(value)] = (weakref.ref(value), value._version, kept)
+            except Exception:  # no weak reference or no version counter: not reused
+                pass
+
     def _earlier_copy(self, value: torch.Tensor, version: int) -> Any:
         """The copy kept of ``value`` in this pass if it is the same object at the same version, else None."""
         hit = self.copies.get(id(value))
