@@ -96,3 +96,19 @@ def test_a_display_whose_layout_fails_shows_the_table_and_the_cause(monkeypatch)
     bundle = graph_bundle(al.graph(loss, names={"model": model}))
     assert "Rendering is switched off" in bundle["text/html"] and 'class="autograd-lens-table"' in bundle["text/html"]
     assert [t.name for t in threading.enumerate() if t.name.startswith("autograd-lens")] == []
+
+
+def test_each_drawn_graph_is_planned_once(monkeypatch):
+    """graph(), to_dot and the navigator each plan (group and fold) the graph they draw: once per graph."""
+    from autograd_lens.views import fold
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 3), nn.Tanh()) for _ in range(8)])
+    loss = model(torch.randn(2, 3)).sum()
+    planned: list = []  # the graphs themselves (kept alive: no id is reused)
+    original = fold.groups_from_parameters
+    monkeypatch.setattr(fold, "groups_from_parameters", lambda graph, modules: planned.append(graph)
+                        or original(graph, modules))
+    bundle = graph_bundle(al.graph(loss, names={"model": model}))
+    assert "(x8)" in bundle["text/html"]  # folded, with the drawing of the blocks opened laid out in advance
+    assert len(planned) >= 3 and len({id(graph) for graph in planned}) == len(planned)

@@ -292,8 +292,11 @@ def plan(graph: Graph) -> Folded:
     options = graph.options
     if not (options and options.fold and graph.modules and len(graph.nodes) > FOLD_OVER):
         return Folded(graph, (), ())
-    groups = groups_from_parameters(graph, dict(graph.modules))
-    return fold(graph, groups, options.expand)
+    known = graph.__dict__.get("_folded")  # graph(), to_dot and the navigator each plan the graph they draw
+    if known is None:
+        known = fold(graph, groups_from_parameters(graph, dict(graph.modules)), options.expand)
+        graph.__dict__["_folded"] = known  # kept with the graph (frozen: it cannot go stale), like its _index
+    return known
 
 
 def folded_walk(walk_to, modules: tuple[tuple[str, str], ...], options) -> Graph:

@@ -235,14 +235,24 @@ _REPEATED = ((' fill="none" stroke="#4b5563"', ""), (' fill="#4b5563" stroke="#4
 _CLOSED = re.compile(r' points="(\S+)((?: \S+)+) \1"')  # a polygon closes itself: no need to repeat its first point
 
 
+_ROUNDED: dict[str, str] = {}  # a drawing repeats its coordinates (ranks, columns): each is rounded once
+
+
+def _one(number: re.Match) -> str:
+    written = number.group(0)
+    text = _ROUNDED.get(written)
+    if text is None:
+        text = f"{float(written):.1f}"
+        text = text[:-2] if text.endswith(".0") else text
+        if len(_ROUNDED) > 200_000:
+            _ROUNDED.clear()
+        text = _ROUNDED[written] = "0" if text == "-0" else text
+    return text
+
+
 def _round(match: re.Match) -> str:
     """Coordinates to a tenth of a point (Graphviz writes hundredths: nothing visible is lost)."""
-    def one(number: re.Match) -> str:
-        text = f"{float(number.group(0)):.1f}"
-        text = text[:-2] if text.endswith(".0") else text
-        return "0" if text == "-0" else text
-
-    return f' {match.group(1)}="{_NUMBER.sub(one, match.group(2))}"'
+    return f' {match.group(1)}="{_NUMBER.sub(_one, match.group(2))}"'
 
 
 def _box(match: re.Match) -> str:
