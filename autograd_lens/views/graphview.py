@@ -37,9 +37,13 @@ State = tuple[Run, ...]  # the runs drawn in full, sorted
 
 
 def expanded(graph: Graph, state: State) -> Graph:
-    """``graph`` with the blocks of these runs drawn in full (added to its own ``expand``)."""
-    extra = tuple(path for run in state for path in run)
-    return dataclasses.replace(graph, options=graph.options.replace(expand=graph.options.expand + extra))
+    """``graph`` with the blocks of these runs drawn in full (added to its own ``expand``); the same object each
+    time (kept with the graph), so that its plan is made once (``fold.plan``)."""
+    made = graph.__dict__.setdefault("_expanded", {})
+    if state not in made:
+        extra = tuple(path for run in state for path in run)
+        made[state] = dataclasses.replace(graph, options=graph.options.replace(expand=graph.options.expand + extra))
+    return made[state]
 
 
 def fold_states(graph: Graph, layouts: int | None = None, boxes: int | None = None) -> list[tuple[State, Folded]]:
