@@ -15,7 +15,7 @@ one torch thread, medians of alternating runs.  Beside each, the floors ``bench_
 the same graph in the same run: a no-op hook on every node (a C-level callable, no Python frame) plus an
 idle ``sys.setprofile`` function; and a Python post-hook on every node that only clones what the node
 sends.  The floors walk the graph here (not with the lens's code), so they do not move when the lens does.
-Extra peak memory: one step in a fresh Python, what it adds to peak RSS traced vs plain (medians of 3).
+Extra peak memory: one step in a fresh Python, what it adds to peak RSS traced vs plain (medians of 5).
 """
 
 from __future__ import annotations
@@ -164,8 +164,8 @@ BACKWARDS = {"plain": plain_backward, "floor": floor_backward, "copy_floor": cop
 def step(model, optimizer, idx, targets, kind: str, names: dict, train: bool) -> tuple[float, float, object]:
     """One step (zero_grad, forward, backward, and ``optimizer.step()`` when ``train``); ``kind`` is "traced"
     (the whole step inside ``al.Lens``) or a key of ``BACKWARDS``.  Returns (step seconds, backward seconds, lens)."""
-    lens = al.Lens(names=names) if kind == "traced" else None
     start = clock()
+    lens = al.Lens(names=names) if kind == "traced" else None
     if lens is not None:
         lens.__enter__()
     try:
@@ -240,7 +240,7 @@ def peak(name: str, mode: str) -> tuple[int, int]:
     return int(base), int(grown)
 
 
-def memory(name: str = "NANO", runs: int = 3) -> dict:
+def memory(name: str = "NANO", runs: int = 5) -> dict:
     """MB one training step adds to peak RSS, plain and traced (medians of ``runs`` fresh Pythons each), and
     the MB resident when it starts (Python, torch, the model)."""
     grown: dict = {"plain": [], "traced": []}
@@ -248,7 +248,9 @@ def memory(name: str = "NANO", runs: int = 3) -> dict:
         for mode in grown:
             base, added = peak(name, mode)
             grown[mode].append(added)
-    return {"base": base, "plain": statistics.median(grown["plain"]), "traced": statistics.median(grown["traced"])}
+    gradients = sum(p.numel() * p.element_size() for p in build(globals()[name])[0].parameters()) / 2**20
+    return {"base": base, "plain": statistics.median(grown["plain"]), "traced": statistics.median(grown["traced"]),
+            "gradients": gradients}
 
 
 def describe(found: dict, part: str) -> str:
@@ -274,7 +276,7 @@ def main(rounds: int = 15) -> None:
     extra = used["traced"] - used["plain"]
     print(f"nanoGPT step: peak RSS grows {used['plain']:.0f} MB plain, {used['traced']:.0f} MB traced (over "
           f"{used['base']} MB at the start): +{extra:.0f} MB, {extra / used['plain']:.0%} of the plain step's "
-          f"(target <= +10%)")
+          f"(target <= +10%); the parameters' gradients are {used['gradients']:.1f} MB")
 
 
 if __name__ == "__main__":
