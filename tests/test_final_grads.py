@@ -221,7 +221,8 @@ def test_write_card_says_ddp_changes_grad_after_the_write_and_compares_the_end_v
 
 class AliasGenerator:
     """Leaves whose gradients autograd adopts as views of the seed or of each other (0-dim ``sum``/``view``,
-    ``view(6)`` under ``gradient=``, rows of a ``stack`` or slices of a ``cat`` under ``gradient=``), beside ordinary ones; hooks that scale, observe, keep or edit ``.grad`` in
+    ``view(6)`` under ``gradient=``, rows of a ``stack`` or slices of a ``cat`` under ``gradient=``, a 0-dim root under
+    the caller's own 0-dim ``gradient=``), beside ordinary ones; hooks that scale, observe, keep or edit ``.grad`` in
     place on some; 2-3 passes, a ``gradient=`` tensor fresh or reused, ``.grad = None`` between passes."""
 
     def __init__(self, seed: int) -> None:
@@ -260,13 +261,16 @@ class AliasGenerator:
         else:
             lines.append(f"out = {' + '.join(terms)}")
         size = count if parts else 6
-        reuse = (flat or parts) and rng.random() < 0.5
+        # a 0-dim root: backward() makes a new seed each time, unless the caller passes its own (fresh or reused)
+        scalar_seed = not (flat or parts) and rng.random() < 0.4
+        new_seed = "torch.tensor(0.75)" if scalar_seed else f"torch.linspace(0.5, 1.5, {size})"
+        reuse = (flat or parts or scalar_seed) and rng.random() < 0.5
         if reuse:
-            lines.append(f"g = torch.linspace(0.5, 1.5, {size})")
+            lines.append(f"g = {new_seed}")
         passes = rng.randint(2, 3)
         for index in range(passes):
             retain = ", retain_graph=True" if index < passes - 1 else ""
-            gradient = ("g" if reuse else f"torch.linspace(0.5, 1.5, {size})") if flat or parts else None
+            gradient = ("g" if reuse else new_seed) if flat or parts or scalar_seed else None
             lines.append(f"PASS('backward', out{', gradient=' + gradient if gradient else ''}{retain})")
             if index < passes - 1 and rng.random() < 0.2:
                 lines.append(f"{rng.choice(leaves)}.grad = None")
@@ -289,6 +293,11 @@ SHARED_CASES = {
         "x0 = torch.randn((), requires_grad=True)", "x1 = torch.randn((), requires_grad=True)",
         "REG(x1, 'register_post_accumulate_grad_hook', make_after('h0', 'inplace'))",
         "out = x0.sum() + x1.sum()", "PASS('backward', out, retain_graph=True)", "PASS('backward', out)"],
+    "a 0-dim root under the caller's own reused gradient=": [
+        "x0 = torch.randn((), requires_grad=True)", "x1 = torch.randn((), requires_grad=True)",
+        "REG(x0, 'register_hook', make_hook('h0', 'scale'))", "out = x0.sum()", "g = torch.tensor(0.75)",
+        "PASS('backward', out, gradient=g, retain_graph=True)", "PASS('backward', out, gradient=g, retain_graph=True)",
+        "PASS('backward', out, gradient=g)"],
     "a hook that keeps its gradient stops the adoption": [
         "x0 = torch.randn((), requires_grad=True)", "x1 = torch.randn((), requires_grad=True)",
         "REG(x0, 'register_hook', make_hook('h0', 'keep'))",

@@ -110,6 +110,7 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         self.seeds = tuple(snapshot(seed, store_limit) if isinstance(seed, torch.Tensor) else None for seed in seeds)
         self.start_seeds = self.seeds  # as they were when the pass started (self.seeds: as they would be unhooked)
         self.seed_objects = seeds  # the caller's gradient= tensors, until the pass is recorded
+        self.own_seeds: frozenset[int] = frozenset(id(seed) for seed in seeds)  # ids of those the caller made
         self.unhooked = Unhooked(self)
         self.error: BaseException | None = None
         self.profiling_allowed = True

@@ -67,10 +67,12 @@ def shared_leaves(observer: Any, adopted: set[int]) -> set[int]:
     arrivals: dict[int, int] = {}  # how many gradients reach each function (two or more: summed in a buffer of its own)
     for (fn_id, _), users in consumers.items():
         arrivals[fn_id] = arrivals.get(fn_id, 0) + len(users)
-    seeded = {}  # root function -> whether the caller passed a gradient= tensor it may pass again (not a 0-dim one)
+    # root function -> whether the caller passed a gradient= tensor it may pass again (a 0-dim one only when it is the
+    # caller's own: backward() without gradient= makes a new one each time)
+    seeded = {}
     for (fn, _), seed in zip(observer.shape.root_edges, observer.seed_objects):
         arrivals[id(fn)] = arrivals.get(id(fn), 0) + 1
-        seeded[id(fn)] = isinstance(seed, torch.Tensor) and seed.dim() > 0
+        seeded[id(fn)] = isinstance(seed, torch.Tensor) and (seed.dim() > 0 or id(seed) in observer.own_seeds)
     outputs: dict[int, list] = {}  # function -> the users of each of its outputs
     for (fn_id, _), users in consumers.items():
         if users:
@@ -86,6 +88,23 @@ def shared_leaves(observer: Any, adopted: set[int]) -> set[int]:
         if holders + (1 if seeded.get(source) and arrivals.get(source) == 1 else 0) > 1:
             shared.update(key for key, _ in members)
     return found | shared
+
+
+def own_seeds(engine_caller: Any, seeds: tuple) -> frozenset[int]:
+    """ids of the gradients passed to the engine that are the caller's own tensors (``backward(gradient=g)``,
+    ``grad(grad_outputs=g)``), not ones torch made for a call without them; read from the frame of torch's function
+    that called the engine.  Where that frame does not say, every tensor counts as the caller's (the cautious side:
+    a later value without hooks becomes unknown, never wrong)."""
+    tensors = {id(seed) for seed in seeds if isinstance(seed, torch.Tensor)}
+    try:
+        local = engine_caller.f_locals
+        given = local["grad_tensors"] if "grad_tensors" in local else local["grad_outputs"]
+    except Exception:
+        return frozenset(tensors)
+    if given is None:
+        return frozenset()
+    given = (given,) if isinstance(given, torch.Tensor) else tuple(given)
+    return frozenset(id(item) for item in given if isinstance(item, torch.Tensor)) & tensors
 
 
 def _source(fn: Any, outputs: dict[int, list], arrivals: dict[int, int]) -> tuple[int, bool]:

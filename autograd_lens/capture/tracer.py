@@ -38,10 +38,10 @@ from .structure import structure
 from .walk import leaf_state, walk
 from .annotate import _groups, _module_hooks, _sources
 from .selfcheck_run import _SELF_CHECK, _self_check  # noqa: F401  (tests read tracer._SELF_CHECK)
+from .shared import own_seeds
 from .showing import LensViews
 
-# Graphs up to this many nodes are modelled before the pass (saved tensors included);
-# larger ones after it, so tracing a big model adds little to its backward().
+# Graphs up to this many nodes are modelled before the pass (saved tensors included); larger ones after it.
 EAGER_MODEL_LIMIT = 100
 
 _ACTIVE: list["Lens"] = []
@@ -322,6 +322,7 @@ class Lens(LensViews):
         if _SELF_CHECK.get("result"):
             observer.note(f"hook calls not recorded: {_SELF_CHECK['result']}")
             observer.profiling_allowed = False
+        observer.own_seeds = own_seeds(caller.f_back, seeds)  # caller.f_back: torch's backward() or grad()
         self._restore_seeds(observer, seeds)
         if len(observer.shape.nodes) <= EAGER_MODEL_LIMIT:
             # small graphs: read saved tensors and values now, they are gone after the pass
