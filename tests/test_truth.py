@@ -492,3 +492,62 @@ def test_the_garbage_collectors_callbacks_during_a_pass_are_no_hook_and_no_note(
     assert collected  # the collector did run during the passes
     assert torch.equal(x.grad, plain.grad)
     assert list(lens.hook_calls) == [] and lens.passes[0].notes == ()
+
+
+def _train_two_steps(clip: bool, zero: bool):
+    """Two SGD steps of a small MLP, a clipping hook on the first layer's weight when ``clip``."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+    x, target = torch.randn(5, 3), torch.randn(5, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    lens = al.Lens(names={"model": model})
+    with lens:
+        if clip:
+            model[0].weight.register_hook(lambda g: g.clamp(-0.05, 0.05))
+        for _ in range(2):
+            if zero:
+                optimizer.zero_grad()
+            ((model(x) - target) ** 2).mean().backward()
+            optimizer.step()
+    return lens, model[0].weight.grad.clone()
+
+
+@pytest.mark.parametrize("zero", [True, False])
+def test_without_hooks_after_an_optimizer_step_says_it_is_this_pass_not_another_training_run(zero):
+    """After a step that used hook-changed gradients the parameters differ from a run without the hooks: the
+    lens's 'without hooks' of the next pass is this pass with its hooks removed (checked against torch), and the
+    pass says that a training run without the hooks would differ (it does: checked too)."""
+    lens, _ = _train_two_steps(clip=True, zero=zero)
+    _, never_hooked = _train_two_steps(clip=False, zero=zero)
+    first, second = lens.passes
+    assert not any("changed since pass" in note for note in first.notes)
+    (note,) = [note for note in second.notes if "changed since pass 1" in note]
+    assert note.startswith("model.2.bias, model.2.weight, model.0.bias and 1 more changed since pass 1")
+    assert "a run that never had the hooks would have reached other values" in note
+    shown = second.grads_without_hooks["model.0.weight"]
+    assert not torch.equal(shown, never_hooked)  # why the note is needed: that would be a false statement
+    # what it is: this pass with the hook removed, on the parameters as they are (recomputed by hand below)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+    x, target = torch.randn(5, 3), torch.randn(5, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    handle = model[0].weight.register_hook(lambda g: g.clamp(-0.05, 0.05))
+    optimizer.zero_grad()
+    ((model(x) - target) ** 2).mean().backward()
+    optimizer.step()
+    handle.remove()
+    if zero:
+        optimizer.zero_grad()
+        ((model(x) - target) ** 2).mean().backward()
+        assert torch.equal(shown, model[0].weight.grad)
+
+
+def test_no_note_when_the_leaves_did_not_change_between_passes():
+    x = torch.ones(3, requires_grad=True)
+    with al.Lens() as lens:
+        y = x * 2
+        y.register_hook(lambda g: g * 3)
+        out = y.sum()
+        out.backward(retain_graph=True)
+        out.backward()
+    assert not any("changed since pass" in note for backward_pass in lens.passes for note in backward_pass.notes)

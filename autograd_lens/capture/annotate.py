@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..model import values_equal
 from .lines import CellLines
 from .modules import ModuleCalls, groups_for
 from .names import names_from
@@ -70,3 +71,24 @@ def _module_hooks(namespace: dict) -> set[tuple[str, int]]:
         for hooks in (module._backward_hooks, module._backward_pre_hooks):
             found.update((names.module_name(module), key) for key in hooks)
     return found
+
+
+def moved_leaves(passes: list, built: Any) -> dict:
+    """A note when leaves (parameters) hold other values than in an earlier pass whose hooks changed gradients
+    (an optimizer step used them): "without hooks" is then this pass's graph with its hooks removed, on the values
+    the leaves hold now, not what a run that never had the hooks would reach (its leaves would differ)."""
+    now = {node.label: node.value for node in built.graph.nodes if node.kind == "leaf"}
+    for earlier in passes:
+        if not any(call.modified or call.edited_in_place or call.unseen for call in earlier.hook_calls):
+            continue
+        before = {node.label: node.value for node in earlier.graph.nodes if node.kind == "leaf"}
+        moved = [name for name, value in now.items() if name in before and value is not None
+                 and before[name] is not None and not values_equal(value, before[name])]
+        if moved:
+            shown = ", ".join(moved[:3]) + (f" and {len(moved) - 3} more" if len(moved) > 3 else "")
+            note = (f"{shown} changed since pass {earlier.index + 1}, whose hooks changed gradients (an optimizer step "
+                    "used them?): 'without hooks' here is this pass with its hooks removed, on the values the leaves "
+                    "hold now; a run that never had the hooks would have reached other values, which the lens does "
+                    "not compute")
+            return {"notes": tuple(built.notes) + (note,)}
+    return {}

@@ -36,7 +36,7 @@ from .snapshot import hidden_from_user, snapshot
 from .unhooked import Unknown
 from .structure import structure
 from .walk import leaf_state, walk
-from .annotate import _groups, _module_hooks, _sources
+from .annotate import _groups, _module_hooks, _sources, moved_leaves
 from .selfcheck_run import _SELF_CHECK, _self_check  # noqa: F401  (tests read tracer._SELF_CHECK)
 from .shared import own_seeds
 from .showing import LensViews
@@ -389,7 +389,7 @@ class Lens(LensViews):
         relabel(graph_walk, grouped.pop("relabel", {}))  # before the steps are made: they use the same names
         built = build_pass(observer, graph_walk, index, self._history, self._invocations, result)
         self._passes.append(dataclasses.replace(built, **_sources(built.graph, self.cell_lines), **grouped,
-                                                debug=getattr(observer, "debug", None)))
+                                                **moved_leaves(self._passes, built), debug=observer.debug))
 
     def _forget_dead_leaves(self) -> None:
         if len(self._history) > 64:
