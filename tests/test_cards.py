@@ -398,3 +398,24 @@ def test_the_start_card_lists_a_parameterless_hooked_module_only_when_this_graph
     assert not any(line.startswith("• unused") for line in start)
     assert ("(1 module with backward hooks and no parameters is not on this graph: torch made no hook boundary of "
             "its here.)") in start
+
+
+@pytest.mark.parametrize("target_name", ["t", "target"])
+def test_an_op_named_like_a_tensor_of_the_user_is_drawn_and_carded_as_a_call(target_name):
+    """A regression target called ``t`` next to torch's ``t`` (the transpose of a Linear weight): the drawing and the
+    cards must not say ``t = model.2.weight.t()`` as if the user's ``t`` were that transpose."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+    x, target = torch.randn(5, 3), torch.randn(5, 1)
+    with al.Lens(names={"model": model, "x": x, target_name: target}) as lens:
+        ((model(x) - target) ** 2).mean().backward()
+    (backward_pass,) = lens.passes
+    labels = [node.label for node in backward_pass.graph.nodes if node.op == "TBackward0"]
+    lines = [line for step in steps_for(backward_pass) for line in step.lines]
+    assert labels == (["t()", "t()"] if target_name == "t" else ["t", "t"])
+    assert "Chain rule: addmm = model.2.bias + relu @ t(model.2.weight)." in lines
+    if target_name == "t":
+        assert "Chain rule: t(model.2.weight) = model.2.weight.t()." in lines
+        assert not any(line.startswith("Chain rule: t = ") for line in lines)
+    else:  # no clash: the op keeps its short name
+        assert "Chain rule: t = model.2.weight.t()." in lines

@@ -196,6 +196,7 @@ def walk(
                 uses[id(next_fn)] = uses.get(id(next_fn), 0) + 1
     storage_names = _storage_names(names) if options.show_saved else {}
     module_badges = names.module_badges()
+    user_names = set(names.tensors.values())
 
     leaf_copies: dict[int, list[str]] = {}
     for fn in kept:
@@ -233,6 +234,8 @@ def walk(
             continue
         named_output = names.outputs.get((id(fn), 0))
         label = op_label(name)
+        if label in user_names:  # the user has a tensor of that name (a target ``t``): not this op, say it's a call
+            label += "()"
         metadata = _metadata(fn)
         saved = _saved_values(fn) if options.show_saved else []  # read once: the summary and the constants
         node_id = build.node(

@@ -29,11 +29,15 @@ def input_keys(event: NodeRun, graph: Graph) -> list[Any]:
 
 
 def output_name(event: NodeRun, graph: Graph) -> str:
-    """The name of what the op computed: its tensor's name, or the op itself (``addmm``)."""
-    for edge_id in event.in_edges:
-        if edge_id:
-            return graph.node(graph.edge(edge_id).dst).label
-    return graph.node(event.node).label if event.node else "out"
+    """The name of what the op computed: its tensor's name, or the op itself (``addmm``); an op drawn as a call
+    (``t()``, the user has a tensor ``t``) by what flows into it (``t(layer.weight)``)."""
+    name = next((graph.node(graph.edge(edge_id).dst).label for edge_id in event.in_edges if edge_id), None)
+    if name is None:
+        name = graph.node(event.node).label if event.node else "out"
+    if name.endswith("()") and event.node and name == graph.node(event.node).label:
+        called = _called_with(graph, event.node, name[:-2])
+        return called if called and len(called) <= _SHORT else name
+    return name
 
 
 def card_targets(event: NodeRun, graph: Graph) -> list[str]:
@@ -47,8 +51,8 @@ def card_targets(event: NodeRun, graph: Graph) -> list[str]:
         # an unnamed input called like the op itself or its result (``addmm = bias + addmm @ t``), or torch's ``t`` of
         # a weight: named by what flows into it (``addmm(…)``, ``t(layer.weight)``)
         made_by = _through_boundaries(graph, keys[slot])
-        if name in (out, event.label, "t") and name == graph_label(graph, made_by):
-            called = _called_with(graph, made_by, name)
+        if (name in (out, event.label, "t") or name.endswith("()")) and name == graph_label(graph, made_by):
+            called = _called_with(graph, made_by, name[:-2] if name.endswith("()") else name)
             names[slot] = called if called and len(called) <= _SHORT else (f"earlier {name}" if name == out else name)
     for label in {name for name in names if name != NO_GRAD}:
         slots = [slot for slot, name in enumerate(names) if name == label]
