@@ -25,8 +25,10 @@ print(f"x.grad = {x.grad.item():g} (it would be 20 without the hook)")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m autograd_lens",
+        usage="%(prog)s [-h] [-o OUTPUT] [--modules] [script [args ...]]",
         description="Run a Python script under autograd_lens and write a step-through of every backward pass "
         "as a standalone HTML page (no server, no network needed to view it).",
+        epilog="Arguments after the script are passed on to it (its sys.argv[1:]).",
     )
     parser.add_argument("script", nargs="?", help="the script to run (default: a built-in demo)")
     parser.add_argument("-o", "--output", default="trace.html", help="where to write the page (default: trace.html)")

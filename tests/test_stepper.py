@@ -488,3 +488,14 @@ def test_the_write_step_compares_the_written_value_with_the_one_without_hooks():
     assert write.title == "x.grad written: 6.0" and torch.equal(x.grad, plain.grad)
     assert f"Without the hooks it would be {al.format_value(plain.grad)}." in write.lines
     assert not any("No hook changed it" in line for line in write.lines)
+
+
+def test_the_command_line_says_and_does_that_arguments_after_the_script_reach_it(tmp_path):
+    helped = subprocess.run([sys.executable, "-m", "autograd_lens", "--help"], capture_output=True, text=True, timeout=120)
+    assert "[script [args ...]]" in helped.stdout and "passed on to it" in helped.stdout
+    script = tmp_path / "train.py"
+    script.write_text("import sys, torch\nprint('args', sys.argv[1:])\nx = torch.ones(2, requires_grad=True)\n"
+                      "(x * 2).sum().backward()\n")
+    done = subprocess.run([sys.executable, "-m", "autograd_lens", str(script), "-o", str(tmp_path / "t.html"),
+                           "--epochs", "3"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "args ['--epochs', '3']" in done.stdout
