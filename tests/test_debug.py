@@ -450,6 +450,11 @@ def test_why_shows_the_three_answers_as_plain_deterministic_html(shell):
     text = repr(Why(lens, "x"))
     assert "which paths it took:\n  loss (sum) ← mul ← x: [0.5, 3.0]\n  sum over 1 path: [0.5, 3.0]" in text
     assert "pass 2: not on any path to the root" in text and "pass 1:" not in text.split("where NaN")[0]
+    # a row that only says something spans its table (it sat under the "reason" or "first step" header)
+    shell.run_cell("%%lens --no-show --why a\na = torch.ones(2, requires_grad=True)\n(a * 3).sum().backward()")
+    page = Why(shell.user_ns["_lens"], "a")._repr_html_()
+    assert '<tr><td colspan="3">no pass left it without a gradient</td></tr>' in page
+    assert '<tr><td colspan="5">every recorded gradient is finite</td></tr>' in page
 
 
 def test_why_magic_displays(shell, capsys):

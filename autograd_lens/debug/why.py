@@ -105,8 +105,15 @@ class Why:
 
 def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     header = "".join(f"<th>{html.escape(cell)}</th>" for cell in head)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
+    body = "".join(_row(row, len(head)) for row in rows)
     return f"<table><tr>{header}</tr>{body}</table>"
+
+
+def _row(row: tuple[str, ...], width: int) -> str:
+    """A row; one that only says something ("no pass left it without a gradient") spans the whole table."""
+    if not row[0] and all(not cell for cell in row[2:]):
+        return f'<tr><td colspan="{width}">{html.escape(row[1])}</td></tr>'
+    return "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
 
 
 def _route(path: Any) -> str:
