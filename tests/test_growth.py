@@ -90,3 +90,45 @@ def test_module_groups_grow_linearly():
     small, large = grouped(60), grouped(240)
     for what, a, b in zip(("trace + groups", "steps + group data"), small, large):
         assert b <= 4.6 * a, f"{what}: {a:,} lines for 60 calls, {b:,} for 240 (×{b / a:.1f})"
+
+
+def opcodes_run(work) -> int:
+    """Bytecodes of autograd_lens executed by ``work()`` (a loop inside one line, such as a comprehension, counts
+    every turn: executed lines do not)."""
+    count = 0
+
+    def tracer(frame, event, arg):
+        nonlocal count
+        if not frame.f_code.co_filename.startswith(PACKAGE):
+            return None
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            count += 1
+        return tracer
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        work()
+    finally:
+        sys.settrace(previous)
+    return count
+
+
+def graph_with_groups(layers: int) -> int:
+    """Lines run to draw ``graph()`` of a Sequential of ``layers`` x (Linear + Tanh): module groups found from the
+    parameters' names, repeated blocks folded (views/groups.py, views/fold.py)."""
+    torch.manual_seed(0)
+    parts = []
+    for _ in range(layers):
+        parts += [torch.nn.Linear(4, 4), torch.nn.Tanh()]
+    model = torch.nn.Sequential(*parts)
+    loss = model(torch.randn(2, 4)).sum()
+    return opcodes_run(lambda: al.graph(loss, names={"model": model}, max_nodes=10 * layers + 10).to_dot())
+
+
+def test_drawing_a_long_model_with_its_groups_grows_linearly():
+    small, large = graph_with_groups(50), graph_with_groups(200)
+    # linear is 4 (3.9 measured); every module path tested for every function (views/groups._assign) and every
+    # group scanned for each group's children (views/fold._signatures) made it 5.4 here, and worse the longer the model
+    assert large / small < 4.6, (small, large)

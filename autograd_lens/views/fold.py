@@ -101,11 +101,15 @@ def _signatures(graph: Graph, groups: Sequence[ModuleGroup], inside: list[set[st
         return node.kind, node.op
 
     signature: list[tuple] = [()] * len(groups)
+    children: dict[int, list[int]] = {}  # in order: the same kids, in the same order, as a scan of every later group
+    for number, member in enumerate(groups):
+        if member.parent is not None:
+            children.setdefault(member.parent, []).append(number)
     for index in range(len(groups) - 1, -1, -1):
         group = groups[index]
         arrows = Counter((shape(e.src), shape(e.dst), e.kind) for n in inside[index] for e in graph.edges_from(n)
                          if e.dst in inside[index])
-        kids = tuple(signature[i] for i in range(index + 1, len(groups)) if groups[i].parent == index)
+        kids = tuple(signature[i] for i in children.get(index, ()) if i > index)
         signature[index] = (group.kind, tuple(sorted(Counter(map(shape, group.nodes)).items())),
                             tuple(sorted(arrows.items())), kids)
     return signature

@@ -9,6 +9,7 @@ calls instead (``BackwardPass.groups``).
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 
 from ..capture.modules import attach
@@ -100,13 +101,26 @@ def _assign(graph: Graph, paths: list[str], spans: dict, parent: dict) -> dict[s
     for path in paths:
         if parent.get(path):
             depth[path] = depth[parent[path]] + 1
-    made: dict[str, str] = {}
-    for node in graph.nodes:
-        number = node.sequence_nr
-        if node.kind != "function" or number is None:
-            continue
-        holders = [p for p in paths if spans[p][0] <= number <= spans[p][1]]
-        if holders:
-            made[node.id] = max(holders, key=lambda p: (depth[p], spans[p][0]))
+    # A sweep over the functions by number: the paths whose span has begun and not yet ended hold it (the same
+    # holders, and the same choice among them, as testing every path for every function, in linear-ish time).
+    functions = sorted((node.sequence_nr, node.id) for node in graph.nodes
+                       if node.kind == "function" and node.sequence_nr is not None)
+    starts = sorted(range(len(paths)), key=lambda i: spans[paths[i]][0])
+    active: set[int] = set()
+    ends: list[tuple[int, int]] = []
+    found: dict[str, str] = {}
+    begun = 0
+    for number, node_id in functions:
+        while begun < len(starts) and spans[paths[starts[begun]]][0] <= number:
+            index = starts[begun]
+            active.add(index)
+            heapq.heappush(ends, (spans[paths[index]][1], index))
+            begun += 1
+        while ends and ends[0][0] < number:
+            active.discard(heapq.heappop(ends)[1])
+        if active:  # innermost first; among equals the first in ``paths``, as max() over them in order would pick
+            best = max(active, key=lambda i: (depth[paths[i]], spans[paths[i]][0], -i))
+            found[node_id] = paths[best]
+    made = {node.id: found[node.id] for node in graph.nodes if node.id in found}
     attach(graph, made)
     return made
