@@ -108,16 +108,10 @@ def build(config: dict):
 
 
 def reachable(loss) -> list:
-    """Every backward function of ``loss``'s graph, each once."""
-    found, seen, todo = [], set(), [loss.grad_fn]
-    while todo:
-        fn = todo.pop()
-        if fn is None or id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        found.append(fn)
-        todo.extend(next_fn for next_fn, _ in fn.next_functions)
-    return found
+    """Every backward function of ``loss``'s graph, each once (the lens's own walk, as bench_tracer.py uses)."""
+    from autograd_lens.capture.structure import _reachable
+
+    return _reachable([loss.grad_fn])
 
 
 def floor_backward(loss) -> float:

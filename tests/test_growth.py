@@ -22,15 +22,18 @@ def chain(length: int):
     return x, y.sum()
 
 
-def lines_run(work) -> int:
-    """Lines of autograd_lens executed by ``work()``."""
+def lines_run(work, opcodes: bool = False) -> int:
+    """Lines of autograd_lens executed by ``work()``; with ``opcodes``, its bytecodes (a loop inside one line, such
+    as a comprehension, then counts every turn: executed lines do not)."""
     count = 0
+    counted = "opcode" if opcodes else "line"
 
     def tracer(frame, event, arg):
         nonlocal count
         if not frame.f_code.co_filename.startswith(PACKAGE):
             return None
-        if event == "line":
+        frame.f_trace_opcodes = opcodes
+        if event == counted:
             count += 1
         return tracer
 
@@ -92,31 +95,8 @@ def test_module_groups_grow_linearly():
         assert b <= 4.6 * a, f"{what}: {a:,} lines for 60 calls, {b:,} for 240 (×{b / a:.1f})"
 
 
-def opcodes_run(work) -> int:
-    """Bytecodes of autograd_lens executed by ``work()`` (a loop inside one line, such as a comprehension, counts
-    every turn: executed lines do not)."""
-    count = 0
-
-    def tracer(frame, event, arg):
-        nonlocal count
-        if not frame.f_code.co_filename.startswith(PACKAGE):
-            return None
-        frame.f_trace_opcodes = True
-        if event == "opcode":
-            count += 1
-        return tracer
-
-    previous = sys.gettrace()
-    sys.settrace(tracer)
-    try:
-        work()
-    finally:
-        sys.settrace(previous)
-    return count
-
-
 def graph_with_groups(layers: int) -> int:
-    """Lines run to draw ``graph()`` of a Sequential of ``layers`` x (Linear + Tanh): module groups found from the
+    """Bytecodes run to draw ``graph()`` of a Sequential of ``layers`` x (Linear + Tanh): module groups found from the
     parameters' names, repeated blocks folded (views/groups.py, views/fold.py)."""
     torch.manual_seed(0)
     parts = []
@@ -124,7 +104,8 @@ def graph_with_groups(layers: int) -> int:
         parts += [torch.nn.Linear(4, 4), torch.nn.Tanh()]
     model = torch.nn.Sequential(*parts)
     loss = model(torch.randn(2, 4)).sum()
-    return opcodes_run(lambda: al.graph(loss, names={"model": model}, max_nodes=10 * layers + 10).to_dot())
+    return lines_run(lambda: al.graph(loss, names={"model": model}, max_nodes=10 * layers + 10).to_dot(),
+                     opcodes=True)
 
 
 def test_drawing_a_long_model_with_its_groups_grows_linearly():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import cProfile
 import os
 import re
 import subprocess
@@ -117,18 +116,6 @@ def test_below_the_range_load_ext_prints_one_line_and_registers_nothing():
 
 
 # ----------------------------------------------------------------------------- another profiler, every Python
-
-
-def test_a_running_cprofile_is_seen_on_every_python():
-    assert compat.other_profiler() is None
-    profiler = cProfile.Profile()
-    profiler.enable()
-    try:
-        seen = compat.other_profiler()
-    finally:
-        profiler.disable()
-    assert seen is not None  # sys.getprofile() up to 3.11, sys.monitoring's profiler slot from 3.12
-    assert compat.other_profiler() is None
 
 
 @pytest.fixture

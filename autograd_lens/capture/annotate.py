@@ -84,11 +84,12 @@ def moved_leaves(passes: list, built: Any) -> dict:
         before = {node.label: node.value for node in earlier.graph.nodes if node.kind == "leaf"}
         moved = [name for name, value in now.items() if name in before and value is not None
                  and before[name] is not None and not values_equal(value, before[name])]
-        if moved:
-            shown = ", ".join(moved[:3]) + (f" and {len(moved) - 3} more" if len(moved) > 3 else "")
-            note = (f"{shown} changed since pass {earlier.index + 1}, whose hooks changed gradients (an optimizer step "
-                    "used them?): 'without hooks' here is this pass with its hooks removed, on the values the leaves "
-                    "hold now; a run that never had the hooks would have reached other values, which the lens does "
-                    "not compute")
-            return {"notes": tuple(built.notes) + (note,)}
+        if not moved:  # as at the first pass a hook changed: what a run without the hooks would have had too
+            return {}
+        shown = ", ".join(moved[:3]) + (f" and {len(moved) - 3} more" if len(moved) > 3 else "")
+        note = (f"{shown} changed since pass {earlier.index + 1}, whose hooks changed gradients (an optimizer step "
+                "used them?): 'without hooks' here is this pass with its hooks removed, on the values the leaves "
+                "hold now; a run that never had the hooks would have reached other values, which the lens does "
+                "not compute")
+        return {"notes": tuple(built.notes) + (note,)}
     return {}
