@@ -1,6 +1,9 @@
 """Regenerate the README's pictures of the plots:  python docs/make_pictures.py
 
 Each picture comes from a small trace made here, so it shows what the plot is for.
+The other pictures in docs/pictures/ are screenshots taken by the browser tests, written there (instead of to
+artifacts/) only with AL_UPDATE_PICTURES=1:
+  AL_UPDATE_PICTURES=1 python -m pytest tests/test_debug_picture.py tests/test_navigation.py -k pictured
 """
 
 from __future__ import annotations

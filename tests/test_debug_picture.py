@@ -1,5 +1,9 @@
 """The README's picture of the debugging marks, taken in a real browser from the static page of a pass with a
-detached weight and a NaN: the page's last card names the cut tensor, the drawing holds both marks."""
+detached weight and a NaN: the page's last card names the cut tensor, the drawing holds both marks.
+
+The screenshot goes to ``artifacts/`` on every run; it replaces ``docs/pictures/debug-marks.png`` only when
+``AL_UPDATE_PICTURES=1`` is set (so a test run leaves the checkout clean):
+``AL_UPDATE_PICTURES=1 python -m pytest tests/test_debug_picture.py``."""
 
 from __future__ import annotations
 
@@ -13,6 +17,11 @@ from test_browser import ARTIFACTS, browser, open_page, playwright  # noqa: F401
 pytestmark = [pytest.mark.browser]
 
 PICTURES = os.path.join(os.path.dirname(ARTIFACTS), "docs", "pictures")
+
+
+def picture_dir() -> str:
+    """Where a test's picture for the docs goes: docs/pictures/ when AL_UPDATE_PICTURES=1, else artifacts/."""
+    return PICTURES if os.environ.get("AL_UPDATE_PICTURES") == "1" else ARTIFACTS
 
 
 def broken_step():
@@ -43,7 +52,17 @@ def test_the_debug_marks_are_on_the_static_page_and_pictured(browser, tmp_path):
     assert "✂ w" in texts, texts
     assert any("inf starts here" in text for text in texts), texts  # log(0): inf first, NaN later
     assert errors == []
-    os.makedirs(PICTURES, exist_ok=True)
     page.click("button:has-text('fit')")
-    page.locator(".al-stepper").first.screenshot(path=os.path.join(PICTURES, "debug-marks.png"))
+    where = picture_dir()
+    os.makedirs(where, exist_ok=True)
+    page.locator(".al-stepper").first.screenshot(path=os.path.join(where, "debug-marks.png"))
     page.close()
+
+
+def test_pictures_go_to_the_docs_only_when_asked(monkeypatch):
+    monkeypatch.delenv("AL_UPDATE_PICTURES", raising=False)
+    assert picture_dir() == ARTIFACTS
+    monkeypatch.setenv("AL_UPDATE_PICTURES", "0")
+    assert picture_dir() == ARTIFACTS
+    monkeypatch.setenv("AL_UPDATE_PICTURES", "1")
+    assert picture_dir() == PICTURES

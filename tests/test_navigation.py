@@ -190,7 +190,8 @@ PICTURES = os.path.join(os.path.dirname(ARTIFACTS), "docs", "pictures")
 @pytest.mark.parametrize("theme", ["light", "dark"])
 def test_a_folded_transformer_is_readable_and_pictured(browser, theme):
     """The 12-layer transformer of test_fold as graph() shows it: one box for the layers, every label inside its
-    box and none over another; the screenshot goes to docs/pictures/ (light and dark page)."""
+    box and none over another; the screenshot goes to artifacts/, to docs/pictures/ with AL_UPDATE_PICTURES=1 (light
+    and dark page)."""
     from test_fold import transformer_loss
 
     import autograd_lens as al
@@ -205,8 +206,9 @@ def test_a_folded_transformer_is_readable_and_pictured(browser, theme):
     assert "layers.0-11 (x12)" in texts and "Block · 35 backward functions each" in texts
     result = page.evaluate(MEASURE_LABELS)
     assert result["count"] > 20 and result["overlapCount"] == 0 and result["cutCount"] == 0, result
-    os.makedirs(PICTURES, exist_ok=True)
-    page.locator(".al-canvas").screenshot(path=os.path.join(PICTURES, f"folded-transformer-{theme}.png"))
+    where = PICTURES if os.environ.get("AL_UPDATE_PICTURES") == "1" else ARTIFACTS  # docs/ only when asked
+    os.makedirs(where, exist_ok=True)
+    page.locator(".al-canvas").screenshot(path=os.path.join(where, f"folded-transformer-{theme}.png"))
     page.close()
 
 
