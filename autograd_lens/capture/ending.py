@@ -257,8 +257,8 @@ def final_grad(observer: Any, variable: torch.Tensor) -> Value:
     reused when it is the same tensor, unchanged."""
     grad = variable.grad
     if isinstance(grad, torch.Tensor) and grad._is_view():
-        return snapshot(grad, observer.store_limit)
-    return observer.copied(grad)
+        return snapshot(grad, observer.store_limit, magnitudes=True)
+    return observer.copied(grad, magnitudes=True)  # a large one's mean |value|: the gradient-flow plot's
 
 
 def last_seen(observer: Any, fn: Any, position: int) -> Value:

@@ -100,9 +100,10 @@ class NodeRecorder:
             pass
         return kept
 
-    def copied(self, value: Any) -> Any:
+    def copied(self, value: Any, magnitudes: bool = False) -> Any:
         """The copy this pass already took of tensor ``value`` when it is the same object, unchanged since (same
-        version) and no Python ran inside the engine since (which could have edited it unseen): else a new one."""
+        version) and no Python ran inside the engine since (which could have edited it unseen): else a new one
+        (``magnitudes``: a summary with the mean |value|, see ``snapshot.summarize``)."""
         if isinstance(value, torch.Tensor):
             try:
                 earlier = self._earlier_copy(value, value._version)
@@ -110,7 +111,7 @@ class NodeRecorder:
                 earlier = None
             if isinstance(earlier, torch.Tensor):  # a copy, not a summary made past the memory budget
                 return earlier
-        return snapshot(value, self.store_limit)
+        return snapshot(value, self.store_limit, magnitudes)
 
     def keep_copy(self, value: Any, kept: Any) -> None:
         """``kept``, a copy of tensor ``value`` taken just now (after a hook ran), for reuse while ``value`` stays

@@ -54,30 +54,32 @@ def _bare(tensor: torch.Tensor, kind: str) -> TensorSummary:
     return TensorSummary(shape=_shape(tensor), dtype=dtype_name(tensor.dtype), kind=kind)
 
 
-def summarize(tensor: torch.Tensor) -> TensorSummary:
-    """Shape, dtype, min/max/norm and the first entries of a tensor, without keeping it."""
+def summarize(tensor: torch.Tensor, magnitudes: bool = False) -> TensorSummary:
+    """Shape, dtype, min/max/norm and the first entries of a tensor, without keeping it; with ``magnitudes`` also
+    the mean |value| (the gradient-flow plot's, asked for a leaf's ``.grad``: it allocates a tensor as large)."""
     try:
         kind = kind_of(tensor)
         if kind != "dense" or tensor.numel() == 0:
             return _bare(tensor, "dense" if kind == "dense" else kind)
-        with torch.no_grad():
-            flat = tensor.detach().reshape(-1)
-            if flat.is_complex():
-                return TensorSummary(shape=_shape(tensor), dtype=dtype_name(tensor.dtype),
-                                     norm=float(torch.linalg.vector_norm(flat)))
-            as_float = flat if flat.is_floating_point() else flat.double()
-            low, high = torch.aminmax(as_float)
-            norm = torch.linalg.vector_norm(as_float)
-            mean_abs = as_float.abs().mean()
-            head = tuple(float(item) for item in flat[:4].tolist())
-        return TensorSummary(shape=_shape(tensor), dtype=dtype_name(tensor.dtype), min=float(low), max=float(high),
-                             norm=float(norm), head=head, mean_abs=float(mean_abs))
+        # detached: nothing below records a graph (no ``torch.no_grad()`` block, which costs more than the sums)
+        flat = tensor.detach().reshape(-1)
+        if flat.is_complex():
+            return TensorSummary(shape=_shape(tensor), dtype=dtype_name(tensor.dtype),
+                                 norm=torch.linalg.vector_norm(flat).item())
+        as_float = flat if flat.is_floating_point() else flat.double()
+        low, high = torch.aminmax(as_float)
+        head = flat[:4].tolist()
+        return TensorSummary(shape=_shape(tensor), dtype=dtype_name(tensor.dtype), min=float(low.item()),
+                             max=float(high.item()), norm=torch.linalg.vector_norm(as_float).item(),
+                             head=tuple(head if as_float is flat else (float(item) for item in head)),
+                             mean_abs=as_float.abs().mean().item() if magnitudes else None)
     except Exception:
         return TensorSummary(shape=_shape(tensor), dtype=dtype_name(tensor.dtype), kind="unreadable")
 
 
-def snapshot(tensor: torch.Tensor | None, store_limit: int = DEFAULT_STORE_LIMIT) -> Value:
-    """A detached clone of a small tensor, a :class:`TensorSummary` of a large or unusual one.
+def snapshot(tensor: torch.Tensor | None, store_limit: int = DEFAULT_STORE_LIMIT, magnitudes: bool = False) -> Value:
+    """A detached clone of a small tensor, a :class:`TensorSummary` of a large or unusual one (``magnitudes``: see
+    :func:`summarize`).
 
     >>> snapshot(torch.tensor([1.0, 2.0]))
     tensor([1., 2.])
@@ -92,7 +94,7 @@ def snapshot(tensor: torch.Tensor | None, store_limit: int = DEFAULT_STORE_LIMIT
             return copy_exactly(tensor.detach())  # detached: the copy records no graph
         if kind == "zero" and tensor.numel() <= store_limit:  # torch's ZeroTensor has no storage: all zeros
             return torch.zeros(_shape(tensor), dtype=tensor.dtype)
-        return summarize(tensor)
+        return summarize(tensor, magnitudes)
     except Exception:
         return TensorSummary(shape=_shape(tensor), dtype=dtype_name(tensor.dtype), kind="unreadable")
 

@@ -3,7 +3,7 @@ through which views/ and debug/ hand their functions to the records."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
 from ..numbers import format_number, format_shape
@@ -44,7 +44,8 @@ class TensorSummary:
     norm: float | None = None
     head: tuple[float, ...] = ()
     kind: str = "dense"  # or what the tensor is when its numbers cannot be read: "sparse_coo", "meta", …
-    mean_abs: float | None = None  # mean |value| (gradient-flow plots)
+    # mean |value| (gradient-flow plots), kept for a leaf's .grad only: not part of what makes two summaries equal
+    mean_abs: float | None = field(default=None, compare=False)
 
     @property
     def numel(self) -> int:
