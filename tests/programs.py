@@ -473,9 +473,10 @@ def _truth_calls(log: list) -> list[tuple[str, Any, Any]]:
 _MISSING: Any = object()
 
 
-def compare(program: Program) -> list[str]:
-    """Every false statement of the lens on ``program`` (empty: none)."""
-    plain, lens_run, truth, nohook = (run(program, mode) for mode in ("plain", "lens", "truth", "nohook"))
+def compare(program: Program, runner: Any = None) -> list[str]:
+    """Every false statement of the lens on ``program`` (empty: none); ``runner(program, mode)`` runs it one way
+    (``run`` here; ``model_programs.run`` for the programs over real layers)."""
+    plain, lens_run, truth, nohook = ((runner or run)(program, mode) for mode in ("plain", "lens", "truth", "nohook"))
     problems: list[str] = []
     # 1. the lens changes nothing the program sees
     if plain.error != lens_run.error:

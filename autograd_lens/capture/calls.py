@@ -90,6 +90,13 @@ class HookCalls:
         node = _current_node()
         if node is not None:
             self.nested_nodes.setdefault(id(node), node.name())
+        # hooks written in C on named tensors this graph does not reach (a checkpointed layer's parameters) run
+        # there without a frame: whether they ran is not seen
+        in_graph = {id(fn) for fn in self.shape.nodes}
+        for known in self.unseen_hooks:
+            if id(known.grad_fn) not in in_graph:
+                self._nested_hook(f"{known.target}: hook {function_name(known.function)} (written in C: not seen, "
+                                  "it ran if that backward reached it)")
         # it may write the .grad of leaves this pass has yet to reach: read theirs just before the write
         for key, leaf in self.shape.leaves.items():
             if key not in self.ran and key not in self.watched:
@@ -118,7 +125,8 @@ class HookCalls:
             function = user_function(frame, self.nested_wrapper)
             if function is not None:
                 module = wrapper_module(self.nested_wrapper)
-                kind = module_hook_kind(self.nested_wrapper, function, module).replace("_", " ")
+                kind = "multi-grad" if self.nested_wrapper.family == "multi_grad" else \
+                    module_hook_kind(self.nested_wrapper, function, module).replace("_", " ")
                 target = self.ensure_names().module_name(module) if module is not None else None
                 where = f"{target or type(module).__name__}: " if module is not None else ""
                 self._nested_hook(f"{where}{kind} hook {function_name(function)}")

@@ -48,6 +48,12 @@ def arrange_before(observer: "PassObserver", fn: Any, before: list["HookRecord"]
     returned for it."""
     if id(fn) not in observer.c_nodes and arrived is not None:
         return before  # no hook in C here: the calls seen are all there were, in firing order
+    # hooks of an input of autograd.grad fire when its gradient is captured (its node does not run), before this
+    # node's: they are placed on their own tensor and are no neighbours of this node's hooks
+    elsewhere = [call for call in before if call.kind == "tensor" and call.node_fn is not None and call.node_fn is not fn]
+    if elsewhere:
+        mine = [call for call in before if not any(call is other for other in elsewhere)]
+        return elsewhere + arrange_before(observer, fn, mine, arrived, captured)
     tensor_calls = [call for call in before if call.kind != "node_pre"]
     pre_calls = [call for call in before if call.kind == "node_pre"]
     chains = observer.chains

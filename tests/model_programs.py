@@ -1,0 +1,768 @@
+"""Generated training programs over real ``torch.nn`` layers, every statement the lens makes checked against torch.
+
+The twin of ``programs.py`` (whose comparison this reuses): a program builds a small real model (an MLP, a
+Conv1d/Conv2d + BatchNorm net, or a token model: Embedding, LayerNorm, MultiheadAttention,
+TransformerEncoderLayer, a GPT-style block with residuals, LSTM/GRU, Linear layers called twice, weight tying),
+hooks it every way (module full backward hooks and pre-hooks, global module hooks, parameter hooks,
+post-accumulate hooks, hooks on activations registered by forward hooks or by hand, multi-grad hooks, node pre- and
+post-hooks; written as def, lambda, partial, bound method, callable object, factory closure per layer or C function;
+observing, scaling, clipping, editing in place, keeping references, raising) and trains it a few steps (SGD/Adam,
+``zero_grad`` both ways or not at all, two micro-batches, ``clip_grad_norm_``, checkpointing both ways,
+``retain_graph``, ``autograd.grad`` of parameters).  The training loop is unrolled, so a failure shrinks by lines.
+
+It runs plain, under the lens, as "truth" (every hook wrapped so its log names the registration it belongs to, an
+observer post-hook on every node) and as "nohook".  "nohook" here is what the lens promises for "without hooks":
+before each pass every hook is switched off and the pass's gradient is computed on the same graph with the leaves as
+they are now (``.grad`` set aside and restored), then added to what ``.grad`` would hold without hooks before the pass
+(carried from the last pass while the program left ``.grad`` alone, ``None`` or zeros after ``zero_grad``, and
+"must be unknown" after other code changed it).  After an optimizer step used hook-changed gradients that is not a
+run that never had the hooks, and the lens says so; ``--cross-check`` compares it with a run that never registered
+them where no step moved a leaf.
+
+``python tests/model_programs.py --programs 2000 --seed 0`` runs a campaign and prints each failure as a minimal
+program (this file's ``PRELUDE`` and ``programs.PRELUDE``'s helpers come first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import io
+import math
+import random
+import sys
+import traceback
+import warnings
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.nn.modules.module as module_globals
+import torch.utils.checkpoint
+
+import programs
+from programs import Program, Run, clone
+
+PRELUDE = '''
+def make_hook(tag, mode):
+    def hook(g):
+        LOGIN(tag, g)
+        if mode == "raise":
+            raise ValueError(tag)
+        out = g * 0.5 if mode == "scale" else g.clamp(-0.01, 0.01) if mode == "clip" else None
+        if mode == "inplace":
+            g.mul_(2.0)
+        if mode == "keep":
+            KEEP.append(g)
+        LOGOUT(tag, out if out is not None else g)
+        return out
+    return hook
+
+def partial_hook(tag, mode, g):
+    return make_hook(tag, mode)(g)
+
+class Hooker:
+    def __init__(self, tag, mode):
+        self.f = make_hook(tag, mode)
+    def method(self, g):
+        return self.f(g)
+    def __call__(self, g):
+        return self.f(g)
+
+def _each(grads, mode):
+    if mode == "scale":
+        return tuple(None if g is None else g * 0.5 for g in grads)
+    if mode == "clip":
+        return tuple(None if g is None else g.clamp(-0.01, 0.01) for g in grads)
+    return None
+
+def make_module_hook(tag, mode):
+    def module_hook(module, grad_input, grad_output):
+        LOGIN(tag, grad_input)
+        if mode == "raise":
+            raise ValueError(tag)
+        out = _each(grad_input, mode)
+        LOGOUT(tag, out if out is not None else grad_input)
+        return out
+    return module_hook
+
+def make_module_pre(tag, mode):
+    def module_pre(module, grad_output):
+        LOGIN(tag, grad_output)
+        out = _each(grad_output, mode)
+        LOGOUT(tag, out if out is not None else grad_output)
+        return out
+    return module_pre
+
+def make_node_hook(tag, mode, pre):
+    def node_hook(*args):
+        LOGIN(tag, args[0])
+        out = _each(args[0], mode)
+        LOGOUT(tag, out if out is not None else args[0])
+        return out
+    return node_hook
+
+def make_after(tag, mode):
+    def after(p):
+        LOGIN(tag, p.grad)
+        if mode == "inplace":
+            p.grad.mul_(0.5)
+        if mode == "clip":
+            p.grad.clamp_(-0.01, 0.01)
+        LOGOUT(tag, p.grad)
+    return after
+
+def make_multi(tag, mode):
+    def multi(grads):
+        LOGIN(tag, tuple(grads) if isinstance(grads, (list, tuple)) else grads)
+        first = grads[0] if isinstance(grads, (list, tuple)) else grads
+        if mode == "inplace" and first is not None:
+            first.mul_(0.5)
+        LOGOUT(tag, tuple(grads) if isinstance(grads, (list, tuple)) else grads)
+    return multi
+
+def grad_catcher(tag, mode):
+    def forward_hook(module, inputs, output):
+        out = output[0] if isinstance(output, tuple) else output
+        if out.requires_grad:
+            REG(out, "register_hook", make_hook(tag, mode))
+    return forward_hook
+
+class Block(nn.Module):
+    def __init__(self, d, flash):
+        super().__init__()
+        self.flash = flash
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.out = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+    def forward(self, x):
+        B, T, D = x.shape
+        q, k, v = (t.view(B, T, 2, D // 2).transpose(1, 2) for t in self.qkv(self.ln1(x)).split(D, dim=2))
+        if self.flash:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D // 2))
+            att = att.masked_fill(torch.ones(T, T).tril() == 0, float("-inf")).softmax(-1)
+            y = att @ v
+        x = x + self.proj(y.transpose(1, 2).contiguous().view(B, T, D))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+'''
+
+MODES = ["observe", "observe", "scale", "clip", "inplace", "keep"]
+MODULE_MODES = ["observe", "observe", "scale", "clip"]
+
+
+# ----------------------------------------------------------------------------- generating
+
+
+class ModelGenerator:
+    """A random small model, hooks on it, and 1-3 unrolled training steps."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.lines: list[str] = [f"torch.manual_seed({seed})"]
+        self.modules: list[str] = []  # every module path (submodules included), for module hooks
+        self.params: list[str] = []  # every parameter path, first name of a tied one only
+        self.tops: list[str] = []  # top-level modules, in definition order
+        self.forward_lines: list[Any] = []  # callables (k) -> lines of one forward
+        self.tags = 0
+        self.inputs_leaf = False
+        self.kind = ""
+
+    def tag(self) -> str:
+        self.tags += 1
+        return f"h{self.tags}"
+
+    def define(self, name: str, expression: str) -> None:
+        self.lines.append(f"{name} = {expression}")
+        self.tops.append(name)
+
+    # --- the model
+
+    def generate(self) -> Program:
+        rng = self.rng
+        self.kind = rng.choice(["seq", "seq", "conv", "mlp"])
+        getattr(self, f"_{self.kind}")()
+        self.lines.append(f"model = nn.ModuleList([{', '.join(self.tops)}])")
+        self._names()
+        for _ in range(rng.choice([0, 1, 2, 3, 4, 5])):
+            self.hook()
+        self.train()
+        return Program(self.lines, self.params + [f"x{k}" for k in range(8)] if self.inputs_leaf else self.params,
+                       self.seed)
+
+    def _names(self) -> None:
+        """Module and parameter paths as the lens names them (first name of a shared object wins)."""
+        scratch: dict = {"torch": torch, "nn": nn, "F": F, "math": math}
+        exec(compile(PRELUDE, "<prelude>", "exec"), scratch)
+        exec("\n".join(self.lines), scratch)
+        seen: set[int] = set()
+        for top in self.tops:
+            for path, module in scratch[top].named_modules(prefix=top, remove_duplicate=False):
+                if id(module) not in seen:
+                    seen.add(id(module))
+                    self.modules.append(path)
+                for key, param in module._parameters.items():
+                    if param is not None and id(param) not in seen:
+                        seen.add(id(param))
+                        self.params.append(f"{path}.{key}")
+
+    def _seq(self) -> None:
+        rng = self.rng
+        self.define("emb", "nn.Embedding(11, 8)")
+        steps = []
+        for index in range(rng.randint(1, 2)):
+            kind = rng.choice(["ln", "mha", "enc", "gpt", "gpt", "lstm", "gru", "lin", "twice"])
+            name = f"{kind}{index}"
+            expression = {
+                "ln": "nn.LayerNorm(8)",
+                "mha": "nn.MultiheadAttention(8, 2, batch_first=True)",
+                "enc": f"nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, "
+                       f"norm_first={rng.random() < 0.5}, activation={rng.choice(['relu', 'gelu'])!r})",
+                "gpt": f"Block(8, flash={rng.random() < 0.5})",
+                "lstm": "nn.LSTM(8, 8, batch_first=True)",
+                "gru": "nn.GRU(8, 8, batch_first=True)",
+                "lin": "nn.Linear(8, 8)",
+                "twice": "nn.Linear(8, 8)",
+            }[kind]
+            self.define(name, expression)
+            steps.append((kind, name, rng.choice([None, None, True, False]) if kind in ("enc", "gpt", "lin", "ln")
+                          else None, rng.random() < 0.5))
+        self.define("head", "nn.Linear(8, 11, bias=False)")
+        if rng.random() < 0.4:
+            self.lines.append("head.weight = emb.weight")
+
+        def forward(k: int) -> list[str]:
+            out = [f"tok{k} = torch.randint(0, 11, (2, 4))", f"tgt{k} = torch.randint(0, 11, (2, 4))",
+                   f"a{k}_0 = emb(tok{k})"]
+            for j, (kind, name, reentrant, flag) in enumerate(steps, start=1):
+                a, b = f"a{k}_{j - 1}", f"a{k}_{j}"
+                call = f"checkpoint({name}, {a}, use_reentrant={reentrant})" if reentrant is not None else f"{name}({a})"
+                out.append({
+                    "mha": f"{b} = {a} + {name}({a}, {a}, {a}, need_weights=False"
+                           f"{', attn_mask=torch.ones(4, 4).triu(1).bool()' if flag else ''})[0]",
+                    "lstm": f"{b} = {name}({a})[0]",
+                    "gru": f"{b} = {name}({a})[0]",
+                    "lin": f"{b} = {a} + torch.tanh({call})" if flag else f"{b} = torch.tanh({call})",
+                    "twice": f"{b} = {name}(torch.relu({name}({a})))",
+                }.get(kind, f"{b} = {call}"))
+            out.append(f"logits{k} = head(a{k}_{len(steps)})")
+            out.append(f"loss{k} = F.cross_entropy(logits{k}.view(-1, 11), tgt{k}.view(-1))")
+            return out
+        self.forward_lines.append(forward)
+        self.depth = len(steps)
+
+    def _conv(self) -> None:
+        rng = self.rng
+        two = rng.random() < 0.6
+        self.define("conv", "nn.Conv2d(2, 3, 3)" if two else "nn.Conv1d(2, 3, 3)")
+        self.define("bn", "nn.BatchNorm2d(3)" if two else "nn.BatchNorm1d(3)")
+        self.define("fc", "nn.Linear(48, 4)" if two else "nn.Linear(18, 4)")
+        self.inputs_leaf = rng.random() < 0.3
+        inplace = rng.random() < 0.1
+        shape = "2, 2, 6, 6" if two else "2, 2, 8"
+
+        def forward(k: int) -> list[str]:
+            grad = ", requires_grad=True" if self.inputs_leaf else ""
+            return [f"x{k} = torch.randn({shape}{grad})", f"y{k} = torch.randn(2, 4)",
+                    f"a{k}_0 = conv(x{k})", f"a{k}_1 = bn(a{k}_0)",
+                    f"a{k}_2 = F.relu(a{k}_1, inplace=True)" if inplace else f"a{k}_2 = torch.relu(a{k}_1)",
+                    f"a{k}_3 = fc(a{k}_2.flatten(1))", f"loss{k} = F.mse_loss(a{k}_3, y{k})"]
+        self.forward_lines.append(forward)
+        self.depth = 3
+
+    def _mlp(self) -> None:
+        rng = self.rng
+        self.define("l0", "nn.Linear(6, 8)")
+        self.define("l1", "nn.Linear(8, 8)")
+        self.define("l2", "nn.Linear(8, 1)")
+        self.inputs_leaf = rng.random() < 0.4
+        twice = rng.random() < 0.5
+        reentrant = rng.choice([None, None, True, False])
+
+        def forward(k: int) -> list[str]:
+            grad = ", requires_grad=True" if self.inputs_leaf else ""
+            middle = f"l1(torch.tanh(l1(a{k}_0)))" if twice else \
+                f"checkpoint(l1, a{k}_0, use_reentrant={reentrant})" if reentrant is not None else f"l1(a{k}_0)"
+            return [f"x{k} = torch.randn(4, 6{grad})", f"y{k} = torch.randn(4, 1)",
+                    f"a{k}_0 = F.gelu(l0(x{k}))", f"a{k}_1 = {middle}", f"a{k}_2 = l2(a{k}_1)",
+                    f"loss{k} = ((a{k}_2 - y{k}) ** 2).mean()"]
+        self.forward_lines.append(forward)
+        self.depth = 2
+
+    # --- hooks
+
+    def tensor_hook_maker(self, tag: str, mode: str) -> str:
+        style = self.rng.choice(["def", "lambda", "partial", "method", "object", "c"])
+        if style == "lambda" and mode == "raise":
+            style = "def"
+        return {
+            "def": f"make_hook({tag!r}, {mode!r})",
+            "lambda": f"(lambda g, _f=make_hook({tag!r}, {mode!r}): _f(g))",
+            "partial": f"functools.partial(partial_hook, {tag!r}, {mode!r})",
+            "method": f"Hooker({tag!r}, {mode!r}).method",
+            "object": f"Hooker({tag!r}, {mode!r})",
+            "c": f"CHOOK({tag!r}, {self.rng.choice(['append', 'neg'])!r})",
+        }[style]
+
+    def mode(self, modes: list[str]) -> str:
+        return "raise" if self.rng.random() < 0.06 else self.rng.choice(modes)
+
+    def hook(self) -> None:
+        """One hook registered before training (module, global, parameter, post-accumulate, multi, forward)."""
+        rng = self.rng
+        kind = rng.choice(["module", "module", "module_pre", "global", "param", "param", "param_factory", "after",
+                           "multi", "forward"])
+        tag = self.tag()
+        module = rng.choice(self.modules)
+        param = rng.choice(self.params)
+        if kind in ("module", "module_pre"):
+            method = "register_full_backward_hook" if kind == "module" else "register_full_backward_pre_hook"
+            maker = "make_module_hook" if kind == "module" else "make_module_pre"
+            mode = self.mode(MODULE_MODES) if kind == "module" else rng.choice(MODULE_MODES)
+            style = rng.choice(["def", "def", "lambda", "partial", "c"])
+            fn = {"def": f"{maker}({tag!r}, {mode!r})",
+                  "lambda": f"(lambda *a, _f={maker}({tag!r}, {mode!r}): _f(*a))",
+                  "partial": f"functools.partial({maker}({tag!r}, {mode!r}))",
+                  "c": f"MCHOOK({tag!r}, {'pre' if kind == 'module_pre' else 'full'!r})"}[style]
+            self.lines.append(f"REG({module}, {method!r}, {fn})")
+        elif kind == "global":
+            which = rng.choice(["full", "pre"])
+            maker = "make_module_hook" if which == "full" else "make_module_pre"
+            self.lines.append(f"REG(None, 'global_{which}', {maker}({tag!r}, {rng.choice(['observe', 'scale'])!r}))")
+        elif kind == "param":
+            self.lines.append(f"REG({param}, 'register_hook', {self.tensor_hook_maker(tag, self.mode(MODES))})")
+        elif kind == "param_factory":  # one closure per layer, all called "hook"
+            mode = rng.choice(MODES)
+            for index, name in enumerate(p for p in self.params if p.endswith("weight")):
+                self.lines.append(f"REG({name}, 'register_hook', make_hook('{tag}.{index}', {mode!r}))")
+        elif kind == "after":
+            fn = f"CHOOK({tag!r}, 'append')" if rng.random() < 0.25 else \
+                f"make_after({tag!r}, {rng.choice(['observe', 'inplace', 'clip'])!r})"
+            self.lines.append(f"REG({param}, 'register_post_accumulate_grad_hook', {fn})")
+        elif kind == "multi":
+            others = [p for p in self.params if p != param]
+            watched = [param] + ([rng.choice(others)] if others and rng.random() < 0.6 else [])
+            self.lines.append(f"REG(None, 'multi', ({', '.join(watched)},), make_multi({tag!r}, "
+                              f"{rng.choice(['observe', 'inplace'])!r}), {rng.choice(['all', 'any'])!r})")
+        else:  # a forward hook that hooks the layer's output, every forward
+            self.lines.append(f"{module.replace('.', '_')}_fh = {module}.register_forward_hook("
+                              f"grad_catcher({tag!r}, {self.mode(MODES)!r}))")
+
+    def activation_hooks(self, k: int) -> list[str]:
+        """Hooks on this forward's activations, written by hand after it."""
+        rng = self.rng
+        out = []
+        for _ in range(rng.choice([0, 0, 1, 2])):
+            j = rng.randint(0, self.depth)
+            name, tag = f"a{k}_{j}", self.tag()
+            kind = rng.choice(["tensor", "tensor", "pre", "post", "multi"])
+            if kind == "tensor":
+                out.append(f"REG({name}, 'register_hook', {self.tensor_hook_maker(tag, self.mode(MODES))})")
+            elif kind in ("pre", "post"):
+                method = "register_prehook" if kind == "pre" else "register_hook"
+                fn = f"CHOOK({tag!r}, {'append' if kind == 'pre' else 'print'!r})" if rng.random() < 0.3 else \
+                    f"make_node_hook({tag!r}, {rng.choice(MODULE_MODES)!r}, {kind == 'pre'})"
+                out.append(f"REG({name}.grad_fn, {method!r}, {fn})")
+            else:
+                other = f"a{k}_{rng.randint(0, self.depth)}"
+                watched = name if other == name else f"{name}, {other}"
+                out.append(f"REG(None, 'multi', ({watched},), make_multi({tag!r}, "
+                           f"{rng.choice(['observe', 'inplace'])!r}), {rng.choice(['all', 'any'])!r})")
+        return out
+
+    # --- training
+
+    def train(self) -> None:
+        rng = self.rng
+        self.lines.append(rng.choice(["opt = torch.optim.SGD(model.parameters(), lr=0.1)",
+                                      "opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)",
+                                      "opt = torch.optim.Adam(model.parameters(), lr=0.01)"]))
+        zero = rng.choice(["opt.zero_grad()", "opt.zero_grad(set_to_none=False)", "model.zero_grad()", None])
+        micro = rng.choice([1, 1, 2])
+        clip = rng.random() < 0.3
+        k = 0
+        for _ in range(rng.choice([1, 2, 2, 3])):
+            if zero:
+                self.lines.append(zero)
+            for _ in range(micro):
+                self.lines += self.forward_lines[0](k)
+                self.lines += self.activation_hooks(k)
+                loss = f"loss{k}" if micro == 1 else f"loss{k} / 2"
+                self.passes(loss, k)
+                k += 1
+            if clip:
+                self.lines.append("torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)")
+            if rng.random() < 0.85:
+                self.lines.append("opt.step()")
+        self.lines += [f"GLOBALS[{index}].remove()" for index in range(sum("'global_" in line for line in self.lines))]
+
+    def passes(self, loss: str, k: int) -> None:
+        rng = self.rng
+        kind = rng.choice(["backward"] * 6 + ["retain", "grad", "grad_then", "inputs"])
+        if kind == "retain":
+            self.lines.append(f"PASS('backward', {loss}, retain_graph=True)")
+        if kind in ("grad", "grad_then"):
+            chosen = rng.sample(self.params, min(len(self.params), rng.randint(1, 3)))
+            self.lines.append(f"PASS('grad', {loss}, [{', '.join(chosen)}]"
+                              f"{', retain_graph=True' if kind == 'grad_then' else ''})")
+            if kind == "grad":
+                return
+        if kind == "inputs":
+            chosen = rng.sample(self.params, min(len(self.params), rng.randint(1, 3)))
+            self.lines.append(f"PASS('backward', {loss}, inputs=[{', '.join(chosen)}])")
+            return
+        self.lines.append(f"PASS('backward', {loss})")
+
+
+# ----------------------------------------------------------------------------- running
+
+
+class Unknowable(str):
+    """An expected value "without hooks" that nothing can give (code other than a hook changed ``.grad``): the
+    lens must say unknown; any value it shows compares unequal (and the failure prints this text)."""
+
+
+def _leaf_values(namespace: dict, names: list[str]) -> dict[str, Any]:
+    found = {}
+    for name in names:
+        with contextlib.suppress(AttributeError, KeyError):
+            value = programs._value_of(namespace, name)
+            if isinstance(value, torch.Tensor):
+                found[name] = value
+    return found
+
+
+def _same(a: Any, b: Any) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and programs.equal(a, b))
+
+
+class Shadow:
+    """What "without hooks" must be for each pass (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self.without: dict[str, Any] = {}  # leaf -> .grad without hooks after the last pass (Unknowable: none)
+        self.after: dict[str, Any] = {}  # leaf -> real .grad after the last pass
+        self.first = True
+
+    def before(self, leaves: dict[str, torch.Tensor]) -> dict[str, Any]:
+        base = {}
+        for name, leaf in leaves.items():
+            now = clone(leaf.grad)
+            if self.first or name not in self.after:
+                base[name] = now
+            elif _same(now, self.after[name]):
+                base[name] = self.without.get(name)
+            elif now is None:
+                base[name] = None
+            elif not now.any():
+                base[name] = torch.zeros_like(now)
+            elif _same(self.without.get(name), self.after[name]):
+                base[name] = now  # nothing diverged: the program's own change happens without hooks too
+            else:
+                base[name] = Unknowable("unknown: .grad changed between passes by code that is no hook, after "
+                                        "hooks changed it (the lens must say unknown)")
+        self.first = False
+        return base
+
+    def settle(self, base: dict, added: dict, leaves: dict[str, torch.Tensor]) -> dict[str, Any]:
+        for name, leaf in leaves.items():
+            old, new = base.get(name), added.get(name)
+            if isinstance(old, Unknowable) or new is None:
+                self.without[name] = old
+            else:
+                self.without[name] = new if old is None else old + new
+            self.after[name] = clone(leaf.grad)
+        return dict(self.without)
+
+
+def run(program: Program, mode: str) -> Run:
+    """Run ``program`` one way: plain, lens, truth, nohook (hooks switched off, per pass) or never (no hook)."""
+    import autograd_lens as al
+
+    result = Run()
+    log: list = result.log
+    gate = [True]
+    stack: list[int] = []
+    registered: list[int] = [0]
+    kinds: dict[int, str] = {}  # truth: registration number -> how it was registered
+    result.nested = []  # truth: (pass index, kind) of each hook call in a nested backward
+    handles: list = []
+    namespace: dict = {"torch": torch, "nn": nn, "F": F, "math": math, "functools": functools, "clone": clone,
+                       "KEEP": [], "GLOBALS": handles, "checkpoint": torch.utils.checkpoint.checkpoint}
+
+    def tagged(tag: str) -> str:
+        if mode == "truth" and _nested():
+            tag = "nested:" + tag  # a call in a backward run inside the pass: not a step, named in a note
+        return f"{tag}@{stack[-1]}" if stack else tag
+
+    def login(tag: str, value: Any) -> None:
+        log.append((tagged(tag), clone(value)))
+        if log[-1][0].startswith("nested:"):
+            result.nested.append((len(result.passes), kinds.get(stack[-1] if stack else 0, "c")))
+
+    def logout(tag: str, value: Any) -> None:
+        log.append((tagged(tag) + " out", clone(value)))
+
+    def chook(tag: str, function: str) -> Any:
+        raw = {"neg": torch.neg, "print": print}.get(function) or namespace.setdefault("SEEN", []).append
+        if mode != "truth":
+            return raw
+
+        def logged(*args: Any) -> Any:
+            value = args[0]  # a node post-hook (print) gets (grad_inputs, grad_outputs): what it got is grad_inputs
+            login(tag, value)
+            out = raw(*args)
+            logout(tag, out if out is not None else value)
+            return out
+        return logged
+
+    def mchook(tag: str, kind: str) -> Any:
+        if mode != "truth":
+            return print
+
+        def logged(module: Any, *grads: Any) -> Any:
+            login(tag, grads[0])
+            print(module, *grads)
+            logout(tag, grads[0])
+        return logged
+
+    def wrap(fn: Any, method: str) -> Any:
+        if mode == "truth":
+            registered[0] += 1
+            number = registered[0]
+            kinds[number] = method
+
+            def numbered(*args: Any) -> Any:
+                stack.append(number)
+                try:
+                    return fn(*args)
+                finally:
+                    stack.pop()
+            return numbered
+        if mode == "nohook":
+            return lambda *args: fn(*args) if gate[0] else None
+        return fn
+
+    def reg(target: Any, method: str, *args: Any) -> Any:
+        if mode == "never":
+            handles.append(type("Gone", (), {"remove": lambda self: None})()) if method.startswith("global_") else None
+            return None
+        if method == "multi":
+            tensors, fn, multi_mode = args
+            return torch.autograd.graph.register_multi_grad_hook(tensors, wrap(fn, method), mode=multi_mode)
+        if method.startswith("global_"):
+            register = module_globals.register_module_full_backward_hook if method == "global_full" else \
+                module_globals.register_module_full_backward_pre_hook
+            handle = register(wrap(args[0], method))
+            handles.append(handle)
+            return handle
+        return getattr(target, method)(wrap(args[0], method))
+
+    shadow = Shadow()
+
+    def do_pass(kind: str, root: Any, inputs: Any = None, retain_graph: bool = False) -> None:
+        leaves = _leaf_values(namespace, program.leaves)
+        result.before.append({name: clone(leaf.grad) for name, leaf in leaves.items()})
+        without = None
+        if mode == "nohook":
+            without = _switched_off(shadow, leaves, kind, root, inputs, gate)
+        nodes: list = []
+        observers = []
+        if mode == "truth":
+            for fn in programs._nodes(root):
+                observers.append(fn.register_hook(
+                    lambda gi, go, fn=fn: nodes.append((fn.name(), clone(go), clone(gi)))))
+        error = None
+        returned = None
+        try:
+            if kind == "grad":
+                returned = clone(torch.autograd.grad(root, inputs, retain_graph=retain_graph, allow_unused=True))
+            else:
+                root.backward(inputs=inputs, retain_graph=retain_graph)
+        except (ValueError, RuntimeError) as problem:
+            error = f"{type(problem).__name__}: {problem}"
+        finally:
+            for handle in observers:
+                handle.remove()
+        result.nodes.append(nodes)
+        entry = {"grads": {name: clone(leaf.grad) for name, leaf in leaves.items()}, "error": error,
+                 "result": returned, "inputs": [programs._name_of(namespace, t) for t in inputs] if kind == "grad" else None}
+        if without is not None:
+            entry["real"], entry["real_error"] = entry["grads"], error
+            entry.update(without)
+            if kind == "backward":
+                entry["grads"] = shadow.settle(without["base"], without["added"], leaves)
+        result.passes.append(entry)
+
+    namespace.update(REG=reg, CHOOK=chook, MCHOOK=mchook, PASS=do_pass, LOGIN=login, LOGOUT=logout)
+    exec(compile(PRELUDE, "<prelude>", "exec"), namespace)
+    source = compile(program.source(), "<program>", "exec")
+    stdout = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(stdout), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if mode == "lens":
+                with al.Lens(names=namespace) as lens:
+                    exec(source, namespace)
+                result.lens = lens
+            else:
+                exec(source, namespace)
+    except Exception as problem:  # noqa: BLE001  (the program's own failure is compared, not judged)
+        result.error = f"{type(problem).__name__}: {problem}"
+    finally:
+        for handle in handles:  # global hooks outlive the program otherwise
+            handle.remove()
+    result.log[:] = [entry for entry in log if not entry[0].startswith("nested:")]
+    model = namespace.get("model")
+    result.final = [clone(p) for p in model.parameters()] if isinstance(model, nn.Module) else None
+    result.stdout = stdout.getvalue()
+    return result
+
+
+_ENGINE = torch.autograd.graph._engine_run_backward.__code__
+
+
+def _nested() -> bool:
+    """Inside a backward run by a backward (reentrant checkpointing)."""
+    frame, engines = sys._getframe(), 0
+    while frame is not None:
+        engines += frame.f_code is _ENGINE
+        frame = frame.f_back
+    return engines > 1
+
+
+def _switched_off(shadow: Shadow, leaves: dict, kind: str, root: Any, inputs: Any, gate: list) -> dict:
+    """This pass's gradients with every hook switched off, on the same graph, ``.grad`` left as it was."""
+    base = shadow.before(leaves) if kind == "backward" else {}
+    every = dict(leaves)
+    for fn in programs._nodes(root):
+        if type(fn).__name__ == "AccumulateGrad":
+            every.setdefault(f"#{len(every)}", fn.variable)
+    kept = {name: leaf.grad for name, leaf in every.items()}
+    gate[0] = False
+    added: dict = {}
+    error = returned = None
+    try:
+        for leaf in every.values():
+            leaf.grad = None
+        if kind == "grad":
+            returned = clone(torch.autograd.grad(root, inputs, retain_graph=True, allow_unused=True))
+        else:
+            root.backward(inputs=inputs, retain_graph=True)
+            added = {name: clone(leaf.grad) for name, leaf in leaves.items()}
+    except (ValueError, RuntimeError) as problem:
+        error = f"{type(problem).__name__}: {problem}"
+    finally:
+        gate[0] = True
+        for name, leaf in every.items():
+            leaf.grad = kept[name]
+    return {"base": base, "added": added, "error": error, "result": returned}
+
+
+# ----------------------------------------------------------------------------- comparing
+
+
+def compare(program: Program, cross_check: bool = False) -> list[str]:
+    """Every false statement of the lens on ``program`` (``programs.compare``), and what it changed of the
+    program's own results (parameters after training, printed output); "checker:" problems are this file's."""
+    runs: dict[str, Run] = {}
+
+    def runner(candidate: Program, mode: str) -> Run:
+        runs[mode] = run(candidate, mode)
+        return runs[mode]
+
+    problems = programs.compare(program, runner)
+    plain, lens_run, nohook = runs["plain"], runs["lens"], runs["nohook"]
+    if (plain.final is None) != (lens_run.final is None) or \
+            (plain.final is not None and not programs.equal(plain.final, lens_run.final)):
+        problems.append("parameters after training differ under the lens")
+    if plain.stdout != lens_run.stdout:
+        problems.append("the program printed something else under the lens")
+    if nohook.error != plain.error or len(nohook.passes) != len(plain.passes) or any(
+            q.get("real_error") != p["error"] or not programs.equal(list(p["grads"].values()), list(q["real"].values()))
+            for p, q in zip(plain.passes, nohook.passes) if "real" in q):
+        problems.append("checker: switching hooks off for a pass changed the program's own run")
+    if lens_run.lens is not None and len(lens_run.lens.passes) == len(runs["truth"].passes):
+        for index, backward_pass in enumerate(lens_run.lens.passes):
+            kinds = {kind for at, kind in runs["truth"].nested if at == index}
+            note = " ".join(n for n in backward_pass.notes if "nested backward" in n)
+            if bool(kinds) != bool(note):
+                problems.append(f"pass {index + 1}: hooks ran in a nested backward: {sorted(kinds) or 'none'}; "
+                                f"the notes say {note or 'nothing'}")
+            elif "legacy" in note or ("multi" in kinds) != ("multi-grad" in note):
+                problems.append(f"pass {index + 1}: nested backward note {note!r}, hooks registered by {sorted(kinds)}")
+    if cross_check and "opt.step()" not in program.lines:
+        never = run(program, "never")
+        for index, (q, n) in enumerate(zip(nohook.passes, never.passes)):
+            if "real" in q and q["error"] is None and n["error"] is None and q["inputs"] is not None:
+                if not programs.equal(q["result"], n["result"]):
+                    problems.append(f"cross-check: pass {index + 1}: autograd.grad with hooks switched off "
+                                    f"{q['result']}, never registered {n['result']}")
+            elif "real" in q and q["error"] is None and n["error"] is None and q["grads"].keys() == n["grads"].keys():
+                for name, value in q["grads"].items():
+                    if not isinstance(value, Unknowable) and not _same(value, n["grads"][name]):
+                        problems.append(f"cross-check: pass {index + 1}: {name} with hooks switched off "
+                                        f"{value}, never registered {n['grads'][name]}")
+    return problems
+
+
+def check(seed: int, cross_check: bool = False) -> tuple[Program, list[str]]:
+    program = ModelGenerator(seed).generate()
+    return program, compare(program, cross_check)
+
+
+def report(program: Program, problems: list[str]) -> str:
+    first = _class_of(problems[0])
+    small = programs.shrink(program, lambda candidate: any(_class_of(p) == first for p in compare(candidate)))
+    return (f"seed {program.seed}: {problems[0][:600]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
+            + "\nminimal program (tests/model_programs.py PRELUDE first):\n" + small.source()
+            + "\n  -> " + "; ".join(p[:400] for p in compare(small)[:3]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--programs", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--show", type=int, default=10, help="failures printed in full (shrunk)")
+    parser.add_argument("--cross-check", action="store_true",
+                        help="also compare 'hooks switched off' with a run that never registered them")
+    options = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    failures = 0
+    classes: dict[str, list[int]] = {}
+    for seed in range(options.seed, options.seed + options.programs):
+        try:
+            program, problems = check(seed, options.cross_check)
+        except Exception:  # noqa: BLE001
+            print(f"seed {seed}: the checker failed\n{traceback.format_exc()}", flush=True)
+            failures += 1
+            continue
+        if problems:
+            failures += 1
+            classes.setdefault(_class_of(problems[0]), []).append(seed)
+            if failures <= options.show:
+                print(report(program, problems), "\n", flush=True)
+            else:
+                print(f"seed {seed}: {problems[0][:300]}", flush=True)
+    for name, seeds in sorted(classes.items(), key=lambda item: -len(item[1])):
+        print(f"{len(seeds):5d}  {name}  (seeds {seeds[:8]})")
+    print(f"{options.programs} programs, {failures} with a false statement")
+    return 1 if failures else 0
+
+
+def _class_of(problem: str) -> str:
+    """A problem without its values: what kind of statement was false."""
+    import re
+
+    text = re.sub(r"tensor\(.*", "", problem)
+    text = re.sub(r"pass \d+", "pass N", text)
+    text = re.sub(r"hook call \d+ \([^)]*\)", "hook call", text)
+    return re.sub(r"\d+", "N", text)[:120]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
