@@ -61,6 +61,10 @@ class HookCalls:
             elif self.nested_frames and event != "return":
                 if frame is self.nested_frames[-1] and getattr(arg, "__name__", None) == "run_backward":
                     self.nested_running = event == "c_call"  # like in_engine, for the nested engine
+                elif event == "c_call" and self.nested_wrapper is not None and frame is self.nested_wrapper.frame \
+                        and self.nested_wrapper.family != "ignore" \
+                        and any(function is arg for function in _wrapped_user_functions(self.nested_wrapper)):
+                    self._nested_wrapped(arg)  # torch's wrapper calls a hook written in C
             elif event == "return" and self.nested_frames:
                 if frame is self.nested_frames[-1]:
                     self.nested_frames.pop()
@@ -92,11 +96,13 @@ class HookCalls:
             self.nested_nodes.setdefault(id(node), node.name())
         # hooks written in C on named tensors this graph does not reach (a checkpointed layer's parameters) run
         # there without a frame: whether they ran is not seen
+        # (said in a note; they change no gradient this graph carries, so values without hooks stay known)
         in_graph = {id(fn) for fn in self.shape.nodes}
+        maybe = self.__dict__.setdefault("nested_maybe", [])
         for known in self.unseen_hooks:
-            if id(known.grad_fn) not in in_graph:
-                self._nested_hook(f"{known.target}: hook {function_name(known.function)} (written in C: not seen, "
-                                  "it ran if that backward reached it)")
+            text = f"{known.target}: hook {function_name(known.function)}"
+            if id(known.grad_fn) not in in_graph and text not in maybe:
+                maybe.append(text)
         # it may write the .grad of leaves this pass has yet to reach: read theirs just before the write
         for key, leaf in self.shape.leaves.items():
             if key not in self.ran and key not in self.watched:
@@ -124,12 +130,17 @@ class HookCalls:
                 and self.nested_wrapper.family != "ignore":
             function = user_function(frame, self.nested_wrapper)
             if function is not None:
-                module = wrapper_module(self.nested_wrapper)
-                kind = "multi-grad" if self.nested_wrapper.family == "multi_grad" else \
-                    module_hook_kind(self.nested_wrapper, function, module).replace("_", " ")
-                target = self.ensure_names().module_name(module) if module is not None else None
-                where = f"{target or type(module).__name__}: " if module is not None else ""
-                self._nested_hook(f"{where}{kind} hook {function_name(function)}")
+                self._nested_wrapped(function)
+
+    def _nested_wrapped(self, function: Any) -> None:
+        """A hook torch's wrapper called in a nested backward (a module hook, a multi-grad hook), by name."""
+        module = wrapper_module(self.nested_wrapper)
+        kind = "multi-grad" if self.nested_wrapper.family == "multi_grad" else \
+            module_hook_kind(self.nested_wrapper, function, module).replace("_", " ")
+        target = self.ensure_names().module_name(module) if module is not None else None
+        where = f"{target or type(module).__name__}: " if module is not None else ""
+        self._nested_hook(f"{where}{kind} hook {function_name(function)}")
+
 
     def _nested_hook(self, text: str) -> None:
         if text not in self.nested_hooks:

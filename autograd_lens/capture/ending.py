@@ -11,7 +11,7 @@ import torch
 
 from ..model import TensorSummary, Value, values_equal
 from .hooks import function_name, runs_python
-from .order import arrange_before, arrange_input_chain, until_error
+from .order import NOT_RETURNED, arrange_before, arrange_input_chain, until_error
 from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord
 from .unhooked import LeafHistory, Unknown
 from .structure import gradient_edge
@@ -57,6 +57,7 @@ class PassEnd:
             if call is None:  # no Python hook raised: a backward function in Python (its ctx), a hook in C, or torch
                 node = self._raising_node(error)
                 if node is not None:
+                    self.stopped_fn = node
                     self._stopped_at(node, None)
                     return
                 maybe = sorted({known.target for ready in self._ready() for known in self.unseen_hooks
@@ -65,7 +66,7 @@ class PassEnd:
                     self.note(f"the pass stopped at an error no Python frame explains: the hooks in C on "
                               f"{', '.join(maybe)} may or may not have run before it, and are not shown")
                 return
-            node = call.current_fn
+            node = self.stopped_fn = call.current_fn
             if call.kind in ("post_accumulate_grad", "node") and node is not None and id(node) in self.shape.leaves \
                     and id(node) not in self.ran and id(node) in self.written:
                 # it raised after AccumulateGrad wrote .grad: the write happened, and is a step before it
@@ -155,11 +156,15 @@ class PassEnd:
 
     def seal(self, result: Any = None) -> None:
         """Calls seen after the last node ran (an autograd.grad input's hooks, a raising hook) are placed."""
+        by = ", ".join(sorted(set(self.nested_nodes.values()))) or "a backward function"
         if self.nested_hooks:
-            ran = ", ".join(sorted(set(self.nested_nodes.values()))) or "a backward function"
-            self.note(f"hooks ran inside a nested backward run by {ran} (reentrant checkpointing, or a backward() "
+            self.note(f"hooks ran inside a nested backward run by {by} (reentrant checkpointing, or a backward() "
                       f"inside a hook), not recorded as steps of this pass: {'; '.join(self.nested_hooks)}; values "
                       "without hooks that depend on them are unknown")
+        if getattr(self, "nested_maybe", None):  # hooks in C on tensors outside this graph (calls._nested_start)
+            self.note(f"a nested backward run by {by} (reentrant checkpointing, or a backward() inside a hook) ran "
+                      f"these hooks written in C if it reached their tensors (no Python frame shows it): "
+                      f"{'; '.join(self.nested_maybe)}")
         if self.foreign_calls:
             self.note(f"Python code that is not a gradient hook ran during this pass, called by torch's C++ side "
                       f"({', '.join(self.foreign_calls)}: e.g. a DistributedDataParallel communication hook, or a "
@@ -170,7 +175,7 @@ class PassEnd:
                 self.place(call, None, ())
             self.records.append(call)
         self.pending = []
-        if self.kind == "grad" and result is not None and not self.broken:
+        if self.kind == "grad" and not self.broken and (result is not None or self.error is not None):
             with _hidden_from_modes():
                 self._c_hooks_on_inputs(result)
 
@@ -178,8 +183,11 @@ class PassEnd:
         """Hooks written in C on an input of ``autograd.grad``: they run when its gradient is captured (its node
         does not run), with the node's other tensor hooks; each becomes a step in its place among them (or after
         the last of its tensor's users), with the values around it (what the users sent, added up; what
-        autograd.grad returned)."""
+        autograd.grad returned).  ``result`` None: the pass stopped at an error (at ``stopped_fn``); a leaf's gradient
+        was captured as soon as its last user ran (the engine runs AccumulateGrad first), unless the error came
+        from such a capture (or from no known node): what it returned is not known."""
         done: set[int] = set()
+        stopped = getattr(self, "stopped_fn", None)
         for index, tensor in enumerate(self.inputs):
             if not isinstance(tensor, torch.Tensor) or not tensor.requires_grad:
                 continue
@@ -187,6 +195,9 @@ class PassEnd:
             if edge is None:
                 continue  # torch cannot say which node takes its gradient: no hook of it can be placed
             node, output = edge
+            if result is None and (id(node) not in self.shape.leaves or stopped is None
+                                   or id(stopped) in self.shape.leaves):
+                continue
             chain = self.chains.get((id(node), output))
             if not chain or id(node) in self.ran or all(runs_python(known.function) for known in chain):
                 continue
@@ -200,7 +211,8 @@ class PassEnd:
                     and record.kind in ("tensor", "multi_grad") and (record.current_fn is node or record.node_fn is node
                     or record.current_fn is None and record.node_fn is None  # placed nowhere yet: its candidates say
                     and any(known.grad_fn is node for known in record.candidates))]
-            merged = arrange_input_chain(self, node, output, seen, result[index] if index < len(result) else None)
+            returned = NOT_RETURNED if result is None else result[index] if index < len(result) else None
+            merged = arrange_input_chain(self, node, output, seen, returned)
             if seen:
                 at = next(position for position, record in enumerate(self.records) if record is seen[0])
             else:  # after the last user's record and the calls that ran after its backward (its post-hooks)

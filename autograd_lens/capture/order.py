@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 UNSEEN = "it is written in C: no Python frame shows its call"
 _MISSING: Any = object()  # a value between two hooks that is not known
+NOT_RETURNED: Any = object()  # autograd.grad raised: what it would have returned for an input is not known
 
 
 def unseen_call(function: Any, kind: str, target: str | None, fn: Any, output_nr: int | None, what: str,
@@ -134,7 +135,8 @@ def arrange_input_chain(observer: "PassObserver", fn: Any, output: int, seen: li
             call.position, call.output_nr = mine.position, mine.output_nr
     from .snapshot import snapshot
 
-    end = snapshot(returned, observer.store_limit) if returned is not None else None
+    end = _MISSING if returned is NOT_RETURNED else snapshot(returned, observer.store_limit) if returned is not None \
+        else None
     return arrange_before(observer, fn, seen, None, captured={output: end})
 
 
