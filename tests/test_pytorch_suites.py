@@ -9,7 +9,7 @@ pass, and then the entry must go); those listed as ``observer`` (the test checks
 observer changes) are explained and not counted.
 
 PyTorch's test files are not part of this repository: without them (see
-``tests/pytorch_suites/README.md``) or without ``expecttest``, these tests are skipped.
+``tests/pytorch_suites/README.md``) or without ``expecttest`` and ``pytest-timeout``, these tests are skipped.
 """
 
 from __future__ import annotations
@@ -36,12 +36,13 @@ def _load(name: str):
 run = _load("run")
 KNOWN = _load("known").KNOWN
 _MISSING = [name for name in run.SUITES if not os.path.exists(run.suite_path(name))]
-_HAS_EXPECTTEST = importlib.util.find_spec("expecttest") is not None
+_NEEDED = [name for name in ("expecttest", "pytest_timeout") if importlib.util.find_spec(name) is None]
 
 pytestmark = pytest.mark.skipif(
-    bool(_MISSING) or not _HAS_EXPECTTEST,
+    bool(_MISSING) or bool(_NEEDED),
     reason=(f"PyTorch's test files are missing ({', '.join(_MISSING)}): see tests/pytorch_suites/README.md"
-            if _MISSING else "expecttest is not installed (PyTorch's test helpers need it)"),
+            if _MISSING else f"{' and '.join(_NEEDED)} not installed (PyTorch's test helpers and the runner's "
+            "--timeout need them): see tests/pytorch_suites/README.md"),
 )
 
 

@@ -11,8 +11,10 @@ import torch
 from ..model import values_equal
 from .hooks import (ENGINE_CODE, TORCH_DIR, Wrapper, code_of, engine_call_args, function_name, module_hook_kind,
                     multi_grad_received, user_function, wrapper_family, wrapper_module, wrapper_state)
+from .late import LATE_CODE, REGISTER_CODE
+from .late import registered as late_registered
 from .order import UNSEEN
-from .records import HookRecord, KnownHook, snapshot_all
+from .records import HookRecord, KnownHook, NodeRecord, snapshot_all
 from .snapshot import hidden_from_user as _hidden_from_modes  # the lens's tensor ops never reach a user's mode
 from .snapshot import snapshot
 from .saved import saved_names
@@ -39,6 +41,9 @@ class HookCalls:
                 if parent is self.engine_frame:
                     code = frame.f_code
                     if code in self._own_codes:
+                        if code is LATE_CODE:  # a late post-hook's wrapper (late.py): the user's hook is inside
+                            self.late_frame = frame
+                            self.copies.clear()
                         return
                     # The engine runs Python (a hook, a custom Function's backward): it may edit a gradient
                     # where the version counter does not see it (``.data``, numpy), so no earlier copy is reused
@@ -58,6 +63,10 @@ class HookCalls:
                 elif self.wrapper is not None and parent is self.wrapper.frame:
                     if self.wrapper.family != "ignore" and user_function(frame, self.wrapper) is not None:
                         self._begin(frame, self.wrapper)
+                elif parent is not None and parent is self.late_frame:
+                    self._begin(frame, None)  # as if the engine called it
+                elif frame.f_code is REGISTER_CODE:  # a node hook registered while a node runs (late.py)
+                    self.registering = frame
             elif self.nested_frames and event != "return":
                 if frame is self.nested_frames[-1] and getattr(arg, "__name__", None) == "run_backward":
                     self.nested_running = event == "c_call"  # like in_engine, for the nested engine
@@ -77,6 +86,11 @@ class HookCalls:
                     self._end(current, arg)
                 elif self.wrapper is not None and frame is self.wrapper.frame:
                     self.wrapper = None
+                elif frame is self.registering:
+                    self.registering = None
+                    late_registered(self, arg)
+                elif frame is self.late_frame:
+                    self.late_frame = None
             elif event == "c_call" and self.wrapper is not None and frame is self.wrapper.frame:
                 if self.current is None and self.in_engine and self.wrapper.family != "ignore" \
                         and any(function is arg for function in _wrapped_user_functions(self.wrapper)):
@@ -140,7 +154,6 @@ class HookCalls:
         target = self.ensure_names().module_name(module) if module is not None else None
         where = f"{target or type(module).__name__}: " if module is not None else ""
         self._nested_hook(f"{where}{kind} hook {function_name(function)}")
-
 
     def _nested_hook(self, text: str) -> None:
         if text not in self.nested_hooks:
@@ -300,11 +313,25 @@ class HookCalls:
         self.edited_in_place = self.edited_in_place or edited
         if call.kind == "tensor":  # what the next function receives, copied after the hook: kept for reuse
             self.keep_copy(call.received if returned is None else returned, call.grad_out)
+        elif call.kind == "node" and call.modified:
+            self._passed_on(call)
         if call.modified or edited:
             self.unhooked.activate(edited)
         call.frame = None  # don't keep the hook's locals alive
         call.received = None
         self.pending.append(call)
+
+
+    def _passed_on(self, call: HookRecord) -> None:
+        """A node's post-hook that runs after the lens's own (registered during the pass) changed what the node
+        passes on: the node's record says what its users get, as it does when the user's post-hooks run first."""
+        position = self.ran.get(id(call.current_fn)) if call.current_fn is not None else None
+        if position is not None and isinstance(self.records[position], NodeRecord) \
+                and self.records[position].fn is call.current_fn:
+            record = self.records[position]
+            # what it sent without the hook: what the record said, unless a hook upstream already made it differ
+            self.unhooked.out.setdefault(id(record.fn), record.sent)
+            record.sent = call.grad_out
 
 
 def _wrapped_user_functions(wrapper: Wrapper) -> tuple:

@@ -41,6 +41,8 @@ from .calls import HookCalls
 from .ending import PassEnd
 from ..model import Value
 from .hooks import TORCH_DIR, Wrapper, code_of, multi_grad_user_fn, runs_python
+from .late import LATE_CODE
+from .late import restore as restore_late_hooks
 from .names import Names, names_from
 from .nodes import NodeRecorder
 from .order import describe_c_hooks
@@ -56,7 +58,7 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
     """Records one engine run.  ``start()`` before it, ``stop()`` after it (always)."""
 
     # the lens's own hooks, which the profile function must not take for the user's
-    _own_codes = frozenset({NodeRecorder._on_node.__code__, NodeRecorder._before_write.__code__})
+    _own_codes = frozenset({NodeRecorder._on_node.__code__, NodeRecorder._before_write.__code__, LATE_CODE})
 
     def __init__(self, *, structure: Structure, roots: tuple, seeds: tuple, inputs: tuple, kind: str,
                  namespace: dict, store_limit: int, memory_budget: int | None, nested: Any) -> None:
@@ -107,6 +109,12 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         self.unpack_codes: set[Any] = set()
         # id(tensor) -> (weakref, version, copy): a gradient one node sent and the next received is copied once
         self.copies: dict[int, tuple[Any, int, Value]] = {}
+        # node post-hooks registered while their node runs (late.py): wrapped for the pass, put back after it
+        self.late_before: set[int] = set()
+        self.late_wrapped: list[tuple[Any, int, Any, Any]] = []
+        self.post_dicts: dict[int, int] | None = None
+        self.registering: Any = None
+        self.late_frame: Any = None
         self.seeds = tuple(snapshot(seed, store_limit) if isinstance(seed, torch.Tensor) else None for seed in seeds)
         self.start_seeds = self.seeds  # as they were when the pass started (self.seeds: as they would be unhooked)
         self.seed_objects = seeds  # the caller's gradient= tensors, until the pass is recorded
@@ -191,6 +199,7 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         if self.profiling and sys.getprofile() == self._profile:
             sys.setprofile(None)
         self.profiling = False
+        restore_late_hooks(self)
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
@@ -212,6 +221,7 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         self.roots = self.inputs = self.seeds = self.start_seeds = self.seed_objects = ()
         self.old_grads, self.incoming, self.written = {}, {}, {}
         self.copies = {}
+        self.post_dicts, self.registering, self.late_frame = None, None, None
         self.unhooked = Unhooked(self)
         self.error = None
         self.shape = None  # type: ignore[assignment]

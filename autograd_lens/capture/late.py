@@ -1,0 +1,76 @@
+"""Node post-hooks registered while their node runs (an unpack hook or a custom ``Function.backward`` calling
+``torch._C._current_autograd_node().register_hook``): what they receive must not depend on the lens's observer.
+
+The engine decides before it runs a node whether to keep the node's inputs for its post-hooks; a node with none
+has its inputs handed to the function and gone, so a post-hook registered during the run receives ``()`` as
+inputs.  The lens's own post-hook on every node makes the engine keep them.  Such a late hook, on a node that had
+no hook of the user's when it started, is wrapped for the rest of the pass so that it receives what it would
+without the lens, and is put back as it was when the pass ends.  Its call is recorded as the user's hook's.
+"""
+
+from __future__ import annotations
+
+from types import FrameType
+from typing import Any, Callable
+
+import torch
+from torch.autograd.function import _HookMixin
+
+_current_node = torch._C._current_autograd_node
+REGISTER_CODE = _HookMixin._register_hook.__code__  # every grad_fn.register_hook / register_prehook goes through it
+
+
+def _as_without_lens(hook: Callable) -> Callable:
+    def late_post_hook(grad_inputs: Any, grad_outputs: Any) -> Any:
+        return hook(grad_inputs, ())  # the node's inputs, not kept for hooks it had none of when it started
+    return late_post_hook
+
+
+LATE_CODE = _as_without_lens(print).__code__
+
+
+def registered(observer: Any, arg: Any) -> None:
+    """``_register_hook`` returned ``arg`` (the hook dict, the handle) during the pass, outside any user hook: if it
+    is a post-hook of the node running now, which started with no hook of the user's, wrap it."""
+    if not (isinstance(arg, tuple) and len(arg) == 2):
+        return
+    hooks, handle = arg
+    node = _current_node()
+    posts = _post_dicts(observer)
+    key = posts.get(id(hooks))
+    if key is None:
+        return  # a pre-hook dict, or a node this pass does not run
+    if node is None or id(node) != key:  # registered on a node yet to run: the engine will keep its inputs
+        observer.late_before.add(key)
+        return
+    if key in observer.late_before or observer.node_hooks.get(key, ((), ()))[1]:
+        return  # the node had a post-hook of the user's when it started: its inputs were kept in any case
+    hook = hooks.get(handle.id)
+    if hook is None:
+        return
+    wrapper = _as_without_lens(hook)
+    hooks[handle.id] = wrapper
+    observer.late_wrapped.append((hooks, handle.id, wrapper, hook))
+
+
+def restore(observer: Any) -> None:
+    """Put each wrapped hook back (unless the user removed or replaced it meanwhile)."""
+    for hooks, key, wrapper, hook in observer.late_wrapped:
+        if hooks.get(key) is wrapper:
+            hooks[key] = hook
+    observer.late_wrapped = []
+
+
+def _post_dicts(observer: Any) -> dict[int, int]:
+    """id(post-hook dict) -> id(node), for every node the lens observes (its own post-hook's dict), once per pass."""
+    if observer.post_dicts is None:
+        observer.post_dicts = {}
+        for fn, handle in zip(observer.shape.nodes, observer.handles):
+            hooks = handle.hooks_dict_ref()
+            if hooks is not None:
+                observer.post_dicts[id(hooks)] = id(fn)
+    return observer.post_dicts
+
+
+def is_register(frame: FrameType) -> bool:
+    return frame.f_code is REGISTER_CODE
