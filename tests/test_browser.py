@@ -281,8 +281,14 @@ def test_static_page_predict_mode_asks_checks_and_then_reveals(browser, tmp_path
     assert current_node(style) == view.steps[1].node and "visibility: visible" not in style  # no arrow label yet
     page.fill("input.al-answer", "2")
     page.press("input.al-answer", "Enter")
+    card = page.inner_text(".al-cardbox")  # a wrong answer: try again, autograd's value not given away yet
+    assert card.startswith("Not quite (try 1). Try again") and "computed 1" not in card and "What does z receive?" in card
+    assert "visibility: visible" not in page.evaluate("document.querySelector('style.al-frame').textContent")
+    assert page.input_value("input.al-answer") == "2"
+    page.fill("input.al-answer", "1")
+    page.press("input.al-answer", "Enter")
     card = page.inner_text(".al-cardbox")
-    assert card.startswith("Not quite: autograd computed 1.0.") and "Chain rule: out = z + w." in card
+    assert card.startswith("Right: autograd computed 1.0. (try 2)") and "Chain rule: out = z + w." in card
     assert "visibility: visible" in page.evaluate("document.querySelector('style.al-frame').textContent")
     page.click("button[data-go=next]")  # the next question: y's share from one of the products
     question = view.steps[2].question
@@ -290,7 +296,7 @@ def test_static_page_predict_mode_asks_checks_and_then_reveals(browser, tmp_path
     page.click("button[data-go=check]")
     assert page.inner_text(".al-feedback") == f"Right: autograd computed {question.answer_text}."
     page.click("button[data-go=prev]")  # an answered step stays answered
-    assert page.inner_text(".al-feedback").startswith("Not quite")
+    assert page.inner_text(".al-feedback").startswith("Right: autograd computed 1.0. (try 2)")
     shot(page, "static-predict.png")
     page.click("button[data-go=last]")
     assert not page.is_visible(".al-tablebox")  # the last step's own question is still open

@@ -360,7 +360,10 @@ BASE_CSS = """\
 {scope} .al-hook {{border-left: 5px solid #d97706}}
 {scope} .al-error {{border-left: 5px solid #dc2626}}
 {scope} .al-note {{margin-top: 4px; color: var(--jp-warn-color0, #92400e)}}
-{scope} .al-changes td {{padding: 1px 6px; border: 1px solid var(--jp-border-color2, #e5e7eb); font-family: monospace}}
+{scope} .al-changes td {{padding: 1px 6px; border: 1px solid var(--jp-border-color2, #e5e7eb); font-family: monospace;
+  white-space: nowrap; text-align: left}}
+{scope} table.al-changes, {scope} table.al-changes > tbody, {scope} table.al-changes tr {{display: flex; flex-wrap: wrap;
+  gap: 3px}}
 {scope} .al-changed {{background: #fde68a; color: #111827; font-weight: bold}}
 {scope} table.al-grads {{border-collapse: collapse; font-size: 13px}}
 {scope} table.al-grads td, {scope} table.al-grads th {{border: 1px solid var(--jp-border-color2, #e5e7eb);

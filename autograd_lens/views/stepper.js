@@ -79,6 +79,24 @@ export function checkAnswers(texts, parts) {
   return [results.every((r) => r[0]), results.map((r, i) => parts[i][2] + ": " + r[1]).join(" ")];
 }
 
+// A wrong prediction leaves the question open: what was off, without autograd's value, so the student can try
+// again; "show me" (or a right answer) settles it and says what autograd computed.
+export function tryAgainText(texts, parts, tries) {
+  const words = parts.map((part, i) => {
+    const text = texts[i] || "";
+    if (checkAnswer(text, part[0], part[1])[0]) { return "right"; }
+    const count = (String(text).match(/[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?/g) || []).length;
+    if (!count) { return "type a number (or a list such as [1, 2])"; }
+    if (count !== 1 && count !== part[0].length) {
+      return "that is " + count + " numbers, the gradient has " + part[0].length;
+    }
+    return "not quite";
+  });
+  const said = parts.length === 1 ? words[0] : parts.map((part, i) => part[2] + ": " + words[i]).join("; ");
+  return said[0].toUpperCase() + said.slice(1) + " (try " + tries + "). Try again, or press show me to see what " +
+    "autograd computed.";
+}
+
 export function revealText(parts) {
   if (parts.length === 1) { return "Autograd computed " + parts[0][1] + "."; }
   return parts.map((part) => part[2] + ": autograd computed " + part[1] + ".").join(" ");
@@ -278,6 +296,7 @@ function render({ model, el }) {
   let opened = {}; // group id -> true (opened) / false (closed) by a click, for this pass
   let hiddenIn = {}; // node id -> the id of the outermost collapsed group hiding it
   const answered = Object.assign({}, model.get("answers") || {});
+  const tries = {}; // "pass:step" -> [wrong tries so far, the last answer's texts], while its question is open
 
   function svgOf(p) {
     if (svgs[p] === null) { svgs[p] = decodeSvg(passes[p].svg); }
@@ -341,32 +360,48 @@ function render({ model, el }) {
     apply();
   }
 
-  function followCurrent() {
-    const node = passes[pass].steps[step].node;
-    if (!follow.checked || !node) { return; }
-    const target = canvas.querySelector("#" + (hiddenIn[node] || node));
-    if (!target) { return; }
+  function clampView() {
+    // after an automatic move: a drawing larger than the view fills it (no empty band beside its edge while more
+    // of it is hidden on the other side); a smaller one is centred
+    const { w, h } = size();
+    const width = viewport.clientWidth || 800;
+    const height = viewport.clientHeight || 600;
+    const [dw, dh] = [w * view.scale, h * view.scale];
+    view.x = dw <= width ? (width - dw) / 2 : Math.min(0, Math.max(width - dw, view.x));
+    view.y = dh <= height ? (height - dh) / 2 : Math.min(0, Math.max(height - dh, view.y));
+  }
+
+  function bringIntoView(ids, margin) {
+    // the boxes of `ids` (the first one first) in view at a readable zoom: centred when they are not, then clamped
+    const targets = ids.filter((id) => id).map((id) => canvas.querySelector("#" + (hiddenIn[id] || id))).filter((t) => t);
+    if (!targets.length) { return; }
     if (view.scale * FONT_PX < MIN_TEXT_PX) { view.scale = MIN_TEXT_PX / FONT_PX; apply(); }
-    const box = target.getBoundingClientRect();
     const port = viewport.getBoundingClientRect();
-    const margin = 40;
+    const boxes = targets.map((t) => t.getBoundingClientRect());
+    let box = { left: Math.min(...boxes.map((b) => b.left)), right: Math.max(...boxes.map((b) => b.right)),
+      top: Math.min(...boxes.map((b) => b.top)), bottom: Math.max(...boxes.map((b) => b.bottom)) };
+    if (box.right - box.left > port.width - 2 * margin || box.bottom - box.top > port.height - 2 * margin) {
+      box = boxes[0]; // together they do not fit: the first
+    }
     if (box.left >= port.left + margin && box.right <= port.right - margin &&
         box.top >= port.top + margin && box.bottom <= port.bottom - margin) { return; }
-    view.x += port.left + port.width / 2 - (box.left + box.width / 2);
-    view.y += port.top + port.height / 2 - (box.top + box.height / 2);
+    view.x += port.left + port.width / 2 - (box.left + box.right) / 2;
+    view.y += port.top + port.height / 2 - (box.top + box.bottom) / 2;
+    clampView();
     apply();
   }
 
+  function followCurrent() {
+    // the current node; before the first step, the root with the first node to run beside it
+    const steps = passes[pass].steps;
+    const node = steps[step].node;
+    if (!follow.checked) { return; }
+    if (node) { bringIntoView([node], 40); return; }
+    if (step === 0) { bringIntoView([(passes[pass].roots || [])[0], steps.length > 1 ? steps[1].node : null], 20); }
+  }
+
   function centreOn(id) {
-    const target = canvas.querySelector("#" + (hiddenIn[id] || id));
-    if (!target) { return; }
-    if (view.scale * FONT_PX < MIN_TEXT_PX) { view.scale = MIN_TEXT_PX / FONT_PX; apply(); }
-    const box = target.getBoundingClientRect();
-    const port = viewport.getBoundingClientRect();
-    if (box.left >= port.left && box.right <= port.right && box.top >= port.top && box.bottom <= port.bottom) { return; }
-    view.x += port.left + port.width / 2 - (box.left + box.width / 2);
-    view.y += port.top + port.height / 2 - (box.top + box.height / 2);
-    apply();
+    bringIntoView([id], 0);
   }
 
   function showEdges(ids) {
@@ -699,9 +734,12 @@ function render({ model, el }) {
     const settled = answered[pass + ":" + step];
     frameStyle.textContent = frameCss(scope, steps, step, !!(ask && !settled));
     if (ask && !settled) {
-      cardBox.innerHTML = ask[0];
-      const box = cardBox.querySelector("input.al-answer");
-      if (box && root.contains(document.activeElement)) { box.focus(); }
+      const tried = tries[pass + ":" + step];
+      cardBox.innerHTML = (tried ? '<div class="al-feedback al-wrong al-tryagain">' +
+        escapeText(tryAgainText(tried[1], ask[1], tried[0])) + "</div>" : "") + ask[0];
+      const boxes = Array.from(cardBox.querySelectorAll("input.al-answer"));
+      if (tried) { boxes.forEach((box, i) => { box.value = tried[1][i] || ""; }); }
+      if (boxes.length && (tried || root.contains(document.activeElement))) { boxes[0].focus(); }
     } else {
       const why = settled && ask && ask[2] ? '<div class="al-why">Why: ' + escapeText(ask[2]) + "</div>" : "";
       cardBox.innerHTML = (settled ? '<div class="al-feedback ' + (settled[0] ? "al-right" : "al-wrong") + '">' +
@@ -747,7 +785,8 @@ function render({ model, el }) {
     const scale = Math.max(Math.min((viewport.clientWidth || 800) / w, 1), MIN_TEXT_PX / FONT_PX);
     viewport.style.height = Math.round(Math.max(160, Math.min(h * scale + 8, 620))) + "px";
     readable();
-    (passes[p].roots || []).slice(0, 1).forEach(centreOn); // the root (the loss) in view from the start
+    // the root (the loss) in view from the start, with the first node to run beside it
+    bringIntoView([(passes[p].roots || [])[0], passes[p].steps.length > 1 ? passes[p].steps[1].node : null], 20);
     if (!fromModel && model.get("pass_index") !== p) {
       model.set("pass_index", p);
       model.save_changes();
@@ -778,7 +817,16 @@ function render({ model, el }) {
     const ask = question(step);
     if (!ask) { return; }
     const texts = Array.from(cardBox.querySelectorAll("input.al-answer")).map((box) => box.value);
-    answered[pass + ":" + step] = reveal ? [false, revealText(ask[1])] : checkAnswers(texts, ask[1]);
+    const key = pass + ":" + step;
+    const verdict = reveal ? [false, revealText(ask[1])] : checkAnswers(texts, ask[1]);
+    if (!reveal && !verdict[0]) { // not yet: the question stays open for another try
+      tries[key] = [(tries[key] ? tries[key][0] : 0) + 1, texts];
+      show(step);
+      return;
+    }
+    if (!reveal && tries[key]) { verdict[1] += " (try " + (tries[key][0] + 1) + ")"; }
+    delete tries[key];
+    answered[key] = verdict;
     model.set("answers", Object.assign({}, answered));
     model.save_changes();
     show(step);
