@@ -183,6 +183,11 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
     hooked = any(isinstance(record, HookRecord) for record in observer.records) \
         or any(getattr(entry, "hooked", False) for entry in history.values())  # a hook ran in this Lens
     adopted: set[int] = set()  # leaves whose .grad was None before this pass
+    # some leaf's .grad differed from its value without hooks after the last pass it ran in
+    touched_leaves = getattr(observer, "touched", {})  # id(leaf) -> written since its last pass (tracer._run)
+    any_touched = any(touched_leaves.values())
+    others = any(entry.without is not SAME and entry.ref() is not None and not (
+        is_known(entry.without) and values_equal(entry.without, entry.grad)) for entry in history.values())
     spread = hooked and shared_write(observer, history)  # added to shared memory: what flows on may have changed
     for key, fn in observer.shape.leaves.items():
         variable = fn.variable
@@ -196,7 +201,7 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
         position = observer.ran.get(key)
         if position is None:  # not reached in this pass: .grad as before, unless hooks stopped the pass
             shared = shared and variable.grad is not None
-            value = stopped or (Unknown(SHARED) if shared else carry(entry, real))
+            value = stopped or (Unknown(SHARED) if shared else carry(entry, real, others, touched_leaves.get(id(variable)), any_touched))
             settle(key, value, real)
             if stopped is not None or entry is not None:
                 history[id(variable)] = LeafState(weakref.ref(variable), real, value, shared, hooked)
@@ -218,7 +223,7 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
             adopted.add(key)
         if entry is not None and old is not None and entry.grad is not None and values_equal(old, entry.grad):
             out["refilled"].append(observer.shape.leaf_labels[key])
-        base = carry(entry, old)
+        base = carry(entry, old, others, touched_leaves.get(id(variable)), any_touched)
         if shared:
             without: Any = Unknown(SHARED)
         elif base is SAME and not diverged:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import weakref
+
 import torch
 
 from ..model import TensorSummary, Value, values_equal
@@ -121,7 +123,15 @@ class PassEnd:
         if fn is None or self.broken:
             return
         pending = [call for call in self.pending if call.current_fn is fn or call.current_fn is None]
-        self.pending = [call for call in self.pending if call not in pending]
+        # calls that fired before this node's, for another node (an autograd.grad input's, at its capture): steps
+        # before this node's, in the order they ran
+        first = next((index for index, call in enumerate(self.pending) if any(call is mine for mine in pending)),
+                     len(self.pending))
+        earlier = [call for call in self.pending[:first] if not any(call is mine for mine in pending)]
+        self.pending = [call for call in self.pending if not any(call is other for other in pending + earlier)]
+        for call in earlier:
+            self.place(call, None, ())
+        self.records.extend(earlier)
         for call in pending:
             self.place(call, fn, ())
         before = arrange_before(self, fn, [call for call in pending if call.kind in BEFORE_NODE], None)
@@ -246,8 +256,8 @@ def stopped_by_hooks(observer: Any) -> Unknown | None:
         return None
     calls = [record for record in observer.records if isinstance(record, HookRecord)]
     attached = observer.inventory or observer.chains or observer.node_hooks
-    if not calls and not attached and not observer.hooks_hidden:
-        return None  # no hook was there to run: the same error stops the pass without hooks
+    if not calls and not attached and not observer.hooks_hidden and not observer.nested_hooks:
+        return None  # no hook was there to run (here or in a nested backward): the same error stops it without hooks
     error = observer.error
     return Unknown(f"the pass stopped at {type(error).__name__}: {error} after hooks ran; had no hook run it might "
                    "have gone on and reached this tensor")
@@ -261,6 +271,32 @@ class LeafState(LeafHistory):
 
     shared: bool = False
     hooked: bool = False
+    mark: Any = None  # (weakref to the .grad tensor or None, its version) after the pass: was it touched since?
+
+    def __post_init__(self) -> None:
+        variable = self.ref()
+        grad = getattr(variable, "grad", None) if variable is not None else None
+        try:
+            self.mark = (None, None) if grad is None else (weakref.ref(grad), grad._version)
+        except (TypeError, RuntimeError):  # no weak reference or no version (some subclasses): not known
+            self.mark = None
+
+
+def touched(entry: Any) -> bool | None:
+    """Whether a leaf's ``.grad`` was replaced or written in place since the end of its last pass (read as the next
+    pass starts): ``clip_grad_norm_`` writes every ``.grad`` even when it leaves the values as they were.  None: not
+    known."""
+    mark = getattr(entry, "mark", None)
+    variable = entry.ref() if entry is not None else None
+    if mark is None or variable is None:
+        return None
+    try:
+        grad = variable.grad
+        if mark[0] is None:
+            return grad is not None
+        return grad is None or grad is not mark[0]() or grad._version != mark[1]
+    except Exception:  # a tensor subclass without a version: not known
+        return None
 
 
 def final_grad(observer: Any, variable: torch.Tensor) -> Value:

@@ -27,6 +27,7 @@ from ..model import BackwardPass, GraphOptions, HookCall, Note, values_equal
 from ..notes import note
 from .build import build_pass, relabel
 from .counting import HookCounter
+from .ending import touched
 from .lines import CellLines
 from .modules import ModuleCalls
 from .names import caller_namespace, user_frame
@@ -281,6 +282,8 @@ class Lens(LensViews):
             self._say(f"could not trace a backward pass ({type(failure).__name__}: {failure}); it ran untraced")
             return result
         try:
+            # which leaves' .grad code wrote since their last pass (before this pass writes any)
+            observer.touched = {key: touched(entry) for key, entry in self._history.items()}
             observer.start()
         except Exception as problem:
             observer.stop()

@@ -222,16 +222,30 @@ class LeafHistory:
 SAME: Any = object()
 
 
-def carry(history: LeafHistory | None, old: Any) -> Any:
-    """What ``.grad`` would hold before this pass with no hook, given its real value ``old`` now."""
-    if history is None or history.without is SAME:
+def carry(history: LeafHistory | None, old: Any, others_diverged: bool = False, touched: bool | None = None,
+          others_touched: bool = False) -> Any:
+    """What ``.grad`` would hold before this pass with no hook, given its real value ``old`` now.
+    ``others_diverged``: after an earlier pass some leaf's ``.grad`` differed from what it would be without hooks;
+    code that changed this one between passes may have read that one (``clip_grad_norm_`` reads them all).
+    ``touched``: code wrote this ``.grad`` since the last pass (None: not known; then equal values mean untouched);
+    ``others_touched``: it wrote some leaf's."""
+    if history is None:
         return SAME
-    if values_equal(old, history.grad):
+    if values_equal(old, history.grad) and not touched:
+        if others_touched and history.without is not SAME and not (
+                is_known(history.without) and values_equal(history.without, history.grad)):
+            return Unknown("code wrote other leaves' .grad between passes (clip_grad_norm_?) and might have written "
+                           "this one's, which differed without hooks")
         return history.without  # untouched since the last pass (None included: nothing has written it since)
     if old is None:
-        return None  # set to None by the user (zero_grad): the same without hooks
+        return None if history.without is not SAME else SAME  # set to None by the user (zero_grad): so without hooks
     if isinstance(old, torch.Tensor) and not old.any():
-        return torch.zeros_like(old)  # zeroed in place by the user
+        return torch.zeros_like(old) if history.without is not SAME else SAME  # zeroed in place by the user
+    if history.without is SAME and not others_diverged:
+        return SAME  # nothing differed from a run without hooks: the same code changed it the same way
+    if history.without is SAME:
+        return Unknown(".grad was changed between passes by code the lens did not see, after hooks had changed "
+                       "other leaves' gradients, which that code may have read (clip_grad_norm_ reads them all)")
     if isinstance(history.without, Unknown):
         return history.without
     return Unknown(".grad was changed by code the lens did not see (between passes, or during this one through "
