@@ -72,6 +72,10 @@ class Hooker:
         return self.f(g)
 
 def _each(grads, mode):
+    if mode == "inplace":
+        for g in grads:
+            if g is not None:
+                g.mul_(0.5)
     if mode == "scale":
         return tuple(None if g is None else g * 0.5 for g in grads)
     if mode == "clip":
@@ -151,7 +155,7 @@ class Block(nn.Module):
 '''
 
 MODES = ["observe", "observe", "scale", "clip", "inplace", "keep"]
-MODULE_MODES = ["observe", "observe", "scale", "clip"]
+MODULE_MODES = ["observe", "observe", "scale", "clip", "inplace"]
 
 
 # ----------------------------------------------------------------------------- generating
@@ -507,6 +511,8 @@ def run(program: Program, mode: str) -> Run:
     registered: list[int] = [0]
     kinds: dict[int, str] = {}  # truth: registration number -> how it was registered
     result.nested = []  # truth: (pass index, kind) of each hook call in a nested backward
+    result.call_pass = []  # the pass each hook call ran in
+    result.values = []  # per pass: the leaves' values as it starts
     handles: list = []
     namespace: dict = {"torch": torch, "nn": nn, "F": F, "math": math, "functools": functools, "clone": clone,
                        "KEEP": [], "GLOBALS": handles, "checkpoint": torch.utils.checkpoint.checkpoint}
@@ -518,6 +524,7 @@ def run(program: Program, mode: str) -> Run:
 
     def login(tag: str, value: Any) -> None:
         log.append((tagged(tag), clone(value)))
+        result.call_pass.append(len(result.passes))
         if log[-1][0].startswith("nested:"):
             result.nested.append((len(result.passes), kinds.get(stack[-1] if stack else 0, "c")))
 
@@ -586,6 +593,7 @@ def run(program: Program, mode: str) -> Run:
     def do_pass(kind: str, root: Any, inputs: Any = None, retain_graph: bool = False) -> None:
         leaves = _leaf_values(namespace, program.leaves)
         result.before.append({name: clone(leaf.grad) for name, leaf in leaves.items()})
+        result.values.append({name: clone(leaf) for name, leaf in leaves.items()})
         without = None
         if mode == "nohook":
             without = _switched_off(shadow, leaves, kind, root, inputs, gate)
@@ -638,6 +646,9 @@ def run(program: Program, mode: str) -> Run:
     finally:
         for handle in handles:  # global hooks outlive the program otherwise
             handle.remove()
+    kept = [index for index, entry in enumerate(e for e in log if not e[0].endswith(" out"))
+            if not entry[0].startswith("nested:")]
+    result.call_pass = [result.call_pass[index] for index in kept]
     result.log[:] = [entry for entry in log if not entry[0].startswith("nested:")]
     model = namespace.get("model")
     result.final = [clone(p) for p in model.parameters()] if isinstance(model, nn.Module) else None
@@ -724,9 +735,15 @@ def compare(program: Program, cross_check: bool = False) -> list[str]:
     attention = "MultiheadAttention" in source or "TransformerEncoderLayer" in source
     module_hooks = "register_full_backward" in source or "'global_" in source
     # (registering a module backward hook makes attention project q, k, v separately: last bits differ, guarantees.md)
-    if cross_check and "opt.step()" not in program.lines and not (attention and module_hooks):
+    lens_passes = lens_run.lens.passes if lens_run.lens is not None else []
+    problems += _moved_notes(lens_passes, runs["truth"], lens_run)
+    if cross_check and not (attention and module_hooks):
+        # until a pass says its leaves moved since hooks changed gradients, "without hooks" is also what a run
+        # that never had them gives
         never = run(program, "never")
         for index, (q, n) in enumerate(zip(nohook.passes, never.passes)):
+            if index < len(lens_passes) and any("changed since pass" in note for note in lens_passes[index].notes):
+                break
             if "real" in q and q["error"] is None and n["error"] is None and q["inputs"] is not None:
                 if not programs.equal(q["result"], n["result"]):
                     problems.append(f"cross-check: pass {index + 1}: autograd.grad with hooks switched off "
@@ -736,6 +753,31 @@ def compare(program: Program, cross_check: bool = False) -> list[str]:
                     if not isinstance(value, Unknowable) and not _same(value, n["grads"][name]):
                         problems.append(f"cross-check: pass {index + 1}: {name} with hooks switched off "
                                         f"{value}, never registered {n['grads'][name]}")
+    return problems
+
+
+def _moved_notes(lens_passes: list, truth: Run, lens_run: Run) -> list[str]:
+    """Each "<leaves> changed since pass J, whose hooks changed gradients" note: pass J's hooks did change a
+    gradient (some call passed on other values than it got), and each leaf named holds other values now."""
+    import re
+
+    problems = []
+    changed_by_pass: dict[int, bool] = {}
+    for (tag, received, passed), at in zip(programs._truth_calls(truth.log), truth.call_pass):
+        changed_by_pass[at] = changed_by_pass.get(at, False) or passed is programs._MISSING \
+            or not programs.equal(received, passed)
+    for index, backward_pass in enumerate(lens_passes):
+        for note in backward_pass.notes:
+            found = re.match(r"(.*?)(?: and \d+ more)? changed since pass (\d+), whose hooks (?:changed gradients|stopped it)", note)
+            if not found:
+                continue
+            earlier = int(found.group(2)) - 1
+            if not changed_by_pass.get(earlier):
+                problems.append(f"pass {index + 1}: note says pass {earlier + 1}'s hooks changed gradients; they did not")
+            for name in found.group(1).split(", "):
+                then, now = lens_run.values[earlier].get(name), lens_run.values[index].get(name)
+                if then is not None and now is not None and programs.equal(then, now):
+                    problems.append(f"pass {index + 1}: note says {name} changed since pass {earlier + 1}; it did not")
     return problems
 
 

@@ -79,7 +79,11 @@ def moved_leaves(passes: list, built: Any) -> dict:
     the leaves hold now, not what a run that never had the hooks would reach (its leaves would differ)."""
     now = {node.label: node.value for node in built.graph.nodes if node.kind == "leaf"}
     for earlier in passes:
-        if not any(call.modified or call.edited_in_place or call.unseen for call in earlier.hook_calls):
+        changed = any(call.modified or call.edited_in_place or call.unseen for call in earlier.hook_calls)
+        # a hook that raised stopped the pass: leaves it had yet to reach got nothing, which they would have got
+        stopped = any(call.error is not None for call in earlier.hook_calls) or earlier.error is not None and any(
+            note.startswith("hooks ran inside a nested backward") for note in earlier.notes)
+        if not changed and not stopped:
             continue
         before = {node.label: node.value for node in earlier.graph.nodes if node.kind == "leaf"}
         moved = [name for name, value in now.items() if name in before and value is not None
@@ -87,7 +91,8 @@ def moved_leaves(passes: list, built: Any) -> dict:
         if not moved:  # as at the first pass a hook changed: what a run without the hooks would have had too
             return {}
         shown = ", ".join(moved[:3]) + (f" and {len(moved) - 3} more" if len(moved) > 3 else "")
-        note = (f"{shown} changed since pass {earlier.index + 1}, whose hooks changed gradients (an optimizer step "
+        why = "changed gradients" if changed else "stopped it before it reached every leaf"
+        note = (f"{shown} changed since pass {earlier.index + 1}, whose hooks {why} (an optimizer step "
                 "used them?): 'without hooks' here is this pass with its hooks removed, on the values the leaves "
                 "hold now; a run that never had the hooks would have reached other values, which the lens does "
                 "not compute")

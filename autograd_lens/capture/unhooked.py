@@ -232,8 +232,8 @@ def carry(history: LeafHistory | None, old: Any, others_diverged: bool = False, 
     if history is None:
         return SAME
     if values_equal(old, history.grad) and not touched:
-        if others_touched and history.without is not SAME and not (
-                is_known(history.without) and values_equal(history.without, history.grad)):
+        if others_touched and is_known(history.without) and history.without is not SAME \
+                and not values_equal(history.without, history.grad):
             return Unknown("code wrote other leaves' .grad between passes (clip_grad_norm_?) and might have written "
                            "this one's, which differed without hooks")
         return history.without  # untouched since the last pass (None included: nothing has written it since)
