@@ -115,3 +115,87 @@ def test_a_hooks_before_after_tiles_stay_on_one_line_inside_the_card(browser, tm
         assert tile["inCard"], tile
     assert errors == []
     page.close()
+
+
+def long_names_lens():
+    """--why on long names: the paths menu's longest option is a long path (what made a JupyterLab output scroll)."""
+    first_layer_weights = torch.tensor([0.5, -1.0], requires_grad=True)
+    first_layer_bias_vector = torch.tensor([0.5, 2.0], requires_grad=True)
+    inputs_of_the_batch = torch.tensor([1.0, 3.0])
+    names = {"first_layer_weights": first_layer_weights, "first_layer_bias_vector": first_layer_bias_vector,
+             "inputs_of_the_batch": inputs_of_the_batch}
+    with al.Lens(names=names, why=True) as lens:
+        activations_after_the_logarithm = torch.log(inputs_of_the_batch * first_layer_bias_vector) * first_layer_weights
+        activations_after_the_logarithm.sum().backward()
+    return lens
+
+
+WIDER = """(root) => {
+    const right = root.getBoundingClientRect().right;
+    return Array.from(root.querySelectorAll('*')).filter((e) => !e.closest('.al-canvas'))
+        .filter((e) => e.getBoundingClientRect().right > right + 0.5)
+        .map((e) => e.tagName + '.' + e.className + ': ' + Math.round(e.getBoundingClientRect().right - right) + ' px');
+}"""
+
+
+@pytest.mark.parametrize("width", [1300, 420])
+def test_nothing_of_the_stepper_is_wider_than_its_output(browser, tmp_path, width):
+    """The paths menu (and the pass menu) as wide as their longest option made the stepper wider than a JupyterLab
+    output of 568 px (a horizontal scrollbar): every control, card and table now stays inside the stepper's box,
+    and the page does not scroll sideways."""
+    path = tmp_path / "long.html"
+    long_names_lens().to_html(str(path))
+    page, errors = open_page(browser, path, width=width)
+    stepper = page.locator(".al-stepper").first
+    assert stepper.locator("select.al-paths").is_visible()
+    assert stepper.evaluate(WIDER) == []
+    page.click("button[data-go=last]")
+    assert stepper.evaluate(WIDER) == []
+    assert page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+    assert errors == []
+    page.close()
+
+
+LONG_CELL = """%%lens --why first_layer_bias_vector
+first_layer_weights = torch.tensor([0.5, -1.0], requires_grad=True)
+first_layer_bias_vector = torch.tensor([0.5, 2.0], requires_grad=True)
+inputs_of_the_batch = torch.tensor([1.0, 3.0])
+activations_after_the_logarithm = torch.log(inputs_of_the_batch * first_layer_bias_vector) * first_layer_weights
+activations_after_the_logarithm.tanh().exp().sum().backward()"""
+
+
+def put_notebook(url, name, cells):
+    """Store a notebook of ``cells`` next to the lab fixture's notebooks; the URL that opens it in its own workspace."""
+    import json
+    import urllib.request
+
+    base, token = url.split("/lab/")[0], url.split("token=")[1]
+    notebook = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": c}
+                          for c in cells],
+                "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+                "nbformat": 4, "nbformat_minor": 5}
+    request = urllib.request.Request(f"{base}/api/contents/{name}?token={token}", method="PUT",
+                                     data=json.dumps({"type": "notebook", "content": notebook}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(request, timeout=30).read()
+    return f"{base}/lab/workspaces/{name.split('.')[0]}/tree/{name}?token={token}"
+
+
+SCROLLS = """() => Array.from(document.querySelectorAll('.jp-OutputArea-output')).filter((o) => o.querySelector('.al-stepper'))
+    .map((o) => [o.scrollWidth, o.clientWidth, o.querySelector('.al-stepper').getBoundingClientRect().right
+                 - (o.getBoundingClientRect().left + o.clientWidth)])"""
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_the_stepper_fits_a_jupyterlab_output(browser, request, theme):
+    """Measured in JupyterLab (light and dark) with the window at 1,400 and 1,000 px (outputs 968 and 568 px wide):
+    the %%lens --why stepper of long names is no wider than its output (no horizontal scrollbar, no cut edge)."""
+    url = request.getfixturevalue("lab" if theme == "light" else "dark_lab")
+    page, _ = open_live_notebook(browser, put_notebook(url, f"long-{theme}.ipynb", ["%load_ext autograd_lens\nimport torch",
+                                                                                     LONG_CELL]))
+    for width in (1400, 1000):
+        page.set_viewport_size({"width": width, "height": 1000})
+        page.wait_for_timeout(300)
+        measured = page.evaluate(SCROLLS)
+        assert measured and all(scroll <= client and over <= 0.5 for scroll, client, over in measured), (width, measured)
+    page.close()

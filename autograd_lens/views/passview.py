@@ -380,6 +380,7 @@ BASE_CSS = """\
   border: 1px solid var(--jp-border-color1, #9ca3af); border-radius: 4px}}
 {scope} .al-controls select, {scope} .al-answer {{color: var(--jp-ui-font-color1, #111827);
   background: var(--jp-layout-color1, #ffffff); border: 1px solid var(--jp-border-color1, #9ca3af)}}
+{scope} .al-controls select {{max-width: 100%; min-width: 0; text-overflow: ellipsis}}
 {scope} .al-zoom {{margin-left: auto; display: inline-flex; align-items: center; gap: 4px}}
 {scope} .al-picture {{max-width: 100%; height: auto; background: #ffffff}}
 """
