@@ -45,9 +45,18 @@ def make_hook(tag, mode):
             g.mul_(2.0)
         if mode == "keep":
             KEEP.append(g)
+        if mode == "remove":  # removes other hooks in the middle of the pass
+            for handle in REMOVE_TARGETS.get(tag, ()):
+                REMOVE(handle)
         LOG.append((tag + " out", clone(out if out is not None else g)))
         return out
     return hook
+
+REMOVE_TARGETS = {}
+
+def REMOVE(handle):
+    if handle is not None:  # None: the run without hooks registered nothing
+        handle.remove()
 
 def block(a):
     return (a * 2).sin()
@@ -151,6 +160,7 @@ class Generator:
         self.tensors: list[tuple[str, tuple[int, ...]]] = []  # (name, shape) of tensors that require grad
         self.leaves: list[str] = []
         self.hooks = 0
+        self.handles: list[str] = []  # variables holding the handles of the hooks registered so far
         self.modules: list[str] = []
 
     def new(self, expression: str, shape: tuple[int, ...]) -> str:
@@ -241,8 +251,10 @@ class Generator:
         tag = f"h{self.hooks}"
         self.hooks += 1
         name, shape = self.pick()
-        modes = ["observe", "observe", "scale", "inplace", "keep"] + (["raise"] if rng.random() < 0.15 else [])
+        modes = ["observe", "observe", "scale", "inplace", "keep"] + (["raise"] if rng.random() < 0.15 else []) \
+            + (["remove"] if self.handles and rng.random() < 0.3 else [])
         mode = rng.choice(modes)
+        handle = f"{tag}_handle"
         kind = rng.choice(["tensor"] * 5 + ["c", "pre", "post", "after", "multi", "module", "module_pre"])
         if kind == "after" and not self.is_leaf(name):
             kind = "tensor"
@@ -250,6 +262,8 @@ class Generator:
             kind = "tensor"
         if kind in ("module", "module_pre") and not self.modules:
             kind = "tensor"
+        if mode == "remove" and kind != "tensor":
+            mode = "observe"
         if kind == "tensor":
             style = rng.choice(["def", "lambda", "partial", "method", "object", "factory"])
             if mode == "raise" and style == "lambda":
@@ -262,31 +276,34 @@ class Generator:
                 "method": f"Hooker({tag!r}, {mode!r}).method",
                 "object": f"Hooker({tag!r}, {mode!r})",
             }[style]
-            self.lines.append(f"REG({name}, 'register_hook', {maker})")
+            self.lines.append(f"{handle} = REG({name}, 'register_hook', {maker})")
         elif kind == "c":
             function = rng.choice(["neg", "append"])
-            self.lines.append(f"REG({name}, 'register_hook', CHOOK({tag!r}, {function!r}))")
+            self.lines.append(f"{handle} = REG({name}, 'register_hook', CHOOK({tag!r}, {function!r}))")
         elif kind == "pre":
             maker = f"CHOOK({tag!r}, 'append')" if rng.random() < 0.3 else f"make_pre({tag!r}, {mode if mode != 'raise' else 'observe'!r})"
-            self.lines.append(f"REG({name}.grad_fn, 'register_prehook', {maker})")
+            self.lines.append(f"{handle} = REG({name}.grad_fn, 'register_prehook', {maker})")
         elif kind == "post":
             maker = f"CHOOK({tag!r}, 'append')" if rng.random() < 0.3 else f"make_post({tag!r}, {mode if mode != 'raise' else 'observe'!r})"
-            self.lines.append(f"REG({name}.grad_fn, 'register_hook', {maker})")
+            self.lines.append(f"{handle} = REG({name}.grad_fn, 'register_hook', {maker})")
         elif kind == "after":
             maker = f"CHOOK({tag!r}, 'append')" if rng.random() < 0.3 else f"make_after({tag!r}, {'inplace' if mode in ('scale', 'inplace') else 'observe'!r})"
-            self.lines.append(f"REG({name}, 'register_post_accumulate_grad_hook', {maker})")
+            self.lines.append(f"{handle} = REG({name}, 'register_post_accumulate_grad_hook', {maker})")
         elif kind == "multi":
             others = [t for t in self.tensors if t[0] != name]
             watched = [name] + ([rng.choice(others)[0]] if others and rng.random() < 0.4 else [])
             multi_mode = rng.choice(["all", "any"])
-            self.lines.append(f"REG(None, 'multi', ({', '.join(watched)},), make_multi({tag!r}, "
+            self.lines.append(f"{handle} = REG(None, 'multi', ({', '.join(watched)},), make_multi({tag!r}, "
                               f"{'inplace' if mode == 'inplace' else 'observe'!r}), {multi_mode!r})")
         elif kind == "module":
-            self.lines.append(f"REG(lin, 'register_full_backward_hook', make_module_hook({tag!r}, "
+            self.lines.append(f"{handle} = REG(lin, 'register_full_backward_hook', make_module_hook({tag!r}, "
                               f"{'scale' if mode == 'scale' else 'observe'!r}))")
         else:
-            self.lines.append(f"REG(lin, 'register_full_backward_pre_hook', make_module_pre({tag!r}, "
+            self.lines.append(f"{handle} = REG(lin, 'register_full_backward_pre_hook', make_module_pre({tag!r}, "
                               f"{'scale' if mode == 'scale' else 'observe'!r}))")
+        if mode == "remove":  # a hook that removes an earlier one (or itself) when it runs
+            self.lines.append(f"REMOVE_TARGETS[{tag!r}] = [{rng.choice(self.handles + [handle])}]")
+        self.handles.append(handle)
 
     def root(self) -> str:
         names = [name for name, _ in self.tensors[-3:]]
@@ -315,6 +332,10 @@ class Generator:
             if not last and rng.random() < 0.3:
                 leaf = rng.choice(self.leaves)
                 self.lines.append(f"{leaf}.grad = None")
+            if not last and rng.random() < 0.2:  # a hook registered between passes
+                self.hook()
+            if not last and self.handles and rng.random() < 0.15:  # one removed between passes
+                self.lines.append(f"REMOVE({rng.choice(self.handles)})")
 
 
 def _broadcastable(a: tuple[int, ...], b: tuple[int, ...]) -> bool:

@@ -82,3 +82,88 @@ def test_a_failure_prints_a_minimal_program(monkeypatch):
     monkeypatch.setattr(build.HookCounter, "count", lambda self, call, ordinal: (1, 1))
     text = programs.report(TWO_PASSES, programs.compare(TWO_PASSES))
     assert "minimal program" in text and "REG(t1, 'register_hook'" in text and "x0 = " in text
+
+
+# ----------------------------------------------------------------------------- hooks removed during a pass
+
+# Found by the generator once it removed hooks (a hook calling another's handle.remove(), handles removed between
+# passes): each program is a minimal one it printed.
+REMOVED = {
+    # a hook in C removed by an earlier Python hook never runs: no call of it may be shown
+    "C tensor hook removed before its turn": [
+        "x0 = torch.randn((2, 3), requires_grad=True)",
+        "x2 = torch.randn((2, 3), requires_grad=True)",
+        "t3 = x0 * x0",
+        "h0_handle = REG(t3, 'register_hook', CHOOK('h0', 'append'))",
+        "h1_handle = REG(x2, 'register_hook', make_hook('h1', 'remove'))",
+        "REMOVE_TARGETS['h1'] = [h0_handle]",
+        "out = (x2.sum() + t3.sum() + x2.tanh().sum())",
+        "PASS('backward', out, gradient=torch.tensor(-1.0))",
+    ],
+    # ... also on a backward function
+    "C node post-hook removed before its node ran": [
+        "x0 = torch.randn((2,), requires_grad=True)",
+        "t1 = x0.tanh()",
+        "h0_handle = REG(t1.grad_fn, 'register_hook', CHOOK('h0', 'append'))",
+        "t5 = t1.sin()",
+        "h1_handle = REG(t5, 'register_hook', (lambda g, _f=make_hook('h1', 'remove'): _f(g)))",
+        "REMOVE_TARGETS['h1'] = [h0_handle]",
+        "out = t5.sum()",
+        "PASS('backward', out, retain_graph=True)",
+        "PASS('backward', out)",
+    ],
+    # a hook in C removed by a later hook on the same tensor ran before that: its call is shown
+    "C tensor hook removed after its turn": [
+        "x0 = torch.randn((3,), requires_grad=True)",
+        "t1 = x0.exp()",
+        "h0_handle = REG(t1, 'register_hook', CHOOK('h0', 'neg'))",
+        "h1_handle = REG(t1, 'register_hook', make_hook('h1', 'remove'))",
+        "REMOVE_TARGETS['h1'] = [h0_handle]",
+        "out = t1.sum()",
+        "PASS('backward', out, retain_graph=True)",
+        "PASS('backward', out)",
+    ],
+    # two closures of one factory on one tensor: when one removes itself, the other keeps its own count
+    "factory closure removes itself": [
+        "x2 = torch.randn((2,), requires_grad=True)",
+        "h1_handle = REG(x2, 'register_hook', make_hook('h1', 'remove'))",
+        "REMOVE_TARGETS['h1'] = [h1_handle]",
+        "h2_handle = REG(x2, 'register_hook', make_hook('h2', 'inplace'))",
+        "out = x2.tanh().sum()",
+        "PASS('backward', out, retain_graph=True)",
+        "PASS('backward', out)",
+    ],
+    # two objects of one class: one removed by the other
+    "callable object removes its twin": [
+        "x0 = torch.randn((), requires_grad=True)",
+        "t1 = (x0 * 0.5).exp()",
+        "h0_handle = REG(t1, 'register_hook', Hooker('h0', 'inplace'))",
+        "h2_handle = REG(t1, 'register_hook', Hooker('h2', 'remove'))",
+        "REMOVE_TARGETS['h2'] = [h0_handle]",
+        "out = (t1 * 2.0).sum()",
+        "PASS('backward', out, retain_graph=True)",
+        "PASS('backward', out)",
+    ],
+    # removed between passes, and one registered between them
+    "between passes": [
+        "x0 = torch.randn((3,), requires_grad=True)",
+        "t1 = x0.sin()",
+        "h0_handle = REG(t1, 'register_hook', make_hook('h0', 'scale'))",
+        "h1_handle = REG(t1, 'register_hook', make_hook('h1', 'observe'))",
+        "out = t1.sum()",
+        "PASS('backward', out, retain_graph=True)",
+        "REMOVE(h0_handle)",
+        "h2_handle = REG(t1, 'register_hook', make_hook('h2', 'observe'))",
+        "PASS('backward', out)",
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(REMOVED))
+def test_hooks_removed_during_or_between_passes_are_shown_as_torch_ran_them(name):
+    lines = REMOVED[name]
+    leaves = [line.split(" =")[0] for line in lines if line.startswith("x")]
+    program = programs.Program(["torch.manual_seed(0)", *lines], leaves)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert programs.compare(program) == []

@@ -277,9 +277,10 @@ def _hook_event(walk: Walk, step: int, call: HookRecord, index: int, invocations
             call.target = walk.output_label(call.node_fn, call.output_nr or 0)
         else:
             call.target = walk.labels.get(id(call.node_fn), call.node_fn.name())
-    position = (call.kind, _function_key(call), id(call.node_fn))
-    # The same function registered twice on one tensor is two hooks: within a pass, the
-    # n-th call of it at one node is its n-th registration.
+    # The same function registered twice on one tensor is two hooks: within a pass, the n-th call of it at one
+    # node is its n-th registration.  Calls of another function object with the same code (two closures of one
+    # factory, two objects of one class) are counted apart: when one of them is removed, the other keeps its count.
+    position = (call.kind, _function_key(call), id(call.node_fn), id(call.function) if call.function is not None else None)
     ordinal = ordinals.get(position, 0)
     ordinals[position] = ordinal + 1
     invocation, registration = invocations.count(call, ordinal)

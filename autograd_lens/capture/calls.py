@@ -10,7 +10,7 @@ import torch
 
 from ..model import values_equal
 from .hooks import (ENGINE_CODE, TORCH_DIR, Wrapper, code_of, engine_call_args, function_name, module_hook_kind,
-                    multi_grad_received, user_function, wrapper_family, wrapper_module, wrapper_state)
+                    multi_grad_received, runs_in, user_function, wrapper_family, wrapper_module, wrapper_state)
 from .late import LATE_CODE, REGISTER_CODE
 from .late import registered as late_registered
 from .order import UNSEEN
@@ -238,6 +238,8 @@ class HookCalls:
                 current_fn=node,
                 state=wrapper_state(wrapper) if wrapper is not None else None,
                 slot=wrapper.frame.f_locals.get("idx") if wrapper is not None and wrapper.family == "multi_grad" else None,
+                present=_present(candidates) if kind not in ("node", "node_pre") else
+                self.node_hook_ids(node, kind == "node_pre") if node is not None and id(node) in self.c_nodes else None,
             )
 
     def _boundary(self, wrapper: Wrapper) -> None:
@@ -274,7 +276,8 @@ class HookCalls:
     def _candidates(self, frame: FrameType, function: Any) -> list[KnownHook]:
         """Hooks found on named tensors that could be the one running in ``frame``.
 
-        Closures made by one ``def`` share a code object; their cells tell them apart.
+        Closures made by one ``def`` share a code object; their cells tell them apart (objects of one class their
+        ``self``, partials their bound arguments: ``hooks.runs_in``).
         """
         found = []
         for known in self.known_hooks.get(frame.f_code, ()):
@@ -282,13 +285,8 @@ class HookCalls:
                 if known.function is function:
                     found.append(known)
                 continue
-            cells = getattr(known.function, "__closure__", None) or ()
-            names = getattr(getattr(known.function, "__code__", None), "co_freevars", ())
-            try:
-                if all(frame.f_locals.get(name) is cell.cell_contents for name, cell in zip(names, cells)):
-                    found.append(known)
-            except ValueError:  # an empty cell
-                continue
+            if runs_in(known.function, frame):
+                found.append(known)
         return found
 
     def _end(self, call: HookRecord, returned: Any) -> None:
@@ -332,6 +330,15 @@ class HookCalls:
             # what it sent without the hook: what the record said, unless a hook upstream already made it differ
             self.unhooked.out.setdefault(id(record.fn), record.sent)
             record.sent = call.grad_out
+
+
+def _present(candidates: list[KnownHook]) -> frozenset | None:
+    """The hooks still in the dict of the tensor a hook call belongs to as it starts: one written in C before it
+    there ran only if nothing removed it before."""
+    holders = {id(known.holder): known.holder for known in candidates if known.holder is not None}
+    if len(holders) != 1:
+        return None
+    return frozenset(next(iter(holders.values())).keys())
 
 
 def _wrapped_user_functions(wrapper: Wrapper) -> tuple:

@@ -61,7 +61,8 @@ class HookCounter:
             where = ("target", call.target)
         if call.kind == "multi_grad" and call.state is not None:
             ordinal = 0  # its wrapper's state names the registration, wherever it fires
-        return (call.kind, _function_key(call), where, ordinal), holder
+        function = id(call.function) if call.function is not None else None  # guarded in count()
+        return (call.kind, _function_key(call), where, function, ordinal), holder
 
 
 def _sequence_nr(fn: Any) -> int | None:

@@ -219,3 +219,25 @@ def multi_grad_user_fn(hook: Any) -> Any:
         return cell.cell_contents if cell is not None else getattr(hook, "__wrapped__", None)
     except ValueError:
         return None
+
+
+def runs_in(function: Any, frame: FrameType) -> bool:
+    """Whether ``frame`` (running ``function``'s code) runs this very object: what a closure's cells hold, a bound
+    method's or callable object's ``self``, the arguments a ``functools.partial`` bound are the frame's own.  Two
+    hooks with one code (closures of one factory, objects of one class) are told apart this way."""
+    local = frame.f_locals
+    code = frame.f_code
+    try:
+        if isinstance(function, functools.partial):
+            names = code.co_varnames[: code.co_argcount]
+            return len(function.args) <= len(names) and all(local.get(name) is value
+                                                            for name, value in zip(names, function.args))
+        if inspect.ismethod(function) or not (inspect.isfunction(function) or inspect.isbuiltin(function)):
+            owner = function.__self__ if inspect.ismethod(function) else function
+            return code.co_argcount > 0 and local.get(code.co_varnames[0]) is owner
+        cells = getattr(function, "__closure__", None) or ()
+        names = getattr(getattr(function, "__code__", None), "co_freevars", ())
+        return all(local.get(name) is cell.cell_contents for name, cell in zip(names, cells))
+    except ValueError:  # an empty cell
+        return False
+

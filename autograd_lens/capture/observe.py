@@ -113,6 +113,7 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         self.late_before: set[int] = set()
         self.late_wrapped: list[tuple[Any, int, Any, Any]] = []
         self.post_dicts: dict[int, int] | None = None
+        self.hook_dicts: dict[int, tuple[Any, Any]] = {}  # id(node) -> its (pre, post) hook dicts, nodes with user hooks
         self.registering: Any = None
         self.late_frame: Any = None
         self.seeds = tuple(snapshot(seed, store_limit) if isinstance(seed, torch.Tensor) else None for seed in seeds)
@@ -194,6 +195,17 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
             pre = tuple(hook for hook in pres.values() if hook is not probe and _users(hook)) if pres else ()
             if pre or post:
                 self.node_hooks[id(fn)] = (pre, post)
+                self.hook_dicts[id(fn)] = (pres, posts)  # read again when hooks in C are placed
+
+    def node_hook_ids(self, fn: Any, pre: bool) -> frozenset | None:
+        """ids of the functions in ``fn``'s pre- or post-hook dict now (None: not known), read without changing the
+        dict (torch may be going through it)."""
+        dicts = self.hook_dicts.get(id(fn))
+        hooks = dicts[0 if pre else 1] if dicts is not None else None
+        try:
+            return frozenset(id(hook) for hook in hooks.values()) if hooks is not None else None
+        except Exception:  # changed while read
+            return None
 
     def stop(self) -> None:
         if self.profiling and sys.getprofile() == self._profile:
@@ -215,7 +227,7 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         self.namespace = {}
         self.known_hooks = {}
         self.unseen_hooks, self.unseen_multi = [], []
-        self.chains, self.after_chains, self.node_hooks = {}, {}, {}
+        self.chains, self.after_chains, self.node_hooks, self.hook_dicts = {}, {}, {}, {}
         self.nested_frames, self.nested_wrapper = [], None
         self.walk = self.leaf_state = None
         self.roots = self.inputs = self.seeds = self.start_seeds = self.seed_objects = ()
@@ -271,15 +283,17 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
             entries = list((hooks or {}).items())
             rank = min(entries)[0] if entries else None
             chain = self.chains.setdefault((id(grad_fn), output_nr), [])
-            for position, (_, hook) in enumerate(entries):
+            for position, (key, hook) in enumerate(entries):
                 user = multi_grad_user_fn(hook)
                 known = KnownHook(hook if user is None else user, "tensor" if user is None else "multi_grad", label,
-                                  grad_fn, output_nr, position, len(entries), rank)
+                                  grad_fn, output_nr, position, len(entries), rank, hooks, key)
                 self._remember(known)
                 chain.append(known)
-            after = list((after or {}).values())
-            for position, hook in enumerate(after):
-                known = KnownHook(hook, "post_accumulate_grad", label, grad_fn, output_nr, position, len(after))
+            holder = after
+            after = list((after or {}).items())
+            for position, (key, hook) in enumerate(after):
+                known = KnownHook(hook, "post_accumulate_grad", label, grad_fn, output_nr, position, len(after),
+                                  holder=holder, key=key)
                 self._remember(known)
                 self.after_chains.setdefault(id(grad_fn), []).append(known)
 

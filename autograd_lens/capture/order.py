@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..model import TensorSummary, values_equal
-from .hooks import function_name, runs_python
+from .hooks import code_of, function_name, runs_python
 from .records import HookRecord
 from .unhooked import Unknown
 
@@ -80,6 +80,7 @@ def arrange_before(observer: "PassObserver", fn: Any, before: list["HookRecord"]
     leaked = observer.edited_in_place
     start = {output: _MISSING if leaked else observer.unhooked.input_of(fn, output, hooked=True) for output in merged}
     pre_functions = observer.node_hooks.get(id(fn), ((), ()))[0] if captured is None else ()
+    pre_functions = _still_there(observer, fn, pre_functions, pre_calls, pre=True)
     pre = _merge_node_hooks(pre_calls, pre_functions, "node_pre", fn)
     # what reached the pre-hooks: the first pre-hook's record, or (no pre-hook) what the node received
     if not pre:
@@ -117,6 +118,7 @@ def arrange_after(observer: "PassObserver", fn: Any, after: list["HookRecord"], 
     post_functions = observer.node_hooks.get(id(fn), ((), ()))[1]
     if any(_is_c(function) for function in post_functions):
         seen = [call for call in after if call.kind == "node"]
+        post_functions = _still_there(observer, fn, post_functions, seen, pre=False)
         arranged = _merge_node_hooks(seen, post_functions, "node", fn)
         if not is_leaf:
             _fill(arranged, _MISSING, sent, slot=None)
@@ -157,7 +159,8 @@ def _with_c_entries(seen: list["HookRecord"], known: list["KnownHook"], fn: Any,
                     what: str = "what it received and returned") -> list["HookRecord"]:
     """``seen`` (Python calls on one tensor, in firing order) with a call for each hook written in C of that
     tensor's dict, in registration order."""
-    c_entries = [entry for entry in known if _is_c(entry.function) and entry.kind in ("tensor", "post_accumulate_grad")]
+    c_entries = [entry for entry in known if _is_c(entry.function) and entry.kind in ("tensor", "post_accumulate_grad")
+                 and _ran(entry, seen)]
     pending = [unseen_call(entry.function, entry.kind, entry.target, fn, output, what, entry.position)
                for entry in c_entries]
     result: list = []
@@ -168,6 +171,39 @@ def _with_c_entries(seen: list["HookRecord"], known: list["KnownHook"], fn: Any,
                 result.append(pending.pop(0))
         result.append(call)
     return result + pending
+
+
+def _ran(entry: "KnownHook", seen: list["HookRecord"]) -> bool:
+    """Whether a hook written in C, attached when the pass started, was still there when its turn came: a hook
+    removes it (its handle) before then, and torch skips it.  Its turn came before the first Python hook after it
+    on that tensor started (which recorded what the dict held), or before now when none did."""
+    if entry.holder is None:
+        return True
+    later = next((call for call in seen if call.kind == entry.kind and call.position is not None
+                  and call.position > entry.position and call.present is not None), None)
+    return entry.key in (later.present if later is not None else entry.holder)
+
+
+def _still_there(observer: "PassObserver", fn: Any, functions: tuple, seen: list["HookRecord"], pre: bool) -> tuple:
+    """``fn``'s pre- or post-hooks attached when the pass started, less those written in C that a hook removed
+    before their turn (torch skipped them): their turn came before the next Python hook there started (which
+    recorded what the dict held), or before now."""
+    if not any(_is_c(function) for function in functions):
+        return functions
+    now = observer.node_hook_ids(fn, pre)
+    if now is None:
+        return functions  # the dict cannot be read: as attached when the pass started
+    calls = [call for call in seen if not call.unseen]
+    kept = []
+    for index, function in enumerate(functions):
+        if not _is_c(function):
+            kept.append(function)
+            continue
+        later = [code_of(other) for other in functions[index + 1:] if not _is_c(other)]
+        start = next((call for call in calls if call.code in later and call.present is not None), None)
+        if id(function) in (start.present if start is not None else now):
+            kept.append(function)
+    return tuple(kept)
 
 
 def _output_order(fired: list[int], merged: dict[int, list], chains: dict, fn: Any) -> list[int]:

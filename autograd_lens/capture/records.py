@@ -60,6 +60,7 @@ class HookRecord:
     position: int | None = None  # its place among the hooks on its tensor, when known
     state: int | None = None  # id of the per-registration state of torch's wrapper (multi-grad hooks)
     slot: int | None = None  # a multi-grad hook (mode="all"): which watched tensor's hook called it
+    present: frozenset | None = None  # the keys of its tensor's hook dict when it started (hooks removed meanwhile)
 
 
 @dataclass
@@ -74,6 +75,8 @@ class KnownHook:
     position: int = 0  # its place among the hooks of its kind on that tensor (registration order)
     count: int = 1  # how many hooks of its kind that tensor has
     rank: int | None = None  # when that tensor's hook dict was attached to the node (its first handle's id)
+    holder: Any = None  # the tensor's hook dict it is in (read during the pass only: a hook may be removed)
+    key: Any = None  # its key there (its handle's id)
 
 
 def snapshot_all(values: Any, limit: int) -> Any:
