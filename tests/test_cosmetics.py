@@ -199,3 +199,53 @@ def test_the_stepper_fits_a_jupyterlab_output(browser, request, theme):
         measured = page.evaluate(SCROLLS)
         assert measured and all(scroll <= client and over <= 0.5 for scroll, client, over in measured), (width, measured)
     page.close()
+
+
+def test_why_names_what_the_local_derivatives_are_never_a_blank_column():
+    """Paths of tensors have no single-number local derivatives: the --why table drops the column and says why
+    (before: a column of blank cells); paths of one-element tensors still list them, and what they multiply to is
+    what torch computed."""
+    from autograd_lens.debug.why import Why
+
+    w = torch.tensor([0.5, -1.0], requires_grad=True)
+    b = torch.tensor([0.5, 2.0], requires_grad=True)
+    with al.Lens(names={"w": w, "b": b}, why=True) as lens:
+        (torch.log(b * 2) * w).sum().backward()
+    shown = Why(lens, "b")._repr_html_()
+    paths = shown[shown.index("Which paths it took"):]
+    paths = paths[:paths.index("</table>")]
+    assert "local derivatives are listed as numbers only for paths of one-element tensors" in paths
+    assert "<th>local derivatives</th>" not in paths and "<td></td><td>[" not in paths
+    assert "[1.0, -0.5]" in paths and torch.equal(b.grad, torch.tensor([1.0, -0.5]))
+
+    x = torch.tensor(2.0, requires_grad=True)
+    with al.Lens(names={"x": x}, why=True) as lens:
+        (x * 3 + x * x).backward()
+    shown = Why(lens, "x")._repr_html_()
+    assert "<th>local derivatives</th>" in shown and "<td>1.0 × 3.0</td><td>3.0</td>" in shown
+    assert x.grad.item() == 3.0 + 2.0 + 2.0 and "<td>7.0</td>" in shown
+
+
+def two_passes(zero_grad):
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    with al.Lens(names={"w": w}) as lens:
+        for _ in range(2):
+            if zero_grad:
+                w.grad = None
+            (w * torch.tensor([3.0, 4.0])).sum().backward()
+    return lens, w
+
+
+def test_this_pass_columns_only_when_grad_holds_more_than_this_pass():
+    """With zero_grad between passes, .grad is the pass's own gradient: the table of pass 2 has no "added by this
+    pass" / "this pass without hooks" columns repeating the first two; accumulating, it has them (6 = 3 + 3)."""
+    from autograd_lens.views.steps import grads_table_html
+
+    lens, w = two_passes(zero_grad=True)
+    assert w.grad.tolist() == [3.0, 4.0]
+    table = grads_table_html(lens.passes[1])
+    assert "added by this pass" not in table and "[3.0, 4.0]" in table
+    lens, w = two_passes(zero_grad=False)
+    assert w.grad.tolist() == [6.0, 8.0]
+    table = grads_table_html(lens.passes[1])
+    assert "added by this pass" in table and "[6.0, 8.0]" in table and "[3.0, 4.0]" in table

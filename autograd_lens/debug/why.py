@@ -90,6 +90,14 @@ class Why:
             return f"<p>why {html.escape(self.name)}: unknown ({html.escape(type(problem).__name__)})</p>"
         numbered = [(str(number), *row) if number <= len(rows["paths"]) - 1 and row[0] != "unknown" else ("", *row)
                     for number, row in enumerate(rows["paths"], 1)]
+        # local derivatives are numbers only along paths of one-element tensors: say so instead of a blank column
+        factored = any(row[2] for row in numbered)
+        if factored:
+            numbered = [(n, r, f or ("tensors: not single numbers" if n else ""), v) for n, r, f, v in numbered]
+        else:
+            numbered = [(n, r, v) for n, r, f, v in numbered]
+        factors_note = "" if factored or not numbered[:-1] else \
+            "; local derivatives are listed as numbers only for paths of one-element tensors, these are tensors"
         from .drawing import paths_drawing
 
         parts = [f"<h4>Why {html.escape(self.name)}</h4>",
@@ -97,8 +105,9 @@ class Why:
                  _table(("pass", "reason", "evidence"), rows["stopped"]),
                  "<p><b>Where NaN or inf started</b></p>",
                  _table(("pass", "first step", "received", "passed on", "line"), rows["nonfinite"]),
-                 "<p><b>Which paths it took</b> (the chain rule without hooks)</p>",
-                 _table(("path", "from the root", "local derivatives", "contribution"), numbered),
+                 f"<p><b>Which paths it took</b> (the chain rule without hooks{factors_note})</p>",
+                 _table(("path", "from the root", *(("local derivatives",) if factored else ()), "contribution"),
+                        numbered),
                  paths_drawing(self.lens.passes, self.name)]
         return "".join(parts)
 

@@ -369,7 +369,11 @@ def grads_table_html(backward_pass: BackwardPass) -> str:
         return ""
     backward = backward_pass.kind == "backward"
     head = ".grad" if backward else "returned"
-    several = backward and backward_pass.index > 0  # .grad may hold earlier passes too: show this pass's own part
+    # .grad may hold earlier passes too: show this pass's own part, unless it is all .grad holds (zero_grad before it)
+    several = backward and backward_pass.index > 0 and not all(
+        name in backward_pass.added and values_equal(backward_pass.added[name], value) and values_equal(
+            backward_pass.added_without_hooks.get(name), backward_pass.grads_without_hooks.get(name))
+        for name, value in grads.items())
     rows = []
     for name, value in grads.items():
         without = backward_pass.grads_without_hooks.get(name)
