@@ -396,8 +396,8 @@ def test_the_start_card_lists_a_parameterless_hooked_module_only_when_this_graph
     start = steps_for(lens.passes[0])[0].lines
     assert "• used: module backward hooks (this graph goes through its hook boundaries)" in start
     assert not any(line.startswith("• unused") for line in start)
-    assert ("(1 module with backward hooks and no parameters is not on this graph: torch made no hook boundary of "
-            "its here.)") in start
+    assert ("(1 module with backward hooks and no parameters is not on this graph: torch made no hook boundary for "
+            "it here.)") in start
 
 
 @pytest.mark.parametrize("target_name", ["t", "target"])

@@ -130,3 +130,29 @@ def test_one_function_registered_twice_is_listed_as_two_hooks():
     listed = [f"{e.target}: {e.hook} ({e.position} of {e.of})" for e in lens.passes[0].inventory if e.kind == "tensor"]
     assert listed == ["h: halve (1 of 2)", "h: halve (2 of 2)"]
     assert calls == [1.0, 0.5] and x.grad.item() == 0.25
+
+
+def test_legacy_hooks_of_a_module_without_parameters_are_listed_where_torch_put_them():
+    """torch puts a legacy backward hook on the backward function of the module's output: a module without
+    parameters is on this graph exactly when one of its functions carries that hook (the start card said "No tensor
+    or module hook is attached" while the hook then fired: found reading notebook 5)."""
+    import warnings
+
+    class TwoOps(nn.Module):
+        def forward(self, x):
+            return x * 2 + 1
+
+    on_graph, elsewhere = TwoOps(), TwoOps()
+    for module in (on_graph, elsewhere):
+        module.register_backward_hook(lambda m, grad_input, grad_output: None)
+    names = {"on_graph": on_graph, "elsewhere": elsewhere}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's warning about non-full backward hooks
+        with al.Lens(names=names) as lens:
+            x = torch.tensor(1.0, requires_grad=True)
+            elsewhere(torch.tensor(2.0, requires_grad=True))  # called, but its output is not in this graph
+            (on_graph(x) * 3).backward()
+    assert listed(lens) == [("module_legacy", "on_graph", "<lambda>")] == [
+        (kind, target, hook) for kind, target, hook in fired(lens)]
+    text = lens.to_html()
+    assert "No tensor or module hook is attached" not in text and "on_graph: module legacy hook" in text

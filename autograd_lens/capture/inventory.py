@@ -80,10 +80,13 @@ def inventory(observer: Any) -> tuple[InventoryEntry, ...]:
         if not any(getattr(module, attribute, None) for attribute, _ in kinds):
             continue
         parameters = [id(parameter) for parameter in module.parameters()]
-        if not parameters:  # nothing ties it to this graph: say so rather than guess
+        if not parameters and legacy:  # torch put its hooks on the backward function of its output, or nowhere
+            if not _legacy_hooks_in_graph(observer, module):
+                continue
+        elif not parameters:  # nothing ties it to this graph before the pass: say so rather than guess
             entries.append(InventoryEntry("module_unknown", label, "", 1, 1))
             continue
-        if not any(parameter in leaves for parameter in parameters):
+        elif not any(parameter in leaves for parameter in parameters):
             continue  # its parameters are not in this graph: this pass does not go through it
         for attribute, kind in kinds:
             hooks = list((getattr(module, attribute, None) or {}).values())
@@ -98,3 +101,15 @@ def inventory(observer: Any) -> tuple[InventoryEntry, ...]:
         for position, hook in enumerate(hooks, 1):
             entries.append(InventoryEntry(kind, "every module of the pass", function_name(hook), position, len(hooks)))
     return tuple(entries)
+
+
+def _legacy_hooks_in_graph(observer: Any, module: Any) -> bool:
+    """Whether a backward function of this graph carries ``module``'s legacy backward hooks: torch registers each
+    on the ``grad_fn`` of the module's output, wrapped with a weak reference to the module."""
+    for handle in observer.handles[: len(observer.shape.nodes)]:  # the lens's own post-hook on each node
+        hooks = handle.hooks_dict_ref()
+        for hook in (hooks or {}).values():
+            owner = getattr(hook, "module", None)
+            if getattr(hook, "with_module", False) and callable(owner) and owner() is module:
+                return True
+    return False

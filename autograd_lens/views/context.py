@@ -163,7 +163,7 @@ def inventory_lines(backward_pass: BackwardPass) -> list[str]:
         lines.append("No tensor or module hook is attached to this graph.")
     if elsewhere:
         lines.append(f"({elsewhere} module{'s' if elsewhere > 1 else ''} with backward hooks and no parameters "
-                     f"{'are' if elsewhere > 1 else 'is'} not on this graph: torch made no hook boundary of "
-                     f"{'theirs' if elsewhere > 1 else 'its'} here.)")
+                     f"{'are' if elsewhere > 1 else 'is'} not on this graph: torch made no hook boundary for "
+                     f"{'them' if elsewhere > 1 else 'it'} here.)")
     return lines
 
