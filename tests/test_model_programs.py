@@ -351,3 +351,22 @@ def test_the_place_of_a_c_hook_among_inputs_captured_at_once_is_not_claimed():
     shown = ["bias" if call.target == "bn.bias" else "weight" for call in calls]
     assert order == ["weight", "bias"] and len(seen) == 1
     assert shown == order or any("order" in (call.unseen or "") for call in calls)
+
+
+def test_an_observing_c_hook_before_an_optimizer_step_is_not_said_to_have_changed_gradients():
+    """Seed 111: list.append on a GRU bias, then opt.step(): the next pass said the parameters 'changed since pass
+    1, whose hooks changed gradients'; list.append changed nothing (its values are known around it), and a run
+    without it is this very run."""
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 1)
+    opt = torch.optim.SGD(lin.parameters(), lr=0.5)
+    x = torch.randn(4, 3)
+    seen = []
+    with al.Lens(names={"lin": lin}) as lens:
+        lin.bias.register_hook(seen.append)
+        for _ in range(2):
+            opt.zero_grad()
+            lin(x).pow(2).mean().backward()
+            opt.step()
+    assert len(seen) == 2 and not lens.passes[0].hook_calls[0].modified
+    assert not any("changed since pass" in note for note in lens.passes[1].notes)

@@ -79,11 +79,13 @@ def moved_leaves(passes: list, built: Any) -> dict:
     the leaves hold now, not what a run that never had the hooks would reach (its leaves would differ)."""
     now = {node.label: node.value for node in built.graph.nodes if node.kind == "leaf"}
     for earlier in passes:
-        changed = any(call.modified or call.edited_in_place or call.unseen for call in earlier.hook_calls)
+        changed = any(call.modified or call.edited_in_place for call in earlier.hook_calls)
+        # a hook in C whose values are not known may have changed one
+        maybe = any(call.unseen and call.grad_in is None for call in earlier.hook_calls)
         # a hook that raised stopped the pass: leaves it had yet to reach got nothing, which they would have got
         stopped = any(call.error is not None for call in earlier.hook_calls) or earlier.error is not None and any(
             note.startswith("hooks ran inside a nested backward") for note in earlier.notes)
-        if not changed and not stopped:
+        if not changed and not stopped and not maybe:
             continue
         before = {node.label: node.value for node in earlier.graph.nodes if node.kind == "leaf"}
         moved = [name for name, value in now.items() if name in before and value is not None
@@ -91,7 +93,8 @@ def moved_leaves(passes: list, built: Any) -> dict:
         if not moved:  # as at the first pass a hook changed: what a run without the hooks would have had too
             return {}
         shown = ", ".join(moved[:3]) + (f" and {len(moved) - 3} more" if len(moved) > 3 else "")
-        why = "changed gradients" if changed else "stopped it before it reached every leaf"
+        why = "changed gradients" if changed else "stopped it before it reached every leaf" if stopped else \
+            "in C may have changed gradients"
         note = (f"{shown} changed since pass {earlier.index + 1}, whose hooks {why} (an optimizer step "
                 "used them?): 'without hooks' here is this pass with its hooks removed, on the values the leaves "
                 "hold now; a run that never had the hooks would have reached other values, which the lens does "
