@@ -208,10 +208,13 @@ class PassEnd:
             if result is None and (id(node) not in self.shape.leaves or stopped is None
                                    or id(stopped) in self.shape.leaves):
                 continue
-            chain = self.chains.get((id(node), output))
+            # the engine runs the tensor hooks of every output of a node whose gradient it captures (not only the
+            # input's): hooks in C on a sibling output (the other half of a split) run too
+            chain = [known for (key, _), hooks in self.chains.items() if key == id(node) for known in hooks]
             if not chain or id(node) in self.ran or all(runs_python(known.function) for known in chain):
                 continue
-            users = self.shape.consumers.get((id(node), output), ())
+            # the node is reached (its gradients captured) once every user of any of its outputs ran
+            users = [user for (key, _), found in self.shape.consumers.items() if key == id(node) for user in found]
             if not users or not all(id(user) in self.ran for user, _ in users):
                 continue  # its gradient was never captured (not on a path from the root): its hooks did not run
             if id(node) in done:
