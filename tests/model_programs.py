@@ -31,6 +31,7 @@ import functools
 import io
 import math
 import random
+import re
 import sys
 import traceback
 import warnings
@@ -161,6 +162,11 @@ MODULE_MODES = ["observe", "observe", "scale", "clip", "inplace"]
 # ----------------------------------------------------------------------------- generating
 
 
+def _py(path: str) -> str:
+    """A module or parameter path as Python (``net.2.weight`` -> ``net[2].weight``)."""
+    return re.sub(r"\.(\d+)", r"[\1]", path)
+
+
 class ModelGenerator:
     """A random small model, hooks on it, and 1-3 unrolled training steps."""
 
@@ -280,6 +286,17 @@ class ModelGenerator:
 
     def _mlp(self) -> None:
         rng = self.rng
+        if rng.random() < 0.3:  # a Sequential: parameters and modules named net.0.weight, net.2
+            self.define("net", "nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))")
+            self.inputs_leaf = rng.random() < 0.4
+
+            def sequential(k: int) -> list[str]:
+                grad = ", requires_grad=True" if self.inputs_leaf else ""
+                return [f"x{k} = torch.randn(4, 6{grad})", f"y{k} = torch.randn(4, 1)", f"a{k}_0 = net[:2](x{k})",
+                        f"a{k}_1 = net[2:](a{k}_0)", f"loss{k} = ((a{k}_1 - y{k}) ** 2).mean()"]
+            self.forward_lines.append(sequential)
+            self.depth = 1
+            return
         self.define("l0", "nn.Linear(6, 8)")
         self.define("l1", "nn.Linear(8, 8)")
         self.define("l2", "nn.Linear(8, 1)")
@@ -321,8 +338,8 @@ class ModelGenerator:
         kind = rng.choice(["module", "module", "module_pre", "global", "param", "param", "param_factory", "after",
                            "multi", "forward"])
         tag = self.tag()
-        module = rng.choice(self.modules)
-        param = rng.choice(self.params)
+        module_path = rng.choice(self.modules)
+        module, param = _py(module_path), _py(rng.choice(self.params))
         if kind in ("module", "module_pre"):
             method = "register_full_backward_hook" if kind == "module" else "register_full_backward_pre_hook"
             maker = "make_module_hook" if kind == "module" else "make_module_pre"
@@ -342,18 +359,18 @@ class ModelGenerator:
         elif kind == "param_factory":  # one closure per layer, all called "hook"
             mode = rng.choice(MODES)
             for index, name in enumerate(p for p in self.params if p.endswith("weight")):
-                self.lines.append(f"REG({name}, 'register_hook', make_hook('{tag}.{index}', {mode!r}))")
+                self.lines.append(f"REG({_py(name)}, 'register_hook', make_hook('{tag}.{index}', {mode!r}))")
         elif kind == "after":
             fn = f"CHOOK({tag!r}, 'append')" if rng.random() < 0.25 else \
                 f"make_after({tag!r}, {rng.choice(['observe', 'inplace', 'clip'])!r})"
             self.lines.append(f"REG({param}, 'register_post_accumulate_grad_hook', {fn})")
         elif kind == "multi":
-            others = [p for p in self.params if p != param]
+            others = [_py(p) for p in self.params if _py(p) != param]
             watched = [param] + ([rng.choice(others)] if others and rng.random() < 0.6 else [])
             self.lines.append(f"REG(None, 'multi', ({', '.join(watched)},), make_multi({tag!r}, "
                               f"{rng.choice(['observe', 'inplace'])!r}), {rng.choice(['all', 'any'])!r})")
         else:  # a forward hook that hooks the layer's output, every forward
-            self.lines.append(f"{module.replace('.', '_')}_fh = {module}.register_forward_hook("
+            self.lines.append(f"{module_path.replace('.', '_')}_fh = {module}.register_forward_hook("
                               f"grad_catcher({tag!r}, {self.mode(MODES)!r}))")
 
     def activation_hooks(self, k: int) -> list[str]:
@@ -410,13 +427,13 @@ class ModelGenerator:
         if kind == "retain":
             self.lines.append(f"PASS('backward', {loss}, retain_graph=True)")
         if kind in ("grad", "grad_then"):
-            chosen = rng.sample(self.params, min(len(self.params), rng.randint(1, 3)))
+            chosen = [_py(p) for p in rng.sample(self.params, min(len(self.params), rng.randint(1, 3)))]
             self.lines.append(f"PASS('grad', {loss}, [{', '.join(chosen)}]"
                               f"{', retain_graph=True' if kind == 'grad_then' else ''})")
             if kind == "grad":
                 return
         if kind == "inputs":
-            chosen = rng.sample(self.params, min(len(self.params), rng.randint(1, 3)))
+            chosen = [_py(p) for p in rng.sample(self.params, min(len(self.params), rng.randint(1, 3)))]
             self.lines.append(f"PASS('backward', {loss}, inputs=[{', '.join(chosen)}])")
             return
         self.lines.append(f"PASS('backward', {loss})")
