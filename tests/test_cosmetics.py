@@ -249,3 +249,24 @@ def test_this_pass_columns_only_when_grad_holds_more_than_this_pass():
     assert w.grad.tolist() == [6.0, 8.0]
     table = grads_table_html(lens.passes[1])
     assert "added by this pass" in table and "[6.0, 8.0]" in table and "[3.0, 4.0]" in table
+
+
+def test_the_stepper_module_is_kept_in_parts_a_reader_can_hold_and_served_as_one():
+    """stepper.js was 903 lines: its parts stay under 400 lines each, and the page and the widget still get one
+    module (the parts joined in order, each defined once, exports and render in it)."""
+    import re
+    from importlib import resources
+
+    from autograd_lens.views.static_html import MODULE_PARTS, classic_script, module_source
+    from autograd_lens.views.stepper import Stepper
+
+    views = resources.files("autograd_lens.views")
+    texts = [views.joinpath(part).read_text(encoding="utf-8") for part in MODULE_PARTS]
+    assert all(len(text.splitlines()) < 400 for text in texts), [len(t.splitlines()) for t in texts]
+    source = module_source()
+    assert source == "\n".join(texts) and Stepper._esm.default_value == source
+    defined = re.findall(r"^(?:export )?function (\w+)", source, re.M)
+    assert len(defined) == len(set(defined))
+    assert {"render", "frameCss", "viewParts", "findParts", "groupParts"} <= set(defined)
+    assert source.count("export default { render };") == 1 and source.rstrip().endswith("export default { render };")
+    assert "export " not in classic_script()

@@ -20,13 +20,16 @@ from importlib import resources
 from .passview import PassView, pass_title, stepper_data, views_for
 
 _MODULE: str | None = None
+# The stepper's module is kept in parts a reader can hold; page and widget get them joined, in this order, as one.
+MODULE_PARTS = ("stepper_base.js", "stepper_view.js", "stepper_find.js", "stepper_groups.js", "stepper.js")
 
 
 def module_source() -> str:
-    """The stepper's ES module (also the anywidget ``_esm``)."""
+    """The stepper's ES module (also the anywidget ``_esm``): its parts joined."""
     global _MODULE
     if _MODULE is None:
-        _MODULE = resources.files("autograd_lens.views").joinpath("stepper.js").read_text(encoding="utf-8")
+        views = resources.files("autograd_lens.views")
+        _MODULE = "\n".join(views.joinpath(part).read_text(encoding="utf-8") for part in MODULE_PARTS)
     return _MODULE
 
 
