@@ -270,3 +270,62 @@ def test_the_stepper_module_is_kept_in_parts_a_reader_can_hold_and_served_as_one
     assert {"render", "frameCss", "viewParts", "findParts", "groupParts"} <= set(defined)
     assert source.count("export default { render };") == 1 and source.rstrip().endswith("export default { render };")
     assert "export " not in classic_script()
+
+
+def test_predict_a_hook_wrong_in_one_part_then_right_on_the_second_try(browser, tmp_path):
+    """A hook's question has two parts: a wrong second part says which part is off (not autograd's values) and keeps
+    both answers for another try; right on the second try, the card says what autograd computed, with '(try 2)'."""
+    _, page, errors = open_static_page(browser, tmp_path, predict=True)
+    for _ in range(4):
+        page.click("button[data-go=next]")
+    boxes = page.locator("input.al-answer")
+    assert boxes.count() == 2 and "hook" in page.inner_text(".al-cardbox")
+    boxes.nth(0).fill("5")
+    boxes.nth(1).fill("5")  # the hook halves it: 2.5 flows on
+    page.click("button[data-go=check]")
+    said = page.inner_text(".al-feedback")
+    assert said == ("What it receives: right; what flows on after it: not quite (try 1). Try again, or press show me "
+                    "to see what autograd computed.")
+    assert [boxes.nth(0).input_value(), boxes.nth(1).input_value()] == ["5", "5"]
+    boxes.nth(1).fill("2.5")
+    page.click("button[data-go=check]")
+    said = page.inner_text(".al-feedback")
+    assert said == ("what it receives: Right: autograd computed 5.0. what flows on after it: Right: autograd computed "
+                    "2.5. (try 2)")
+    assert errors == []
+    page.close()
+
+
+OUTLINE_GAP = """(root) => {
+    // in the drawing's own units: the room between the selection's outline (its inner half) and each text of the node
+    const id = root.getAttribute('data-selected');
+    const g = root.querySelector('.al-canvas #' + id);
+    const shape = Array.from(g.children).find((c) => ['polygon', 'path', 'ellipse'].includes(c.tagName));
+    const width = parseFloat(getComputedStyle(shape).strokeWidth);
+    const b = shape.getBBox();
+    return [width, Math.min(...Array.from(g.querySelectorAll('text')).filter((t) => t.textContent.trim() &&
+        getComputedStyle(t).display !== 'none').map((t) => { const tb = t.getBBox();
+        return Math.min(tb.x - b.x, b.x + b.width - tb.x - tb.width, tb.y - b.y, b.y + b.height - tb.y - tb.height); })) - width / 2];
+}"""
+
+
+def test_the_selection_outline_leaves_every_label_clear(browser, tmp_path):
+    """Item 4 of the legibility list, measured: the 4-unit selection outline (2 inside the box) stays clear of every
+    text of the selected box, for functions, leaves with data and grad, a hooked tensor and a 4x4 matrix."""
+    path = tmp_path / "hook.html"
+    hook_on_16_entries_lens().to_html(str(path))
+    page, errors = open_page(browser, path, width=1300)
+    page.click("button[data-go=last]")
+    stepper = page.locator(".al-stepper").first
+    ids = stepper.evaluate("(root) => Array.from(root.querySelectorAll('.al-canvas g.node')).map((g) => g.id)")
+    assert len(ids) == 5  # sum, tanh, mm, the hooked h with its data, w [4x4] with data and grad
+    for node_id in ids:
+        page.fill(".al-search", "")
+        page.click("button[data-go=fit]")
+        box = stepper.locator(f".al-canvas #{node_id}").bounding_box()
+        page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        assert stepper.get_attribute("data-selected") == node_id
+        width, gap = stepper.evaluate(OUTLINE_GAP)
+        assert width == 4 and gap > 0.5, (node_id, width, gap)
+    assert errors == []
+    page.close()
