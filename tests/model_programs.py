@@ -793,11 +793,11 @@ def _moved_notes(lens_passes: list, truth: Run, lens_run: Run) -> list[str]:
             or not programs.equal(received, passed)
     for index, backward_pass in enumerate(lens_passes):
         for note in backward_pass.notes:
-            found = re.match(r"(.*?)(?: and \d+ more)? changed since pass (\d+), whose hooks (changed gradients|stopped it|in C may have)", note)
+            found = re.match(r"(.*?)(?: and \d+ more)? changed since pass (\d+), whose hooks (changed gradients|stopped it|may have)", note)
             if not found:
                 continue
             earlier = int(found.group(2)) - 1
-            if found.group(3) != "in C may have" and not changed_by_pass.get(earlier):
+            if found.group(3) != "may have" and not changed_by_pass.get(earlier):
                 problems.append(f"pass {index + 1}: note says pass {earlier + 1}'s hooks changed gradients; they did not")
             for name in found.group(1).split(", "):
                 then, now = lens_run.values[earlier].get(name), lens_run.values[index].get(name)

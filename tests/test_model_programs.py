@@ -370,3 +370,30 @@ def test_an_observing_c_hook_before_an_optimizer_step_is_not_said_to_have_change
             opt.step()
     assert len(seen) == 2 and not lens.passes[0].hook_calls[0].modified
     assert not any("changed since pass" in note for note in lens.passes[1].notes)
+
+
+def _negated_in_checkpoint_then_step(hooked, lens=None):
+    torch.manual_seed(0)
+    l0, l1 = nn.Linear(3, 4), nn.Linear(4, 1)
+    opt = torch.optim.SGD([*l0.parameters(), *l1.parameters()], lr=0.5)
+    x = torch.randn(5, 3, requires_grad=True)  # (reentrant checkpointing needs an input that requires grad)
+    with lens or contextlib.nullcontext():
+        if hooked:
+            l0.weight.register_hook(torch.neg)  # runs in the nested backward: no frame shows it
+        for _ in range(2):
+            opt.zero_grad()
+            l1(checkpoint(l0, x, use_reentrant=True)).pow(2).mean().backward()
+            opt.step()
+    return l1.weight.grad.clone()
+
+
+def test_after_hooks_in_c_in_a_nested_backward_an_optimizer_step_is_said_to_make_a_run_without_hooks_differ():
+    """Seed 10548: torch.neg on a checkpointed layer's weight, then opt.step(): the step used the negated gradient,
+    so a run without the hook has other parameters and another next pass (checked against torch); the next pass
+    said nothing, as no recorded hook call had changed a gradient."""
+    lens = al.Lens()
+    real = _negated_in_checkpoint_then_step(True, lens)
+    never = _negated_in_checkpoint_then_step(False)
+    assert not torch.equal(real, never) and torch.equal(lens.passes[1].grads_without_hooks["l1.weight"], real)
+    (note,) = [note for note in lens.passes[1].notes if "changed since pass 1" in note]
+    assert "whose hooks may have changed gradients (hooks in C, or in a nested backward)" in note

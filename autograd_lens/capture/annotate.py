@@ -80,8 +80,10 @@ def moved_leaves(passes: list, built: Any) -> dict:
     now = {node.label: node.value for node in built.graph.nodes if node.kind == "leaf"}
     for earlier in passes:
         changed = any(call.modified or call.edited_in_place for call in earlier.hook_calls)
-        # a hook in C whose values are not known may have changed one
-        maybe = any(call.unseen and call.grad_in is None for call in earlier.hook_calls)
+        # a hook in C whose values are not known may have changed one, or a hook in a nested backward (not steps)
+        maybe = any(call.unseen and call.grad_in is None for call in earlier.hook_calls) or any(
+            note.startswith("hooks ran inside a nested backward") or "ran these hooks written in C if it reached" in note
+            for note in earlier.notes)
         # a hook that raised stopped the pass: leaves it had yet to reach got nothing, which they would have got
         stopped = any(call.error is not None for call in earlier.hook_calls) or earlier.error is not None and any(
             note.startswith("hooks ran inside a nested backward") for note in earlier.notes)
@@ -94,7 +96,7 @@ def moved_leaves(passes: list, built: Any) -> dict:
             return {}
         shown = ", ".join(moved[:3]) + (f" and {len(moved) - 3} more" if len(moved) > 3 else "")
         why = "changed gradients" if changed else "stopped it before it reached every leaf" if stopped else \
-            "in C may have changed gradients"
+            "may have changed gradients (hooks in C, or in a nested backward)"
         note = (f"{shown} changed since pass {earlier.index + 1}, whose hooks {why} (an optimizer step "
                 "used them?): 'without hooks' here is this pass with its hooks removed, on the values the leaves "
                 "hold now; a run that never had the hooks would have reached other values, which the lens does "
