@@ -397,3 +397,24 @@ def test_after_hooks_in_c_in_a_nested_backward_an_optimizer_step_is_said_to_make
     assert not torch.equal(real, never) and torch.equal(lens.passes[1].grads_without_hooks["l1.weight"], real)
     (note,) = [note for note in lens.passes[1].notes if "changed since pass 1" in note]
     assert "whose hooks may have changed gradients (hooks in C, or in a nested backward)" in note
+
+
+def test_a_c_pre_hook_on_a_module_boundary_is_not_given_what_the_module_pre_hook_made():
+    """Seed 10458: BatchNorm with a full backward pre-hook halving grad_output in place, and list.append as a
+    pre-hook of its output's backward function (the module's hook boundary).  torch runs the module's pre-hook after
+    the node's own: list.append passed on what it got, and the pass said it passed on the halved value."""
+    lin, x = _layer_and_input()
+    seen = []
+
+    def halve(module, grad_output):
+        grad_output[0].mul_(0.5)
+
+    with al.Lens(names={"lin": lin, "x": x}) as lens:
+        lin.register_full_backward_pre_hook(halve)
+        out = lin(x)
+        out.grad_fn.register_prehook(lambda grads: seen.append(grads[0].clone()))  # a Python stand-in: torch's order
+        out.grad_fn.register_prehook(seen.append)
+        out.pow(2).sum().backward()
+    stand_in = seen[0]  # what list.append got and passed on (its own tuple was halved in place after it)
+    (call,) = [call for call in lens.passes[0].hook_calls if call.hook == "list.append"]
+    assert torch.equal(call.grad_out[0], stand_in) if call.grad_out is not None else "not known" in call.unseen

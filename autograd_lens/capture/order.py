@@ -99,7 +99,10 @@ def arrange_before(observer: "PassObserver", fn: Any, before: list["HookRecord"]
         begin: Any = _MISSING
         if all(output not in merged for output in range(outputs)) and not leaked:
             begin = tuple(observer.unhooked.input_of(fn, output, hooked=True) for output in range(outputs))
-        _fill(pre, begin, arrived, slot=None)
+        # at a module's output boundary torch's wrapper of the module's full backward pre-hooks runs after the
+        # node's own pre-hooks and may change (or edit in place) what reaches the node
+        wrapped = getattr(observer, "boundaries", {}).get(id(fn), (None, None))[1] == "outputs"
+        _fill(pre, begin, _MISSING if wrapped else arrived, slot=None)
     return [call for output in order for call in merged[output]] + pre
 
 
