@@ -48,11 +48,15 @@ def make_hook(tag, mode):
         if mode == "remove":  # removes other hooks in the middle of the pass
             for handle in REMOVE_TARGETS.get(tag, ()):
                 REMOVE(handle)
+        if mode == "add":  # registers a hook in the middle of the pass
+            for target, new_hook in ADD_TARGETS.pop(tag, ()):  # once: the same function twice is two hooks
+                target.register_hook(new_hook)
         LOG.append((tag + " out", clone(out if out is not None else g)))
         return out
     return hook
 
 REMOVE_TARGETS = {}
+ADD_TARGETS = {}
 
 def REMOVE(handle):
     if handle is not None:  # None: the run without hooks registered nothing
@@ -252,7 +256,8 @@ class Generator:
         self.hooks += 1
         name, shape = self.pick()
         modes = ["observe", "observe", "scale", "inplace", "keep"] + (["raise"] if rng.random() < 0.15 else []) \
-            + (["remove"] if self.handles and rng.random() < 0.3 else [])
+            + (["remove"] if self.handles and rng.random() < 0.3 else []) \
+            + (["add"] if rng.random() < 0.2 else [])
         mode = rng.choice(modes)
         handle = f"{tag}_handle"
         kind = rng.choice(["tensor"] * 5 + ["c", "pre", "post", "after", "multi", "module", "module_pre"])
@@ -262,7 +267,7 @@ class Generator:
             kind = "tensor"
         if kind in ("module", "module_pre") and not self.modules:
             kind = "tensor"
-        if mode == "remove" and kind != "tensor":
+        if mode in ("remove", "add") and kind != "tensor":
             mode = "observe"
         if kind == "tensor":
             style = rng.choice(["def", "lambda", "partial", "method", "object", "factory"])
@@ -303,6 +308,13 @@ class Generator:
                               f"{'scale' if mode == 'scale' else 'observe'!r}))")
         if mode == "remove":  # a hook that removes an earlier one (or itself) when it runs
             self.lines.append(f"REMOVE_TARGETS[{tag!r}] = [{rng.choice(self.handles + [handle])}]")
+        if mode == "add":  # a hook that registers another (Python or C) on a tensor when it runs
+            others = [t for t, _ in self.tensors if not self.is_leaf(t)] or [t for t, _ in self.tensors]
+            new_tag = f"{tag}a"
+            new_mode = rng.choice(["observe", "scale", "inplace"])
+            maker = f"CHOOK({new_tag!r}, {rng.choice(['neg', 'append'])!r})" if rng.random() < 0.4 \
+                else f"make_hook({new_tag!r}, {new_mode!r})"
+            self.lines.append(f"ADD_TARGETS[{tag!r}] = [({rng.choice(others)}, {maker})]")
         self.handles.append(handle)
 
     def root(self) -> str:

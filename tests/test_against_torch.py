@@ -86,8 +86,8 @@ def test_a_failure_prints_a_minimal_program(monkeypatch):
 
 # ----------------------------------------------------------------------------- hooks removed during a pass
 
-# Found by the generator once it removed hooks (a hook calling another's handle.remove(), handles removed between
-# passes): each program is a minimal one it printed.
+# Found by the generator once it removed and added hooks (a hook calling another's handle.remove() or registering
+# a hook, handles removed between passes): each program is a minimal one it printed.
 REMOVED = {
     # a hook in C removed by an earlier Python hook never runs: no call of it may be shown
     "C tensor hook removed before its turn": [
@@ -120,6 +120,40 @@ REMOVED = {
         "h1_handle = REG(t1, 'register_hook', make_hook('h1', 'remove'))",
         "REMOVE_TARGETS['h1'] = [h0_handle]",
         "out = t1.sum()",
+        "PASS('backward', out, retain_graph=True)",
+        "PASS('backward', out)",
+    ],
+    # torch runs the hooks a tensor's dict holds when that tensor's hooks start: a hook in C after the one that
+    # removes it still runs in this pass (not in the next), and one a hook adds to its own tensor runs from the next
+    "C tensor hook removed by an earlier hook on its tensor": [
+        "x0 = torch.randn((3,), requires_grad=True)",
+        "t1 = x0.exp()",
+        "h1_handle = REG(t1, 'register_hook', make_hook('h1', 'remove'))",
+        "h0_handle = REG(t1, 'register_hook', CHOOK('h0', 'neg'))",
+        "REMOVE_TARGETS['h1'] = [h0_handle]",
+        "out = t1.sum()",
+        "PASS('backward', out, retain_graph=True)",
+        "PASS('backward', out)",
+    ],
+    "C hook added to its own tensor by a hook": [
+        "x0 = torch.randn((3,), requires_grad=True)",
+        "t1 = x0.exp()",
+        "t2 = t1 * t1",
+        "h1_handle = REG(t1, 'register_hook', make_hook('h1', 'add'))",
+        "ADD_TARGETS['h1'] = [(t1, CHOOK('h1a', 'neg'))]",
+        "out = t2.sum()",
+        "PASS('backward', out, retain_graph=True)",
+        "PASS('backward', out)",
+    ],
+    "hooks added to another tensor by a hook, in C and in Python": [
+        "x0 = torch.randn((3,), requires_grad=True)",
+        "t1 = x0.exp()",
+        "t2 = t1 * 2.0",
+        "h1_handle = REG(t2, 'register_hook', make_hook('h1', 'add'))",
+        "ADD_TARGETS['h1'] = [(t1, CHOOK('h1a', 'append'))]",
+        "h2_handle = REG(t2, 'register_hook', make_hook('h2', 'add'))",
+        "ADD_TARGETS['h2'] = [(t1, make_hook('h2a', 'scale'))]",
+        "out = t2.sum()",
         "PASS('backward', out, retain_graph=True)",
         "PASS('backward', out)",
     ],
@@ -160,7 +194,7 @@ REMOVED = {
 
 
 @pytest.mark.parametrize("name", sorted(REMOVED))
-def test_hooks_removed_during_or_between_passes_are_shown_as_torch_ran_them(name):
+def test_hooks_removed_or_added_during_or_between_passes_are_shown_as_torch_ran_them(name):
     lines = REMOVED[name]
     leaves = [line.split(" =")[0] for line in lines if line.startswith("x")]
     program = programs.Program(["torch.manual_seed(0)", *lines], leaves)

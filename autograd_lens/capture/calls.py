@@ -20,6 +20,7 @@ from .snapshot import snapshot
 from .saved import saved_names
 
 _current_node = torch._C._current_autograd_node
+TENSOR_REGISTER_CODE = torch.Tensor.register_hook.__code__
 
 class HookCalls:
     """Part of :class:`~autograd_lens.capture.observe.PassObserver`: the profile function and the hook calls it sees."""
@@ -29,6 +30,9 @@ class HookCalls:
             if event == "call":
                 if self.nested_frames:
                     self._nested_profile(frame)
+                    return
+                if frame.f_code is TENSOR_REGISTER_CODE and self.in_engine:  # a tensor hook registered mid-pass
+                    self.tensor_registering = frame
                     return
                 if frame.f_code is ENGINE_CODE and self.in_engine:  # a backward() run inside the pass
                     self._nested_start(frame)
@@ -89,6 +93,9 @@ class HookCalls:
                 elif frame is self.registering:
                     self.registering = None
                     late_registered(self, arg)
+                elif frame is self.tensor_registering:
+                    self.tensor_registering = None
+                    self.add_registered(frame.f_locals.get("self"), arg)
                 elif frame is self.late_frame:
                     self.late_frame = None
             elif event == "c_call" and self.wrapper is not None and frame is self.wrapper.frame:

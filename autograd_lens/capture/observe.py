@@ -115,6 +115,7 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         self.post_dicts: dict[int, int] | None = None
         self.hook_dicts: dict[int, tuple[Any, Any]] = {}  # id(node) -> its (pre, post) hook dicts, nodes with user hooks
         self.registering: Any = None
+        self.tensor_registering: Any = None  # the frame of a Tensor.register_hook called during the pass
         self.late_frame: Any = None
         self.seeds = tuple(snapshot(seed, store_limit) if isinstance(seed, torch.Tensor) else None for seed in seeds)
         self.start_seeds = self.seeds  # as they were when the pass started (self.seeds: as they would be unhooked)
@@ -233,7 +234,7 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         self.roots = self.inputs = self.seeds = self.start_seeds = self.seed_objects = ()
         self.old_grads, self.incoming, self.written = {}, {}, {}
         self.copies = {}
-        self.post_dicts, self.registering, self.late_frame = None, None, None
+        self.post_dicts, self.registering, self.late_frame, self.tensor_registering = None, None, None, None
         self.unhooked = Unhooked(self)
         self.error = None
         self.shape = None  # type: ignore[assignment]
@@ -296,6 +297,39 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
                                   holder=holder, key=key)
                 self._remember(known)
                 self.after_chains.setdefault(id(grad_fn), []).append(known)
+
+    def add_registered(self, tensor: Any, handle: Any) -> None:
+        """A hook registered on a named tensor during the pass (by a hook): known from now on, as those attached
+        before the pass are (which registered function a call is, where a hook in C runs)."""
+        names = self.names
+        hooks = getattr(tensor, "_backward_hooks", None) if isinstance(tensor, torch.Tensor) else None
+        if names is None or not hooks or getattr(handle, "id", None) not in hooks:
+            return
+        leaf = next((fn for fn in self.shape.leaves.values() if fn.variable is tensor), None)
+        label = names.tensors.get(id(tensor)) or (self.shape.leaf_labels.get(id(leaf)) if leaf is not None else None)
+        if tensor.grad_fn is not None:
+            grad_fn, output_nr = tensor.grad_fn, tensor.output_nr
+        elif leaf is not None:
+            grad_fn, output_nr = leaf, 0
+        else:
+            return
+        if label is None:
+            return  # a tensor with no name here: its hooks are found as they run, as before the pass
+        hook = hooks[handle.id]
+        user = multi_grad_user_fn(hook)
+        entries = list(hooks.items())
+        chain = self.chains.setdefault((id(grad_fn), output_nr), [])
+        known = KnownHook(hook if user is None else user, "tensor" if user is None else "multi_grad", label, grad_fn,
+                          output_nr, [key for key, _ in entries].index(handle.id), len(entries), min(entries)[0],
+                          hooks, handle.id)
+        for other in chain:
+            if other.holder is hooks:
+                other.count = len(entries)
+        chain.append(known)
+        self._remember(known)
+        if not runs_python(known.function):  # runs without a frame: found from the gradients around it
+            self.c_nodes.add(id(grad_fn))
+            self.unhooked.activate(edited_in_place=True)
 
     def _remember(self, known: KnownHook) -> None:
         code = code_of(known.function)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..model import TensorSummary, values_equal
-from .hooks import code_of, function_name, runs_python
+from .hooks import function_name, runs_python
 from .records import HookRecord
 from .unhooked import Unknown
 
@@ -177,36 +177,26 @@ def _with_c_entries(seen: list["HookRecord"], known: list["KnownHook"], fn: Any,
 
 
 def _ran(entry: "KnownHook", seen: list["HookRecord"]) -> bool:
-    """Whether a hook written in C, attached when the pass started, was still there when its turn came: a hook
-    removes it (its handle) before then, and torch skips it.  Its turn came before the first Python hook after it
-    on that tensor started (which recorded what the dict held), or before now when none did."""
+    """Whether a hook written in C ran: torch runs the hooks its tensor's dict holds when that tensor's hooks start
+    (removing one, or adding one, from a hook on the same tensor changes the next pass only).  What the dict held
+    then: as the first Python hook there started (hooks in C before it cannot change the dict), else as now."""
     if entry.holder is None:
         return True
-    later = next((call for call in seen if call.kind == entry.kind and call.position is not None
-                  and call.position > entry.position and call.present is not None), None)
-    return entry.key in (later.present if later is not None else entry.holder)
+    first = next((call for call in seen if call.kind == entry.kind and call.present is not None), None)
+    return entry.key in (first.present if first is not None else entry.holder)
 
 
 def _still_there(observer: "PassObserver", fn: Any, functions: tuple, seen: list["HookRecord"], pre: bool) -> tuple:
     """``fn``'s pre- or post-hooks attached when the pass started, less those written in C that a hook removed
-    before their turn (torch skipped them): their turn came before the next Python hook there started (which
-    recorded what the dict held), or before now."""
+    before they started (torch runs what the dict holds then; a removal by one of them counts from the next pass):
+    what the dict held as the first Python hook there started, else what it holds now."""
     if not any(_is_c(function) for function in functions):
         return functions
-    now = observer.node_hook_ids(fn, pre)
-    if now is None:
+    first = next((call for call in seen if not call.unseen and call.present is not None), None)
+    held = first.present if first is not None else observer.node_hook_ids(fn, pre)
+    if held is None:
         return functions  # the dict cannot be read: as attached when the pass started
-    calls = [call for call in seen if not call.unseen]
-    kept = []
-    for index, function in enumerate(functions):
-        if not _is_c(function):
-            kept.append(function)
-            continue
-        later = [code_of(other) for other in functions[index + 1:] if not _is_c(other)]
-        start = next((call for call in calls if call.code in later and call.present is not None), None)
-        if id(function) in (start.present if start is not None else now):
-            kept.append(function)
-    return tuple(kept)
+    return tuple(function for function in functions if not _is_c(function) or id(function) in held)
 
 
 def _output_order(fired: list[int], merged: dict[int, list], chains: dict, fn: Any) -> list[int]:
