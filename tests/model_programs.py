@@ -797,8 +797,10 @@ def _moved_notes(lens_passes: list, truth: Run, lens_run: Run) -> list[str]:
             if not found:
                 continue
             earlier = int(found.group(2)) - 1
-            if found.group(3) != "may have" and not changed_by_pass.get(earlier):
+            if found.group(3) == "changed gradients" and not changed_by_pass.get(earlier):
                 problems.append(f"pass {index + 1}: note says pass {earlier + 1}'s hooks changed gradients; they did not")
+            if found.group(3) == "stopped it" and truth.passes[earlier]["error"] is None:
+                problems.append(f"pass {index + 1}: note says pass {earlier + 1}'s hooks stopped it; it did not stop")
             for name in found.group(1).split(", "):
                 then, now = lens_run.values[earlier].get(name), lens_run.values[index].get(name)
                 if then is not None and now is not None and programs.equal(then, now):
