@@ -418,3 +418,31 @@ def test_a_c_pre_hook_on_a_module_boundary_is_not_given_what_the_module_pre_hook
     stand_in = seen[0]  # what list.append got and passed on (its own tuple was halved in place after it)
     (call,) = [call for call in lens.passes[0].hook_calls if call.hook == "list.append"]
     assert torch.equal(call.grad_out[0], stand_in) if call.grad_out is not None else "not known" in call.unseen
+
+
+def _stopped_at_once_then_step(hooked, lens=None):
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 1)
+    opt = torch.optim.SGD(lin.parameters(), lr=0.5)
+    x = torch.randn(5, 3)
+    with lens or contextlib.nullcontext():
+        out = lin(x)
+        if hooked:
+            out.register_hook(lambda g: 1 / 0)
+        with contextlib.suppress(ZeroDivisionError):
+            out.pow(2).mean().backward()  # stopped before any leaf: nothing to step with
+        opt.step()
+        lin(x).pow(2).mean().backward()
+    return lin.weight.grad.clone()
+
+
+def test_after_a_pass_a_hook_stopped_before_any_leaf_the_next_says_a_run_without_hooks_may_differ():
+    """Seeds 10268, 11895: a hook raised at the first function, opt.step() then had no gradient to use and moved
+    nothing; without the hook it would have (checked against torch).  Nothing moved here, so no leaf 'changed
+    since' that pass, and the next pass said nothing."""
+    lens = al.Lens()
+    real = _stopped_at_once_then_step(True, lens)
+    assert not torch.equal(real, _stopped_at_once_then_step(False))
+    assert lens.passes[1].grads_without_hooks["lin.weight"] is None and "lin.weight" in lens.passes[1].unknown
+    (note,) = [note for note in lens.passes[1].notes if "a run that never had the hooks" in note]
+    assert note.startswith("pass 1 stopped at a hook's error before it reached every leaf: if code used .grad since")

@@ -92,6 +92,11 @@ def moved_leaves(passes: list, built: Any) -> dict:
         before = {node.label: node.value for node in earlier.graph.nodes if node.kind == "leaf"}
         moved = [name for name, value in now.items() if name in before and value is not None
                  and before[name] is not None and not values_equal(value, before[name])]
+        if not moved and stopped:  # nothing moved here; without the hooks that pass would have gone on
+            note = (f"pass {earlier.index + 1} stopped at a hook's error before it reached every leaf: if code used "
+                    ".grad since (an optimizer step), a run that never had the hooks would have other parameters and "
+                    "other values here, which the lens does not compute")
+            return {"notes": tuple(built.notes) + (note,)}
         if not moved:  # as at the first pass a hook changed: what a run without the hooks would have had too
             return {}
         shown = ", ".join(moved[:3]) + (f" and {len(moved) - 3} more" if len(moved) > 3 else "")
