@@ -20,7 +20,7 @@ from .snapshot import snapshot
 from .saved import saved_names
 
 _current_node = torch._C._current_autograd_node
-TENSOR_REGISTER_CODE = torch.Tensor.register_hook.__code__
+TENSOR_REGISTER_CODE = getattr(torch.Tensor.register_hook, "__code__", None)  # Python in torch 2.x
 
 class HookCalls:
     """Part of :class:`~autograd_lens.capture.observe.PassObserver`: the profile function and the hook calls it sees."""

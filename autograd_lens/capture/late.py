@@ -14,10 +14,14 @@ from types import FrameType
 from typing import Any, Callable
 
 import torch
-from torch.autograd.function import _HookMixin
 
 _current_node = torch._C._current_autograd_node
-REGISTER_CODE = _HookMixin._register_hook.__code__  # every grad_fn.register_hook / register_prehook goes through it
+try:  # every grad_fn.register_hook / register_prehook goes through it (torch 2.x); elsewhere: nothing is wrapped
+    from torch.autograd.function import _HookMixin
+
+    REGISTER_CODE = _HookMixin._register_hook.__code__
+except (ImportError, AttributeError):
+    REGISTER_CODE = None
 
 
 def _as_without_lens(hook: Callable) -> Callable:
