@@ -309,8 +309,6 @@ def test_after_a_pass_a_hook_stopped_an_optimizer_step_is_said_to_make_a_run_wit
 # ----------------------------------------------------------------------------- found, not fixed here (see the report)
 
 
-@pytest.mark.xfail(strict=True, reason="capture/nodes.py (_unexplained) takes an in-place edit made in a nested "
-                   "backward for a hook in C on the node's tensor")
 def test_a_module_pre_hook_editing_in_place_in_a_reentrant_checkpoint_is_no_hook_in_c():
     """Seed 5753: a module full backward pre-hook that edits grad_output in place, on a layer under reentrant
     checkpointing.  The nested backward gets the outer gradient itself, so the edit changes what the outer node

@@ -210,6 +210,9 @@ class NodeRecorder:
         Not when a hook seen in this pass edited a gradient in place, which can reach a sibling branch: then the
         values without hooks are computed node by node, and no call is invented."""
         found: list[HookRecord] = []
+        # a backward ran inside this node (reentrant checkpointing): its hooks get the gradient that arrived here
+        # itself and may edit it in place, which is no hook of this tensor (they are in the pass's note)
+        nested = id(fn) in self.nested_nodes
         hooked = {_output_of_call(call) for call in before}
         pre = next((call for call in before if call.kind == "node_pre"), None)
         if pre is not None:  # what reached the node's pre-hooks is what the tensor hooks passed on
@@ -233,6 +236,10 @@ class NodeRecorder:
             if values_equal(sent, received):
                 continue
             if self.unhooked.edited_in_place or self.wrote_shared():
+                continue
+            if nested:
+                self.unhooked.unknown_from(fn, f"what reached {fn.name()} was changed inside the backward it ran "
+                                               "(reentrant checkpointing), by code the lens does not record")
                 continue
             call = unseen_call(None, "tensor", None, fn, output, "which hook it is")
             call.grad_in, call.grad_out, call.modified, call.returned_none = sent, received, True, False
