@@ -306,7 +306,7 @@ def test_after_a_pass_a_hook_stopped_an_optimizer_step_is_said_to_make_a_run_wit
     assert note.startswith("l1.bias, l1.weight changed since pass 1, whose hooks stopped it before it reached")
 
 
-# ----------------------------------------------------------------------------- found, not fixed here (see the report)
+# ----------------------------------------------------------------------------- found by the campaigns, fixed after them
 
 
 def test_a_module_pre_hook_editing_in_place_in_a_reentrant_checkpoint_is_no_hook_in_c():
@@ -325,8 +325,6 @@ def test_a_module_pre_hook_editing_in_place_in_a_reentrant_checkpoint_is_no_hook
     assert [call.hook for call in lens.passes[0].hook_calls] == []
 
 
-@pytest.mark.xfail(strict=True, reason="the engine captures inputs of autograd.grad that are ready at once in an "
-                   "order no frame shows; the lens places the C hook's call as if it knew")
 def test_the_place_of_a_c_hook_among_inputs_captured_at_once_is_not_claimed():
     """Seed 2633: autograd.grad(loss, [bn.weight, bn.bias]) with list.append on bn.bias and a Python hook on
     bn.weight: both gradients are captured when BatchNorm's backward has run; torch ran bn.weight's hook first, the

@@ -198,6 +198,7 @@ class PassEnd:
         from such a capture (or from no known node): what it returned is not known."""
         done: set[int] = set()
         stopped = getattr(self, "stopped_fn", None)
+        at_once = self._captured_at_once()
         for index, tensor in enumerate(self.inputs):
             if not isinstance(tensor, torch.Tensor) or not tensor.requires_grad:
                 continue
@@ -226,6 +227,12 @@ class PassEnd:
                     and any(known.grad_fn is node for known in record.candidates))]
             returned = NOT_RETURNED if result is None else result[index] if index < len(result) else None
             merged = arrange_input_chain(self, node, output, seen, returned)
+            if at_once.get(id(node)):
+                for call in merged:
+                    if call.unseen:
+                        call.unseen += ("; the gradients of several inputs of autograd.grad were captured at once "
+                                        "(when the same node had run), in an order no frame shows: its place among "
+                                        "their hooks is not known")
             if seen:
                 at = next(position for position, record in enumerate(self.records) if record is seen[0])
             else:  # after the last user's record and the calls that ran after its backward (its post-hooks)
@@ -239,6 +246,20 @@ class PassEnd:
             # where each node's record is now (the calls taken out may have sat on either side of them)
             self.ran = {id(record.fn): position for position, record in enumerate(self.records)
                         if isinstance(record, (NodeRecord, GradRecord))}
+
+
+    def _captured_at_once(self) -> dict[int, bool]:
+        """id(node) of each input of autograd.grad whose node did not run -> whether another such input's gradient
+        was captured at the same moment (both became ready when the same node ran)."""
+        last: dict[int, int] = {}
+        for tensor in self.inputs:
+            edge = gradient_edge(tensor, self.shape.leaves) if isinstance(tensor, torch.Tensor) else None
+            if edge is None or id(edge[0]) in self.ran:
+                continue
+            users = [user for (key, _), found in self.shape.consumers.items() if key == id(edge[0]) for user in found]
+            if users and all(id(user) in self.ran for user, _ in users):
+                last[id(edge[0])] = max(self.ran[id(user)] for user, _ in users)
+        return {node: sum(1 for other in last.values() if other == when) > 1 for node, when in last.items()}
 
 
 # ----------------------------------------------------------------------------- each leaf's .grad as the pass left it
