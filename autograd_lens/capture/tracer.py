@@ -1,12 +1,9 @@
 """``Lens``: record every backward pass run inside a ``with`` block, hooks included.
 
-For the length of the block, torch's single entry to the engine,
-``torch.autograd._engine_run_backward`` (used by ``Tensor.backward``,
-``torch.autograd.backward`` and ``torch.autograd.grad``), is wrapped; the
-original is put back when the block ends, whatever happens.  Each pass is
-observed by :mod:`.observe`, its values without hooks computed by
-:mod:`.unhooked`, and its model built by :mod:`.build` as soon as it ends, so
-the lens keeps nothing of the graph afterwards.
+For the length of the block, torch's single entry to the engine, ``torch.autograd._engine_run_backward`` (used by
+``Tensor.backward``, ``torch.autograd.backward`` and ``torch.autograd.grad``), is wrapped; the original is put back
+when the block ends, whatever happens.  Each pass is observed by :mod:`.observe`, its values without hooks computed
+by :mod:`.unhooked`, and its model built by :mod:`.build` as soon as it ends, so the lens keeps nothing of the graph.
 """
 
 from __future__ import annotations
