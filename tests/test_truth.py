@@ -551,3 +551,26 @@ def test_no_note_when_the_leaves_did_not_change_between_passes():
         out.backward(retain_graph=True)
         out.backward()
     assert not any("changed since pass" in note for backward_pass in lens.passes for note in backward_pass.notes)
+
+
+def test_an_unknown_carried_from_an_earlier_pass_says_so():
+    """A leaf not reached because a hook stopped pass 1 is unknown without hooks in pass 2 as well; pass 2's reason
+    said "the pass stopped at ValueError ..." as if pass 2 had stopped."""
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    w = torch.tensor([3.0, 4.0], requires_grad=True)
+
+    def boom(grad):
+        raise ValueError("boom")
+
+    with al.Lens(names={"x": x, "w": w}) as lens:
+        y = x * 2
+        handle = y.register_hook(boom)
+        z = y.sum() + w.sum()
+        with pytest.raises(ValueError):
+            z.backward(retain_graph=True)
+        handle.remove()
+        z.backward()
+    first, second = lens.passes
+    assert first.unknown["x"].startswith("the pass stopped at ValueError: boom")
+    assert second.unknown["x"] == "not known since an earlier pass: " + first.unknown["x"]
+    assert "w" not in second.unknown and torch.equal(second.grads_without_hooks["w"], torch.tensor([2.0, 2.0]))

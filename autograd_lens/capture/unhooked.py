@@ -45,6 +45,16 @@ class Unknown:
     reason: str
 
 
+EARLIER = "not known since an earlier pass: "
+
+
+def _earlier(value: Any) -> Any:
+    """A reason carried from an earlier pass says so (it may read "the pass stopped ..." of that pass)."""
+    if isinstance(value, Unknown) and not value.reason.startswith(EARLIER):
+        return Unknown(EARLIER + value.reason)
+    return value
+
+
 def is_known(value: Any) -> bool:
     return not isinstance(value, (Unknown, TensorSummary))
 
@@ -236,7 +246,7 @@ def carry(history: LeafHistory | None, old: Any, others_diverged: bool = False, 
                 and not values_equal(history.without, history.grad):
             return Unknown("code wrote other leaves' .grad between passes (clip_grad_norm_?) and might have written "
                            "this one's, which differed without hooks")
-        return history.without  # untouched since the last pass (None included: nothing has written it since)
+        return _earlier(history.without)  # untouched since the last pass (None included: nothing has written it)
     if old is None:
         return None if history.without is not SAME else SAME  # set to None by the user (zero_grad): so without hooks
     if isinstance(old, torch.Tensor) and not old.any():
@@ -247,6 +257,6 @@ def carry(history: LeafHistory | None, old: Any, others_diverged: bool = False, 
         return Unknown(".grad was changed between passes by code the lens did not see, after hooks had changed "
                        "other leaves' gradients, which that code may have read (clip_grad_norm_ reads them all)")
     if isinstance(history.without, Unknown):
-        return history.without
+        return _earlier(history.without)
     return Unknown(".grad was changed by code the lens did not see (between passes, or during this one through "
                    "memory it shares with a gradient)")
