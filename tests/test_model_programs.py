@@ -442,3 +442,14 @@ def test_after_a_pass_a_hook_stopped_before_any_leaf_the_next_says_a_run_without
     assert lens.passes[1].grads_without_hooks["lin.weight"] is None and "lin.weight" in lens.passes[1].unknown
     (note,) = [note for note in lens.passes[1].notes if "a run that never had the hooks" in note]
     assert note.startswith("pass 1 stopped at a hook's error before it reached every leaf: if code used .grad since")
+
+
+def test_a_c_hook_before_a_reentrant_checkpoint_whose_recompute_edits_in_place_is_not_given_that_value():
+    """Seed 8087 of a 1,500-program campaign: a forward hook on a layer under reentrant checkpointing registers a
+    tensor hook that edits its gradient in place; it runs again in the recompute inside the nested backward and
+    edits what reached the checkpoint's node after the hook in C on the checkpoint's output had run.  That C hook
+    was shown passing on the edited value; what it passed on is not known (the node holds an edited tensor)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program, problems = model_programs.check(8087)
+    assert problems == [], model_programs.report(program, problems)

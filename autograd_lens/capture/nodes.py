@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ..model import TensorSummary, values_equal
-from .order import arrange_after, arrange_before, unseen_call
+from .order import _MISSING, arrange_after, arrange_before, unseen_call
 from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord, snapshot_all
 from .snapshot import fast_snapshot, held_bytes, snapshot
 from .snapshot import hidden_from_user as _hidden_from_modes
@@ -19,6 +19,7 @@ from .unhooked import Unknown
 from .structure import gradient_edge
 
 _current_node = torch._C._current_autograd_node
+NOT_KEPT = (_MISSING,)
 
 class NodeRecorder:
     """Part of :class:`~autograd_lens.capture.observe.PassObserver`: the node observers and the copies they keep."""
@@ -187,7 +188,9 @@ class NodeRecorder:
         else:
             record = NodeRecord(fn, self._keep(tuple(grad_outputs)), self._keep(tuple(grad_inputs)))
             arrived = record.received
-        before = arrange_before(self, fn, before, arrived)
+        # a backward run inside this node (reentrant checkpointing) may have edited what arrived, in place, after the
+        # hooks before it ran: what they passed on is then not what the node holds now
+        before = arrange_before(self, fn, before, arrived if id(fn) not in self.nested_nodes else NOT_KEPT * len(arrived))
         if not self.hooks_hidden:
             before += self._unexplained(fn, before, arrived)
         after = arrange_after(self, fn, after, None if is_leaf else record.sent, is_leaf)
