@@ -10,7 +10,6 @@ without the lens, and is put back as it was when the pass ends.  Its call is rec
 
 from __future__ import annotations
 
-from types import FrameType
 from typing import Any, Callable
 
 import torch
@@ -74,7 +73,3 @@ def _post_dicts(observer: Any) -> dict[int, int]:
             if hooks is not None:
                 observer.post_dicts[id(hooks)] = id(fn)
     return observer.post_dicts
-
-
-def is_register(frame: FrameType) -> bool:
-    return frame.f_code is REGISTER_CODE
