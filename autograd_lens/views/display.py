@@ -10,7 +10,7 @@ import html
 
 from ..format import format_shape, format_value
 from ..model import Graph
-from .render import GraphvizUnavailableError, RenderError, RenderTimeoutError, start_svg
+from .render import GraphvizUnavailableError, RenderError, RenderTimeoutError, start_svg, start_svgs
 
 RENDER_PROBLEMS = (GraphvizUnavailableError, RenderError, RenderTimeoutError)
 
@@ -63,19 +63,27 @@ def graph_bundle(graph: Graph) -> dict[str, str]:
             svg_of = start_svg(graph.to_dot())
         except Exception as error:  # never raise from a display method: a table and the real cause
             return {"text/html": hint_html(error) + graph_table_html(graph), "text/plain": text}
-        from .fold import FOLD_OVER
+        from .fold import FOLD_OVER, expanded, fold_states
 
-        graph_html = None
+        graph_html = states = laid = None
         try:
             if len(graph.nodes) > FOLD_OVER:  # a large graph: zoom, pan, find, upstream/downstream (see graphview)
-                from .graphview import graph_html  # loaded while Graphviz lays out (a first display's imports)
-        finally:
-            svg, failed = _waited(svg_of)  # in any case: no layout outlives the display
-        if failed is not None:
-            return {"text/html": hint_html(failed) + graph_table_html(graph), "text/plain": text}
-        if graph_html is not None:
-            return {"text/html": graph_html(graph, svg, text, graph_table_html), "text/plain": text}
-        return {"image/svg+xml": svg, "text/plain": text}
+                # the drawings with folds opened, which the page stores, laid out after this one and meanwhile
+                # the navigator's module loaded (a first display's imports) and the first drawing made ready
+                states = fold_states(graph)
+                if len(states) > 1:
+                    laid = start_svgs([expanded(graph, state).to_dot() for state, _ in states[1:]], after=svg_of)
+                from .graphview import graph_html
+            svg, failed = _waited(svg_of)
+            if failed is not None:
+                return {"text/html": hint_html(failed) + graph_table_html(graph), "text/plain": text}
+            if graph_html is not None:
+                return {"text/html": graph_html(graph, svg, text, graph_table_html, states, laid), "text/plain": text}
+            return {"image/svg+xml": svg, "text/plain": text}
+        finally:  # in any case: no layout outlives the display
+            _waited(svg_of)
+            if laid is not None:
+                laid()
     except Exception as error:
         return safe_bundle("graph", error)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..model import Edge, Graph, ModuleGroup, Node
 from .groups import groups_from_parameters
@@ -318,3 +318,48 @@ def folded_walk(walk_to, modules: tuple[tuple[str, str], ...], options) -> Graph
     if not whole.hidden_nodes and functions(plan(whole).graph) <= options.max_nodes:
         return whole
     return dataclasses.replace(walk_to(options.max_nodes), modules=modules, options=options)
+
+
+# ----------------------------------------------------------------------------- drawings with folds opened
+
+VARIANT_LAYOUTS = 8  # drawings with folds opened, laid out in advance, per graph
+VARIANT_BOXES = 1_500  # boxes in all those drawings (each costs layout time at display and page size)
+
+
+Run = tuple[str, ...]  # the module paths of one run of folded blocks
+State = tuple[Run, ...]  # the runs drawn in full, sorted
+
+
+def expanded(graph: Graph, state: State) -> Graph:
+    """``graph`` with the blocks of these runs drawn in full (added to its own ``expand``); the same object each
+    time (kept with the graph), so that its plan is made once (``fold.plan``)."""
+    made = graph.__dict__.setdefault("_expanded", {})
+    if state not in made:
+        extra = tuple(path for run in state for path in run)
+        made[state] = replace(graph, options=graph.options.replace(expand=graph.options.expand + extra))
+    return made[state]
+
+
+def fold_states(graph: Graph, layouts: int | None = None, boxes: int | None = None) -> list[tuple[State, Folded]]:
+    """The folded drawing's state (first) and the states reached by opening folds, breadth first, within the
+    budget (default ``VARIANT_LAYOUTS`` and ``VARIANT_BOXES``; no layout here: ``boxes`` counts what each draws)."""
+    layouts = VARIANT_LAYOUTS if layouts is None else layouts
+    boxes = VARIANT_BOXES if boxes is None else boxes
+    states = [((), plan(graph))]
+    known = {()}
+    used = 0
+    at = 0
+    while at < len(states):
+        state, folded = states[at]
+        at += 1
+        for box in folded.folds:
+            child = tuple(sorted(set(state) | {box.paths}))
+            if child in known or len(states) > layouts:
+                continue
+            drawn = plan(expanded(graph, child))
+            if used + len(drawn.graph.nodes) > boxes:
+                continue
+            known.add(child)
+            used += len(drawn.graph.nodes)
+            states.append((child, drawn))
+    return states

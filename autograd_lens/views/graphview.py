@@ -13,62 +13,19 @@ opened block (or Enter / Space on it) folds its run again.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import html
 
 from ..model import Graph
-from .fold import Folded, fold_label, plan
+from .fold import VARIANT_BOXES, VARIANT_LAYOUTS, Folded, Run, State, expanded, fold_label, fold_states  # noqa: F401
 from .passview import base_css, slim_svg, svg_uri_text
 from .render import render_svg
 from .static_html import _data_script, classic_script, picture_html
-
-VARIANT_LAYOUTS = 8  # drawings with folds opened, laid out in advance, per graph
-VARIANT_BOXES = 1_500  # boxes in all those drawings (each costs layout time at display and page size)
 
 
 def _short(path: str) -> str:
     """``model.layers.0`` -> ``layers.0``: the path without the model's own name (what ``expand`` matches)."""
     return path.partition(".")[2] or path
-
-
-Run = tuple[str, ...]  # the module paths of one run of folded blocks
-State = tuple[Run, ...]  # the runs drawn in full, sorted
-
-
-def expanded(graph: Graph, state: State) -> Graph:
-    """``graph`` with the blocks of these runs drawn in full (added to its own ``expand``); the same object each
-    time (kept with the graph), so that its plan is made once (``fold.plan``)."""
-    made = graph.__dict__.setdefault("_expanded", {})
-    if state not in made:
-        extra = tuple(path for run in state for path in run)
-        made[state] = dataclasses.replace(graph, options=graph.options.replace(expand=graph.options.expand + extra))
-    return made[state]
-
-
-def fold_states(graph: Graph, layouts: int | None = None, boxes: int | None = None) -> list[tuple[State, Folded]]:
-    """The folded drawing's state (first) and the states reached by opening folds, breadth first, within the
-    budget (default ``VARIANT_LAYOUTS`` and ``VARIANT_BOXES``; no layout here: ``boxes`` counts what each draws)."""
-    layouts = VARIANT_LAYOUTS if layouts is None else layouts
-    boxes = VARIANT_BOXES if boxes is None else boxes
-    states = [((), plan(graph))]
-    known = {()}
-    used = 0
-    at = 0
-    while at < len(states):
-        state, folded = states[at]
-        at += 1
-        for box in folded.folds:
-            child = tuple(sorted(set(state) | {box.paths}))
-            if child in known or len(states) > layouts:
-                continue
-            drawn = plan(expanded(graph, child))
-            if used + len(drawn.graph.nodes) > boxes:
-                continue
-            known.add(child)
-            used += len(drawn.graph.nodes)
-            states.append((child, drawn))
-    return states
 
 
 def _nested(run: Run, other: Run) -> bool:
@@ -114,31 +71,36 @@ def _state_data(index: int, states: list[tuple[State, Folded]], svg: str | None)
             "open": opening, "close": closing, "labels": labels}
 
 
-def fold_data(graph: Graph, states: list[tuple[State, Folded]]) -> dict | None:
+def fold_data(graph: Graph, states: list[tuple[State, Folded]], laid: list | None = None) -> dict | None:
     """What the page needs to open and close folds: every stored state's drawing and transitions.  A layout that
-    fails ends the list there (``states`` is cut to what is stored)."""
+    fails ends the list there (``states`` is cut to what is stored).  ``laid``: the SVG of each state after the
+    first (or what its layout raised), laid out already (``display`` starts them early); else laid out here."""
     if len(states) == 1 and not states[0][1].folds:
         return None
     svgs: list[str | None] = [None]  # the first drawing is the page's own picture
-    for state, _ in states[1:]:
+    for number, (state, _) in enumerate(states[1:]):
         try:
-            svgs.append("data:image/svg+xml," + svg_uri_text(slim_svg(render_svg(expanded(graph, state).to_dot()))))
+            svg = laid[number] if laid is not None else render_svg(expanded(graph, state).to_dot())
+            if isinstance(svg, BaseException):
+                raise svg
+            svgs.append("data:image/svg+xml," + svg_uri_text(slim_svg(svg)))
         except Exception:  # a layout that fails or runs out of time: the page keeps the drawings made so far
             break
     states[len(svgs):] = []
     return {"states": [_state_data(index, states, svg) for index, svg in enumerate(svgs)]}
 
 
-def graph_html(graph: Graph, svg: str, text: str, table_of) -> str:
+def graph_html(graph: Graph, svg: str, text: str, table_of, states: list | None = None, laid=None) -> str:
     """The navigator for ``graph`` drawn as ``svg`` (its SVG from ``to_dot``), titled ``text``, with
-    ``table_of(drawn graph)`` as its table: deterministic bytes."""
-    states = fold_states(graph)
+    ``table_of(drawn graph)`` as its table: deterministic bytes.  ``states`` (``fold_states(graph)``) and ``laid``
+    (the function that waits for their layouts, from ``render.start_svgs``) when the caller started them early."""
+    states = fold_states(graph) if states is None else states
     folded = states[0][1]
     drawn = folded.graph
     slim = slim_svg(svg)
     key = "al-g-" + hashlib.sha1(slim.encode("utf-8")).hexdigest()[:10]
     table = table_of(drawn)
-    folds = fold_data(graph, states)
+    folds = fold_data(graph, states, laid() if laid is not None else None)
     first = folds["states"][0] if folds else _state_data(0, states, None)
     data = {
         "key": key,

@@ -222,7 +222,7 @@ _FONT = ' font-family="Helvetica,Arial,sans-serif"'
 _TEXT = re.compile(r'<text xml:space="preserve"([^>]*)>([^<]*)</text>')
 
 
-_NUMBER = re.compile(r"-?\d+\.\d+")
+_NUMBER = re.compile(r"(-?\d+\.\d+)")  # captured: re.split keeps the numbers
 _GEOMETRY = re.compile(r' (d|points|x|y)="([^"]*)"')
 _ROUNDED_BOX = re.compile(r'<path fill="([^"]+)" stroke="black" d="M([^"]+)"/>')
 # what Graphviz repeats on every edge and node, said once in the drawing's own style sheet (scoped to
@@ -238,21 +238,21 @@ _CLOSED = re.compile(r' points="(\S+)((?: \S+)+) \1"')  # a polygon closes itsel
 _ROUNDED: dict[str, str] = {}  # a drawing repeats its coordinates (ranks, columns): each is rounded once
 
 
-def _one(number: re.Match) -> str:
-    written = number.group(0)
-    text = _ROUNDED.get(written)
-    if text is None:
-        text = f"{float(written):.1f}"
-        text = text[:-2] if text.endswith(".0") else text
-        if len(_ROUNDED) > 200_000:
-            _ROUNDED.clear()
-        text = _ROUNDED[written] = "0" if text == "-0" else text
-    return text
-
-
-def _round(match: re.Match) -> str:
-    """Coordinates to a tenth of a point (Graphviz writes hundredths: nothing visible is lost)."""
-    return f' {match.group(1)}="{_NUMBER.sub(_one, match.group(2))}"'
+def _rounded(svg: str) -> str:
+    """Coordinates (``d``, ``points``, ``x``, ``y``) to a tenth of a point (Graphviz writes hundredths: nothing
+    visible is lost); each distinct number is rounded once, the rest is splitting and joining (no call per number)."""
+    parts = _GEOMETRY.split(svg)  # text, name, value, text, name, value, ..., text
+    pieces = _NUMBER.split("\0".join(parts[2::3]))  # every other piece a number (no value holds a NUL)
+    numbers = pieces[1::2]
+    if len(_ROUNDED) > 200_000:
+        _ROUNDED.clear()
+    for written in set(numbers).difference(_ROUNDED):
+        text = f"{float(written):.1f}".removesuffix(".0")
+        _ROUNDED[written] = "0" if text == "-0" else text
+    pieces[1::2] = map(_ROUNDED.__getitem__, numbers)
+    parts[2::3] = [f'{value}"' for value in "".join(pieces).split("\0")] if len(parts) > 1 else []
+    parts[1::3] = [f' {name}="' for name in parts[1::3]]
+    return "".join(parts)
 
 
 def _box(match: re.Match) -> str:
@@ -286,7 +286,7 @@ def slim_svg(svg: str) -> str:
 
     svg = _TEXT.sub(text, svg)
     svg = _ROUNDED_BOX.sub(_box, svg)
-    svg = _GEOMETRY.sub(_round, svg)
+    svg = _rounded(svg)
     for repeated, short in _REPEATED:
         svg = svg.replace(repeated, short)
     svg = _CLOSED.sub(lambda m: f' points="{m.group(1)}{m.group(2)}"', svg)
