@@ -17,7 +17,7 @@ import re
 import zlib
 from importlib import resources
 
-from .passview import PassView, pass_title, stepper_data, views_for
+from .passview import PassView, pass_title, stepper_data, svg_uri_text, views_for
 
 _MODULE: str | None = None
 # The stepper's module is kept in parts a reader can hold; page and widget get them joined, in this order, as one.
@@ -116,14 +116,49 @@ def readable_width(svg: str) -> int | None:
     return math.ceil(width * MIN_TEXT_PX / (min(fonts) * unit))
 
 
-def picture_html(uri: str, alt: str, svg: str) -> str:
+def picture_html(uri: str, alt: str, svg: str, kind: str = "al-picture") -> str:
     """The drawing as a picture for where scripts do not run: never shrunk below the width at which its text reads
     (10 px or more; a notebook's style sheet shrinks a wide picture to the output's width), scrolling in its box
-    when larger than that.  ``uri`` is the data URI, ``svg`` its text, ``alt`` escaped already."""
+    when larger than that.  ``uri`` is the data URI, ``svg`` its text, ``alt`` escaped already; ``kind`` the
+    picture's class (``al-picture``: the stepper's script takes it as the pass's drawing)."""
     least = readable_width(svg)
     style = f' style="min-width:{least}px"' if least else ""
     return (f'<div class="al-picturebox" style="overflow:auto;max-height:{PICTURE_HEIGHT}px">'
-            f'<img class="al-picture" alt="{alt}" src="{uri.replace("&", "&amp;")}"{style}></div>')
+            f'<img class="{kind}" alt="{alt}" src="{uri.replace("&", "&amp;")}"{style}></div>')
+
+
+OVERVIEW_BOXES = 150  # a large pass's no-script overview draws at most this many boxes
+
+
+def overview_svg(backward_pass) -> str | None:
+    """A pass too large to stand in the output as a picture, drawn as an overview for where scripts do not run:
+    each run of identical module blocks folded into one box ("model.0-49 (x50)"), from the module calls the pass
+    recorded (``--modules``) or else from its parameters' names (their class then unknown: "Module").  None when
+    nothing folds, when the folded drawing still has more than ``OVERVIEW_BOXES`` boxes, or when it cannot be
+    laid out."""
+    from .dot import to_dot
+    from .fold import fold
+    from .groups import groups_from_parameters
+    from .passview import slim_svg
+    from .render import render_svg
+
+    graph = backward_pass.graph
+    groups = backward_pass.groups
+    if not groups:
+        modules: dict[str, str] = {}
+        for node in graph.nodes:
+            path = node.label.rpartition(".")[0] if node.kind == "leaf" else ""
+            while path:
+                modules.setdefault(path, "Module")
+                path = path.rpartition(".")[0]
+        groups = groups_from_parameters(graph, modules) if modules else ()
+    folded = fold(graph, groups)
+    if not folded.folds or len(folded.graph.nodes) > OVERVIEW_BOXES:
+        return None
+    try:
+        return slim_svg(render_svg(to_dot(folded.graph, groups=folded.groups)))
+    except Exception:  # no layout: the words below say where the drawing is
+        return None
 
 
 def stepper_fragment(views: list[PassView], predict: bool = False) -> str:
@@ -140,10 +175,16 @@ def stepper_fragment(views: list[PassView], predict: bool = False) -> str:
         picture = picture_html(first.picture, f"the backward pass drawn: {title}", first.svg)
     else:
         functions = sum(1 for node in first.backward_pass.graph.nodes if node.kind == "function")
+        overview = overview_svg(first.backward_pass)
         picture = (f'<p class="al-nopicture">The drawing of {title} ({functions:,} backward functions) is stored '
                    "compressed and drawn by the stepper's script, which runs once the notebook is trusted (the "
-                   "command Trust Notebook), in nbconvert HTML and in <code>lens.to_html()</code> pages. Its last "
-                   "step and the gradients:</p>")
+                   "command Trust Notebook), in nbconvert HTML and in <code>lens.to_html()</code> pages. "
+                   + ("Here, an overview: each run of identical blocks drawn as one box. " if overview else "")
+                   + "Its last step and the gradients:</p>")
+        if overview:
+            alt = f"an overview of the backward pass, repeated blocks folded: {title}"
+            picture = picture_html(f"data:image/svg+xml,{svg_uri_text(overview)}", alt, overview,
+                                   "al-folded-picture") + picture
     if inline:  # the picture is the finished pass: say how to step through it
         picture += ('<p class="al-nopicture">The finished pass, its last step and the gradients. Stepping through it '
                     "needs the stepper's script, which runs once the notebook is trusted (the command Trust Notebook), "
