@@ -226,6 +226,51 @@ def test_why_names_what_the_local_derivatives_are_never_a_blank_column():
     assert x.grad.item() == 3.0 + 2.0 + 2.0 and "<td>7.0</td>" in shown
 
 
+def _why_paths(lens, name):
+    """The rows of the --why paths table: [cell, ...] per row, the header left out."""
+    import re
+
+    from autograd_lens.debug.why import Why
+
+    shown = Why(lens, name)._repr_html_()
+    table = shown[shown.index("Which paths it took"):]
+    table = table[:table.index("</table>")]
+    return [re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in table.split("<tr>")[2:]]
+
+
+def test_why_sum_row_says_how_the_paths_add_up():
+    """The "sum over N paths" row's local-derivatives cell is never blank: with every path of one-element tensors
+    it writes out the contributions it adds (and they add up to torch's .grad); the row of paths summed together
+    says their factors are not listed; a path of tensors among them: no product, the contributions added."""
+    x = torch.tensor(2.0, requires_grad=True)
+    with al.Lens(names={"x": x}, why=True) as lens:
+        (x * 3 + x * x).backward()
+    rows = _why_paths(lens, "x")
+    assert rows[-1] == ["", "sum over 3 paths", "add the contributions: 3.0 + 2.0 + 2.0", "7.0"]
+    assert x.grad.item() == 7.0
+
+    w = torch.tensor(1.5, requires_grad=True)
+    with al.Lens(names={"w": w}, why=True) as lens:
+        y = w
+        for _ in range(5):
+            y = y * 2 + y * 3
+        y.backward()
+    rows = _why_paths(lens, "w")
+    assert rows[-2][1:3] == ["the other 24 paths", "not listed: their contributions summed in one row"]
+    added = rows[-1][2].removeprefix("add the contributions: ").split(" + ")
+    assert rows[-1][1] == "sum over 32 paths" and len(added) == 9 and added == [row[3] for row in rows[:-1]]
+    assert sum(float(value) for value in added) == w.grad.item() == 5.0 ** 5
+    assert all(cell for row in rows for cell in row[1:])  # no blank cell but the sum row's number
+
+    z = torch.tensor(2.0, requires_grad=True)
+    with al.Lens(names={"z": z}, why=True) as lens:
+        (z * 3 + (z.expand(3) * 2).sum()).backward()
+    rows = _why_paths(lens, "z")
+    assert [row[2] for row in rows] == ["1.0 × 3.0", "tensors: not single numbers",
+                                        "no product: the contributions above, added"]
+    assert rows[-1][3] == "9.0" and z.grad.item() == 9.0
+
+
 def two_passes(zero_grad):
     w = torch.tensor([1.0, 2.0], requires_grad=True)
     with al.Lens(names={"w": w}) as lens:

@@ -93,7 +93,7 @@ class Why:
         # local derivatives are numbers only along paths of one-element tensors: say so instead of a blank column
         factored = any(row[2] for row in numbered)
         if factored:
-            numbered = [(n, r, f or ("tensors: not single numbers" if n else ""), v) for n, r, f, v in numbered]
+            numbered = [(n, r, f or _no_factors(n, r, numbered), v) for n, r, f, v in numbered]
         else:
             numbered = [(n, r, v) for n, r, f, v in numbered]
         factors_note = "" if factored or not numbered[:-1] else \
@@ -110,6 +110,21 @@ class Why:
                         numbered),
                  paths_drawing(self.lens.passes, self.name)]
         return "".join(parts)
+
+
+def _no_factors(number: str, route: str, rows: list[tuple[str, ...]]) -> str:
+    """The local-derivatives cell of a row that lists none: a path of tensors, the paths summed into one row, or
+    the sum, which adds the contributions (written out when every path is of one-element tensors)."""
+    if route.startswith("the other "):
+        return "not listed: their contributions summed in one row"
+    if number:
+        return "tensors: not single numbers"
+    if not route.startswith("sum over"):
+        return ""
+    paths = [row for row in rows if row[0]]
+    if all(factors or route.startswith("the other ") for _, route, factors, _ in paths):
+        return "add the contributions: " + " + ".join(value for *_, value in paths)
+    return "no product: the contributions above, added"
 
 
 def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
