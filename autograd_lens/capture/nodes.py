@@ -12,7 +12,7 @@ import torch
 
 from ..model import TensorSummary, values_equal
 from .order import _MISSING, arrange_after, arrange_before, unseen_call
-from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord, snapshot_all
+from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord, copy_tuple, snapshot_all
 from .snapshot import fast_snapshot, held_bytes, snapshot
 from .snapshot import hidden_from_user as _hidden_from_modes
 from .unhooked import Unknown
@@ -134,9 +134,13 @@ class NodeRecorder:
             return None
         if self.over_budget:
             return snapshot_all(value, -1)
-        kept = self._copy(value)
+        if type(value) is tuple and self.profiling:  # what a node received or sent: the copies in one loop
+            kept, size = copy_tuple(self, value)
+        else:
+            kept = self._copy(value)
+            size = held_bytes(kept) if self.memory_budget is not None else 0
         if self.memory_budget is not None:
-            self.bytes_held += held_bytes(kept)
+            self.bytes_held += size
             if self.bytes_held > self.memory_budget:
                 self.over_budget = True
                 self.note(f"values not kept past {self.memory_budget} bytes (memory_budget): later gradients are "

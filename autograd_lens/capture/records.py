@@ -6,11 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
+import weakref
 
 import torch
 
 from ..model import Value
-from .snapshot import snapshot
+from .snapshot import fast_snapshot, held_bytes, snapshot
 
 BEFORE_NODE = ("tensor", "node_pre", "multi_grad")  # hook kinds that run before their node's backward
 
@@ -84,3 +85,38 @@ def snapshot_all(values: Any, limit: int) -> Any:
     if isinstance(values, (tuple, list)):
         return tuple(snapshot_all(item, limit) for item in values)
     return snapshot(values, limit) if isinstance(values, torch.Tensor) else None
+
+
+def copy_tuple(observer: Any, values: tuple) -> tuple[tuple, int]:
+    """``observer._copy(values)`` for the tuple a node received or sent, while the profile function watches, and the
+    bytes it holds (``held_bytes``): one loop, no call per tensor, for the hook that runs at every node."""
+    copies, limit = observer.copies, observer.store_limit
+    kept_items: list = []
+    size = 0
+    for item in values:
+        if not isinstance(item, torch.Tensor):
+            kept = observer._copy(item) if isinstance(item, (tuple, list)) else None
+            size += held_bytes(kept)
+            kept_items.append(kept)
+            continue
+        try:
+            version = item._version
+        except Exception:  # tensors without a version counter: copy each time
+            kept = snapshot(item, limit)
+        else:
+            hit = copies.get(id(item))  # the copy kept of this object at this version (see NodeRecorder._copy)
+            if hit is not None and hit[0]() is item and hit[1] == version:
+                kept = hit[2]
+            else:
+                kept = fast_snapshot(item, limit)
+                try:
+                    copies[id(item)] = (weakref.ref(item), version, kept)
+                except TypeError:
+                    pass
+        if isinstance(kept, torch.Tensor):
+            try:
+                size += kept.numel() * kept.element_size()
+            except Exception:
+                pass
+        kept_items.append(kept)
+    return tuple(kept_items), size

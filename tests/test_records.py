@@ -1,0 +1,43 @@
+"""records.copy_tuple: the one-loop copy of what a node received or sent equals the general path (NodeRecorder._copy
+and held_bytes), reuses the same copies, and copies each tensor once."""
+
+import torch
+
+from autograd_lens.capture.observe import PassObserver
+from autograd_lens.capture.records import copy_tuple
+from autograd_lens.capture.snapshot import held_bytes
+from autograd_lens.capture.structure import structure
+from autograd_lens.model import TensorSummary
+
+
+def _observer() -> PassObserver:
+    x = torch.ones(2, requires_grad=True)
+    observer = PassObserver(structure=structure([(x * 2).sum()]), roots=(), seeds=(), inputs=(), kind="backward",
+                            namespace={}, store_limit=8, memory_budget=None, nested=lambda: False)
+    observer.profiling = True  # copies are reused only while the profile function watches
+    return observer
+
+
+def test_copy_tuple_equals_the_general_path():
+    small, large, edited = torch.arange(4.0), torch.arange(20.0), torch.zeros(3)
+    values = (small, None, large, (small, 3), edited, small.t(), torch.ones(2, 2).expand(2, 2, 2)[0])
+    general, fast = _observer(), _observer()
+    expected = general._copy(values)
+    kept, size = copy_tuple(fast, values)
+    assert size == held_bytes(expected) == held_bytes(kept) == (4 + 4 + 3 + 4 + 4) * 4
+    assert len(kept) == len(expected)
+    for mine, theirs in zip(kept, expected):
+        if isinstance(theirs, torch.Tensor):
+            assert torch.equal(mine, theirs) and mine.stride() == theirs.stride() and mine.dtype == theirs.dtype
+        elif isinstance(theirs, TensorSummary):
+            assert mine == theirs
+        else:
+            assert (mine is None) == (theirs is None) and type(mine) is type(theirs)
+    assert kept[0] is kept[3][0]  # one copy of one tensor at one version
+    assert kept[0] is not small  # a copy, never the live tensor
+    assert set(fast.copies) == set(general.copies)
+    again, _ = copy_tuple(fast, (small, edited))
+    assert again[0] is kept[0] and again[1] is kept[4]  # what one node sent is what the next receives: not copied again
+    edited.add_(1)  # a new version: copied anew
+    after, _ = copy_tuple(fast, (edited,))
+    assert after[0] is not kept[4] and torch.equal(after[0], torch.ones(3)) and torch.equal(kept[4], torch.zeros(3))
