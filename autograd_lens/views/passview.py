@@ -223,7 +223,8 @@ _TEXT = re.compile(r'<text xml:space="preserve"([^>]*)>([^<]*)</text>')
 
 
 _NUMBER = re.compile(r"(-?\d+\.\d+)")  # captured: re.split keeps the numbers
-_GEOMETRY = re.compile(r' (d|points|x|y)="([^"]*)"')
+_GEOMETRY = re.compile(r'( (?:d|points|x|y)=")([^"]*)(")')
+_NEGATIVE_ZERO = re.compile(r"(?<=\0)-0(?=\0)")
 _ROUNDED_BOX = re.compile(r'<path fill="([^"]+)" stroke="black" d="M([^"]+)"/>')
 # what Graphviz repeats on every edge and node, said once in the drawing's own style sheet (scoped to
 # its class: inlined in a page, the sheet reaches every SVG there); ids outrank it, so step CSS still wins
@@ -241,17 +242,16 @@ _ROUNDED: dict[str, str] = {}  # a drawing repeats its coordinates (ranks, colum
 def _rounded(svg: str) -> str:
     """Coordinates (``d``, ``points``, ``x``, ``y``) to a tenth of a point (Graphviz writes hundredths: nothing
     visible is lost); each distinct number is rounded once, the rest is splitting and joining (no call per number)."""
-    parts = _GEOMETRY.split(svg)  # text, name, value, text, name, value, ..., text
-    pieces = _NUMBER.split("\0".join(parts[2::3]))  # every other piece a number (no value holds a NUL)
+    parts = _GEOMETRY.split(svg)  # text, ' d="', value, '"', text, ..., text
+    pieces = _NUMBER.split("\0".join(parts[2::4]))  # every other piece a number (no value holds a NUL)
     numbers = pieces[1::2]
     if len(_ROUNDED) > 200_000:
         _ROUNDED.clear()
-    for written in set(numbers).difference(_ROUNDED):
-        text = f"{float(written):.1f}".removesuffix(".0")
-        _ROUNDED[written] = "0" if text == "-0" else text
+    new = list(set(numbers).difference(_ROUNDED))
+    texts = "\0" + "\0".join(map("{:.1f}".format, map(float, new))) + "\0"
+    _ROUNDED.update(zip(new, _NEGATIVE_ZERO.sub("0", texts.replace(".0\0", "\0")).split("\0")[1:-1]))
     pieces[1::2] = map(_ROUNDED.__getitem__, numbers)
-    parts[2::3] = [f'{value}"' for value in "".join(pieces).split("\0")] if len(parts) > 1 else []
-    parts[1::3] = [f' {name}="' for name in parts[1::3]]
+    parts[2::4] = "".join(pieces).split("\0") if len(parts) > 1 else ()
     return "".join(parts)
 
 
