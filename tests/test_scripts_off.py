@@ -98,6 +98,22 @@ def test_a_large_pass_that_does_not_fold_says_where_its_drawing_is():
     assert "Here, an overview" not in fragment
 
 
+def test_an_overview_that_cannot_be_laid_out_leaves_the_words(monkeypatch):
+    from autograd_lens.views import render
+
+    _, lens = blocks_lens(50, False)
+    views = views_for(lens.passes)
+    _ = views[0].svg  # the pass's own drawing, laid out before the renderer breaks
+
+    def broken(*args, **kwargs):
+        raise render.RenderError("layout failed")
+
+    monkeypatch.setattr(render, "render_svg", broken)
+    fragment = stepper_fragment(views)
+    assert OVERVIEW.search(fragment) is None and "Here, an overview" not in fragment
+    assert "is stored compressed and drawn by the stepper's script" in fragment and '<div class="al-tablebox">' in fragment
+
+
 def test_the_overview_is_deterministic():
     _, lens = blocks_lens(50, False)
     assert stepper_fragment(views_for(lens.passes)) == stepper_fragment(views_for(lens.passes))

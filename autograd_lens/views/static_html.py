@@ -143,21 +143,21 @@ def overview_svg(backward_pass) -> str | None:
     from .render import render_svg
 
     graph = backward_pass.graph
-    groups = backward_pass.groups
-    if not groups:
-        modules: dict[str, str] = {}
-        for node in graph.nodes:
-            path = node.label.rpartition(".")[0] if node.kind == "leaf" else ""
-            while path:
-                modules.setdefault(path, "Module")
-                path = path.rpartition(".")[0]
-        groups = groups_from_parameters(graph, modules) if modules else ()
-    folded = fold(graph, groups)
-    if not folded.folds or len(folded.graph.nodes) > OVERVIEW_BOXES:
-        return None
     try:
+        groups = backward_pass.groups
+        if not groups:
+            modules: dict[str, str] = {}
+            for node in graph.nodes:
+                path = node.label.rpartition(".")[0] if node.kind == "leaf" else ""
+                while path:
+                    modules.setdefault(path, "Module")
+                    path = path.rpartition(".")[0]
+            groups = groups_from_parameters(graph, modules) if modules else ()
+        folded = fold(graph, groups)
+        if not folded.folds or len(folded.graph.nodes) > OVERVIEW_BOXES:
+            return None
         return slim_svg(render_svg(to_dot(folded.graph, groups=folded.groups)))
-    except Exception:  # no layout: the words below say where the drawing is
+    except Exception:  # no overview (no layout, say): the words below still say where the drawing is
         return None
 
 
