@@ -189,10 +189,12 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         probe = _no_hook
         for fn, handle in zip(self.shape.nodes, self.handles):
             posts = handle.hooks_dict_ref()
-            post = tuple(hook for hook in posts.values() if hook is not observe and _users(hook)) if posts else ()
+            # usually the lens's own hook alone: nothing to go through
+            post = tuple(hook for hook in posts.values() if hook is not observe and _users(hook)) \
+                if posts and len(posts) > 1 else ()
             probe_handle = fn.register_prehook(probe)
             pres = probe_handle.hooks_dict_ref()
-            probe_handle.remove()
+            del pres[probe_handle.id]  # what probe_handle.remove() does for a node's pre-hook, without its call
             pre = tuple(hook for hook in pres.values() if hook is not probe and _users(hook)) if pres else ()
             if pre or post:
                 self.node_hooks[id(fn)] = (pre, post)
