@@ -237,3 +237,23 @@ def test_multiple_roots():
 ])
 def test_op_labels(name, expected):
     assert op_label(name) == expected
+
+
+def test_boxes_and_arrows_are_what_their_dataclasses_make():
+    """The walk makes Node and Edge objects without a frozen dataclass's setattr per field: each must equal (and
+    hold, field by field and in order) what the dataclass's own constructor makes from the same fields."""
+    import dataclasses
+
+    from autograd_lens.model import Edge, Node
+
+    ns = two_branch()
+    net = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+    graph = al.graph(ns["out"] + net(torch.ones(2, 3)).sum(), names={**ns, "net": net})
+    assert {node.kind for node in graph.nodes} >= {"leaf", "tensor", "output", "function", "constant"}
+    for made, cls in [(node, Node) for node in graph.nodes] + [(edge, Edge) for edge in graph.edges]:
+        values = {item.name: getattr(made, item.name) for item in dataclasses.fields(cls)}
+        plain = cls(**values)
+        assert made == plain and hash(made) == hash(plain) and repr(made) == repr(plain)
+        assert list(vars(made)) == list(vars(plain))  # no field missing, none added, in field order
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            made.label = "changed"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from typing import Any, Sequence
 
 import torch
@@ -30,11 +31,19 @@ def op_label(name: str) -> str:
     >>> op_label("MulBackward0"), op_label("AddmmBackward0"), op_label("torch::autograd::CopySlices")
     ('mul', 'addmm', 'copyslices')
     """
-    if name == "BackwardHookFunctionBackward":
-        return "module hook boundary"
-    short = name.rsplit("::", 1)[-1]
-    short = _BACKWARD_SUFFIX.sub("", short) or short
-    return short.lower()
+    label = _OP_LABELS.get(name)
+    if label is None:
+        if name == "BackwardHookFunctionBackward":
+            label = "module hook boundary"
+        else:
+            short = name.rsplit("::", 1)[-1]
+            label = (_BACKWARD_SUFFIX.sub("", short) or short).lower()
+        if len(_OP_LABELS) < 4096:  # one entry per backward function type seen
+            _OP_LABELS[name] = label
+    return label
+
+
+_OP_LABELS: dict[str, str] = {}
 
 
 @dataclass
@@ -116,13 +125,23 @@ class _Builder:
 
     def node(self, **fields: Any) -> str:
         node_id = f"n{len(self.nodes)}"
-        self.nodes.append(Node(id=node_id, **fields))
+        node = _new(Node)  # Node(id=node_id, **fields) without a frozen dataclass's setattr per field
+        node.__dict__.update(_NODE_DEFAULTS, id=node_id, **fields)
+        self.nodes.append(node)
         return node_id
 
     def edge(self, src: str, dst: str, kind: str = "data", label: str = "") -> str:
         edge_id = f"e{len(self.edges)}"
-        self.edges.append(Edge(id=edge_id, src=src, dst=dst, kind=kind, label=label))
+        edge = _new(Edge)  # as Edge(...): the same fields, in the same order
+        edge.__dict__.update(id=edge_id, src=src, dst=dst, kind=kind, label=label)
+        self.edges.append(edge)
         return edge_id
+
+
+# Each field of a Node with its default, in field order (every Node made by the walk names kind and label):
+# tests/test_walk.py checks that what _Builder makes equals what the dataclass makes.
+_NODE_DEFAULTS = {item.name: item.default for item in dataclass_fields(Node)}
+_new = object.__new__
 
 
 def _metadata(fn: Any) -> tuple:
