@@ -535,27 +535,8 @@ def compare(program: Program, runner: Any = None) -> list[str]:
         problems.append(f"{len(shown)} hook calls shown, {len(truth_calls)} ran: shown "
                         f"{[(c.hook, c.kind, c.target) for c in shown]}, ran {[c[0] for c in truth_calls]}")
         return problems
-    by_tag: dict[str, int] = {}
-    by_registration: dict[int, str] = {}
-    counts: dict[str, int] = {}
-    for index, (call, (tag, received, passed)) in enumerate(zip(shown, truth_calls)):
-        where = f"hook call {index + 1} ({tag}: {call.hook} {call.kind} on {call.target})"
-        if by_tag.setdefault(tag, call.registration) != call.registration or \
-                by_registration.setdefault(call.registration, tag) != tag:
-            problems.append(f"{where}: shown as another registered hook's call")
-        counts[tag] = counts.get(tag, 0) + 1
-        if call.invocation != counts[tag]:
-            problems.append(f"{where}: call {call.invocation} shown, it was call {counts[tag]}")
-        if call.unseen and call.grad_in is None:
-            continue  # "not known", with why: a true statement
-        if not equal(_plain(call.grad_in), _plain(received)):  # module hooks: grad_input; the others: what they got
-            problems.append(f"{where}: received {call.grad_in!r} shown, it received {received!r}")
-        if passed is _MISSING:
-            if call.error is None:
-                problems.append(f"{where}: it raised, not shown")
-            continue
-        if call.grad_out is not None and not equal(_plain(call.grad_out), _plain(passed)):
-            problems.append(f"{where}: passed on {call.grad_out!r} shown, it passed on {passed!r}")
+    shown, call_problems = _aligned(shown, truth_calls)
+    problems += call_problems
     # 3. node runs
     for index, (p, truth_nodes) in enumerate(zip(passes, truth.nodes)):
         runs = [(run.name, run.grad_in, run.grad_out) for run in p.node_runs]
@@ -595,7 +576,58 @@ def compare(program: Program, runner: Any = None) -> list[str]:
                 problems.append(f"pass {index + 1}: {label} without hooks {shown_value} shown, it is {expected} "
                                 f"(no reason given)")
     # 5. views: "call i of n", "already held", the drawing's last .grad
-    problems += _views(passes, truth_calls, lens_run)
+    problems += _views(passes, truth_calls, lens_run, shown)
+    return problems
+
+
+PLACE_UNKNOWN = "its place among their hooks is not known"
+
+
+def _aligned(shown: list, truth_calls: list) -> tuple[list, list[str]]:
+    """The shown calls paired with the calls that ran, and what is false in that pairing. A call the lens says
+    it cannot place (a hook in C on one of several autograd.grad inputs captured at once) may have run anywhere
+    among the tensor and multi-grad hook calls of its pass: it is paired where the rest holds, if anywhere."""
+    problems = _call_problems(shown, truth_calls)
+    for call in [c for c in shown if PLACE_UNKNOWN in (c.unseen or "")]:
+        if not problems:
+            break
+        start = shown.index(call)
+        rest = shown[:start] + shown[start + 1:]
+        for position in range(len(shown)):
+            moved = rest[:position] + [call] + rest[position:]
+            low, high = min(position, start), max(position, start)
+            if moved == shown or any(other.pass_index != call.pass_index or other.kind not in ("tensor", "multi_grad")
+                                     for other in shown[low:high + 1]):
+                continue
+            found = _call_problems(moved, truth_calls)
+            if not found:
+                return moved, found
+    return shown, problems
+
+
+def _call_problems(shown: list, truth_calls: list) -> list[str]:
+    problems: list[str] = []
+    by_tag: dict[str, int] = {}
+    by_registration: dict[int, str] = {}
+    counts: dict[str, int] = {}
+    for index, (call, (tag, received, passed)) in enumerate(zip(shown, truth_calls)):
+        where = f"hook call {index + 1} ({tag}: {call.hook} {call.kind} on {call.target})"
+        if by_tag.setdefault(tag, call.registration) != call.registration or \
+                by_registration.setdefault(call.registration, tag) != tag:
+            problems.append(f"{where}: shown as another registered hook's call")
+        counts[tag] = counts.get(tag, 0) + 1
+        if call.invocation != counts[tag]:
+            problems.append(f"{where}: call {call.invocation} shown, it was call {counts[tag]}")
+        if call.unseen and call.grad_in is None:
+            continue  # "not known", with why: a true statement
+        if not equal(_plain(call.grad_in), _plain(received)):  # module hooks: grad_input; the others: what they got
+            problems.append(f"{where}: received {call.grad_in!r} shown, it received {received!r}")
+        if passed is _MISSING:
+            if call.error is None:
+                problems.append(f"{where}: it raised, not shown")
+            continue
+        if call.grad_out is not None and not equal(_plain(call.grad_out), _plain(passed)):
+            problems.append(f"{where}: passed on {call.grad_out!r} shown, it passed on {passed!r}")
     return problems
 
 
@@ -618,7 +650,7 @@ class _Skip:
 _SKIP = _Skip()
 
 
-def _views(passes: list, truth_calls: list, lens_run: Run) -> list[str]:
+def _views(passes: list, truth_calls: list, lens_run: Run, shown_calls: list) -> list[str]:
     import autograd_lens as al
     from autograd_lens.model import GradWritten
     from autograd_lens.views.steps import frame, hook_totals, steps_for
@@ -628,7 +660,6 @@ def _views(passes: list, truth_calls: list, lens_run: Run) -> list[str]:
     for tag, _, _ in truth_calls:
         totals_by_tag[tag] = totals_by_tag.get(tag, 0) + 1
     totals = hook_totals(passes)
-    shown_calls = [call for p in passes for call in p.hook_calls]
     tag_of = {id(call): tag for call, (tag, _, _) in zip(shown_calls, truth_calls)}
     for index, p in enumerate(passes):
         steps = steps_for(p, totals)

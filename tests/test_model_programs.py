@@ -453,3 +453,45 @@ def test_a_c_hook_before_a_reentrant_checkpoint_whose_recompute_edits_in_place_i
         warnings.simplefilter("ignore")
         program, problems = model_programs.check(8087)
     assert problems == [], model_programs.report(program, problems)
+
+
+def test_a_c_hook_whose_place_is_said_unknown_is_paired_where_torch_ran_it():
+    """Seed 7368: autograd.grad over an LSTM's weight_hh_l0 (a multi-grad hook, mode="any", editing in place) and
+    bias_ih_l0 (list.append), captured at once. The lens shows the C hook first and says its place among those
+    hooks is not known; torch ran the multi-grad hook first. The checker pairs such a call where the rest holds
+    (it was comparing the multi-grad call's values with the C hook's), and the C call says why its values are not
+    known without naming a hook before it that is not there."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program, problems = model_programs.check(7368)
+        lens = model_programs.run(program, "lens").lens
+    assert problems == [], model_programs.report(program, problems)
+    (c_call,) = [call for p in lens.passes for call in p.hook_calls if programs.PLACE_UNKNOWN in (call.unseen or "")]
+    assert c_call.hook == "list.append" and c_call.target == "lstm1.bias_ih_l0"
+    assert "a hook before it" not in c_call.unseen  # none is
+    assert "what reached it (its tensor's gradient before any hook) was not kept" in c_call.unseen
+
+
+def _call(name, kind="tensor", registration=1, unseen=None, pass_index=0):
+    from autograd_lens.model import HookCall
+
+    value = None if unseen else torch.tensor([float(registration)])
+    return HookCall(hook=name, kind=kind, target="t", pass_index=pass_index, invocation=1, grad_in=value,
+                    grad_out=value, modified=False, returned_none=True, node="n1", step=1, unseen=unseen,
+                    registration=registration)
+
+
+def test_the_checker_moves_only_a_call_said_to_have_no_known_place_and_only_among_captured_hooks():
+    unknown = "it is written in C; " + programs.PLACE_UNKNOWN
+    ran = [(f"{name}@{number}", torch.tensor([float(number)]), torch.tensor([float(number)]))
+           for name, number in (("a", 1), ("c", 2), ("b", 3))]
+    movable = [_call("c", registration=2, unseen=unknown), _call("a", registration=1), _call("b", registration=3)]
+    order, problems = programs._aligned(list(movable), ran)
+    assert problems == [] and [call.hook for call in order] == ["a", "c", "b"]
+    # a Python call out of place stays a false statement
+    fixed = [_call("a", registration=1), _call("b", registration=3), _call("c", registration=2, unseen="in C")]
+    assert programs._aligned(list(fixed), ran)[1]
+    # a movable call does not move past a module hook's call or into another pass
+    for other in (_call("a", kind="module", registration=1), _call("a", registration=1, pass_index=1)):
+        blocked = [_call("c", registration=2, unseen=unknown), other, _call("b", registration=3)]
+        assert programs._aligned(list(blocked), ran)[1]

@@ -267,9 +267,13 @@ def _fill(calls: list["HookRecord"], start: Any, end: Any, slot: int | None) -> 
             continue  # a multi-grad hook gets a list of gradients: one tensor's values do not say what it got
         received, passed = values[index], values[index + 1]
         if received is _MISSING or passed is _MISSING:
-            neighbour = "a hook before it" if received is _MISSING else "a hook after it"
-            call.unseen = (f"{UNSEEN}, and {neighbour} on the same gradient is also unseen or its value was not "
-                           "kept, so what it received and returned is not known")
+            if received is _MISSING:
+                gap = ("a hook before it on the same gradient is also unseen or its value was not kept" if index
+                       else "what reached it (its tensor's gradient before any hook) was not kept")
+            else:
+                gap = ("a hook after it on the same gradient is also unseen or its value was not kept"
+                       if index < len(calls) - 1 else "what came after it (the value its node received) was not kept")
+            call.unseen = f"{UNSEEN}, and {gap}, so what it received and returned is not known"
             continue
         call.grad_in, call.grad_out = received, passed
         call.modified = not values_equal(received, passed)
