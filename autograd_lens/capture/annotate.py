@@ -38,6 +38,13 @@ def _groups(graph: Any, calls: ModuleCalls | None, names: Any, asked: bool) -> d
         return {}
     if calls is None:
         return {"groups_note": "module calls were not recorded"}
+    found = _grouped(graph, calls, names)
+    if calls.compile_note:
+        found["groups_note"] = "; ".join(note for note in (found.get("groups_note"), calls.compile_note) if note)
+    return found
+
+
+def _grouped(graph: Any, calls: ModuleCalls, names: Any) -> dict:
     if calls.unknown:
         return {"groups_note": f"which module made each node is not known: {calls.unknown}"}
     groups = groups_for(graph, calls, names.module_name)

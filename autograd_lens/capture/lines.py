@@ -29,6 +29,7 @@ from ..model import SourceLine
 
 _next_number = torch._C._autograd._get_sequence_nr
 _CURRENT: list[CellLines] = []  # the cell being run under %%lens, if any
+STATEMENT_WATCHERS: list[Any] = []  # called before each statement of a %%lens cell (capture.compiled)
 _MODULE = __name__
 
 
@@ -121,6 +122,8 @@ def mark(line: int) -> None:
     try:
         if _CURRENT:
             _CURRENT[-1].mark(line)
+        for watch in STATEMENT_WATCHERS:
+            watch()
     except Exception:
         pass
 

@@ -7,13 +7,11 @@ starts and ends: a node was made inside the innermost call whose numbers include
 ``None`` (inputs and outputs untouched), keep only a weak reference to the module, do nothing inside
 ``torch.compile``'s tracing, and are removed when the block ends.
 
-This is opt-in because global forward hooks are not invisible: while they exist, ``torch.compile(module)``
-warns that global hooks are present, and every module call takes ``nn.Module``'s hooked path (same values,
-a few more frames in a traceback).  ``torch.compile`` traces that path too: same graphs, but guards on each
-module's hook dicts, and on Python 3.13.0 torch warns "Guards may run slower" once per such guard, so more often
-than without the hooks (exactly as with any two do-nothing global forward hooks; shown once under the default
-warning filter).  Global *backward* hooks are never used (see HOOK_FACTS: registering one
-kind forbids the other kind for the rest of the process).
+This is opt-in because global forward hooks are not invisible: every module call takes ``nn.Module``'s hooked
+path (same values, a few more frames in a traceback), and each call of a ``torch.compile(module)`` warns that
+global hooks exist.  ``torch.compile`` would also trace them (other graphs around graph breaks, guards on every
+module's hook dicts): while it compiles they are out of sight (``capture.compiled``).  Global *backward* hooks
+are never used (see HOOK_FACTS: registering one kind forbids the other kind for the rest of the process).
 """
 
 from __future__ import annotations
@@ -27,7 +25,8 @@ import torch
 from torch.nn.modules import module as _module
 
 from ..model import ModuleGroup
-from .lines import other_thread
+from .compiled import HiddenWhileCompiling
+from .lines import STATEMENT_WATCHERS, other_thread
 
 _next_number = torch._C._autograd._get_sequence_nr
 _is_compiling = torch.compiler.is_compiling
@@ -51,6 +50,7 @@ class ModuleCalls:
         self.unknown = ""  # why calls cannot tell which module made a node, once known
         self._threads = 0
         self._handles: list[Any] = []
+        self._hidden: HiddenWhileCompiling | None = None
 
     # ------------------------------------------------------------------ recording
     def __enter__(self) -> ModuleCalls:
@@ -58,17 +58,31 @@ class ModuleCalls:
             _module.register_module_forward_pre_hook(self._started),
             _module.register_module_forward_hook(self._ended, always_call=True),
         ]
+        self._hidden = HiddenWhileCompiling(self._handles)
+        self._hidden.watch()
+        STATEMENT_WATCHERS.append(self._hidden.watch)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._hidden is not None:
+            self._hidden.close()
+            if self._hidden.watch in STATEMENT_WATCHERS:
+                STATEMENT_WATCHERS.remove(self._hidden.watch)
         for handle in self._handles:
             handle.remove()
         self._handles = []
+
+    @property
+    def compile_note(self) -> str:
+        """Why code compiled in the block may differ from a run without module groups (empty: it does not)."""
+        return self._hidden.seen if self._hidden is not None else ""
 
     def _started(self, module: Any, args: Any) -> None:
         if _is_compiling():  # inside torch.compile's tracing: nothing to record, nothing traced
             return
         try:
+            if self._hidden is not None and self._hidden.handler is None:
+                self._hidden.watch()  # torch.compile may have loaded dynamo since (a compiled module calls this first)
             if threading.get_ident() != self.thread or self.unknown:
                 return
             if threading.active_count() != self._threads:

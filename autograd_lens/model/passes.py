@@ -166,7 +166,7 @@ class BackwardPass:
     sources: dict[str, SourceLine] = field(default_factory=dict)  # function node id -> the cell line that made it
     sources_note: str = ""  # why lines are not known (empty when they are, or when nothing was asked)
     groups: tuple[ModuleGroup, ...] = ()  # module calls that made nodes of this pass (``--modules``)
-    groups_note: str = ""  # why module groups are not known, when they were asked for
+    groups_note: str = ""  # why module groups are not known when asked for, or what they may have changed
     debug: Any = field(default=None, compare=False, repr=False)  # evidence for .unreached (autograd_lens.debug)
 
     @cached_property

@@ -165,11 +165,11 @@ def _start_step(backward_pass: BackwardPass) -> Step:
     lines.extend(f"Recording note: {note}." for note in backward_pass.notes)
     if backward_pass.sources_note:
         lines.append(f"Source lines: {backward_pass.sources_note}.")
-    if backward_pass.groups_note:
-        lines.append(f"Module groups: {backward_pass.groups_note}.")
-    elif backward_pass.groups:
+    if backward_pass.groups:
         lines.append(f"Module groups: the dashed outlines are the {len(backward_pass.groups)} nn.Module calls "
                      "that made these nodes (click one to open or close it).")
+    if backward_pass.groups_note:
+        lines.append(f"Module groups: {backward_pass.groups_note}.")
     lines.extend(inventory_lines(backward_pass))
     lines.append(f"(Not listed: {NODE_HOOKS_NOTE}.)")
     return Step(0, "start", None, f"Before {what}", lines=tuple(lines))
