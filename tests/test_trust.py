@@ -648,3 +648,34 @@ def test_the_self_check_ignores_the_callers_context_and_is_invisible_to_it():
     done = run_python(SELF_CHECK_IN_A_HOSTILE_CONTEXT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "{'result': None} []"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.bool])
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_a_summary_is_what_the_dataclass_makes_with_the_numbers_of_plain_torch(dtype, requires_grad):
+    """summarize builds its TensorSummary without a frozen dataclass's setattr per field, and reshapes a tensor that
+    needs no grad without detaching it: every field equals what plain torch computes, in the dataclass's order."""
+    import dataclasses
+
+    from autograd_lens.capture.snapshot import summarize
+    from autograd_lens.model import TensorSummary
+
+    torch.manual_seed(0)
+    tensor = (torch.randn(3, 50, 7) * 10).to(dtype).transpose(0, 2)  # not contiguous: reshape copies
+    if requires_grad:
+        if not tensor.is_floating_point():
+            pytest.skip("only floating tensors require grad")
+        tensor = tensor.detach().requires_grad_(True)
+    for magnitudes in (False, True):
+        made = summarize(tensor, magnitudes)
+        as_float = tensor.detach().reshape(-1) if tensor.is_floating_point() else tensor.reshape(-1).double()
+        expected = TensorSummary(shape=(7, 50, 3), dtype=str(dtype).replace("torch.", ""),
+                                 min=as_float.min().item(), max=as_float.max().item(),
+                                 norm=torch.linalg.vector_norm(as_float).item(),
+                                 head=tuple(float(v) for v in tensor.detach().reshape(-1)[:4].tolist()),
+                                 mean_abs=as_float.abs().mean().item() if magnitudes else None)
+        assert made == expected and made.mean_abs == expected.mean_abs and repr(made) == repr(expected)
+        assert list(vars(made)) == [item.name for item in dataclasses.fields(TensorSummary)]
+        assert [type(v) for v in vars(made).values()] == [type(v) for v in vars(expected).values()]
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            made.norm = 0.0

@@ -34,7 +34,7 @@ def kind_of(tensor: torch.Tensor) -> str:
     """``"dense"`` for an ordinary tensor whose numbers can be read, otherwise what it is."""
     if type(tensor) not in _PLAIN_TYPES:
         return type(tensor).__name__
-    if tensor.layout == torch.strided and tensor.device.type == "cpu" and not tensor.is_nested \
+    if tensor.layout == torch.strided and tensor.is_cpu and not tensor.is_nested \
             and not tensor.is_quantized and not tensor._is_zerotensor():
         return "dense"  # the common case, answered first
     if tensor.is_nested:
@@ -50,6 +50,9 @@ def kind_of(tensor: torch.Tensor) -> str:
     return "dense"
 
 
+_new = object.__new__  # tests/test_trust.py checks that a summary made here equals the dataclass's own
+
+
 def _bare(tensor: torch.Tensor, kind: str) -> TensorSummary:
     return TensorSummary(shape=_shape(tensor), dtype=dtype_name(tensor.dtype), kind=kind)
 
@@ -62,17 +65,19 @@ def summarize(tensor: torch.Tensor, magnitudes: bool = False) -> TensorSummary:
         if kind != "dense" or tensor.numel() == 0:
             return _bare(tensor, "dense" if kind == "dense" else kind)
         # detached: nothing below records a graph (no ``torch.no_grad()`` block, which costs more than the sums)
-        flat = tensor.detach().reshape(-1)
+        flat = (tensor.detach() if tensor.requires_grad else tensor).reshape(-1)
         if flat.is_complex():
             return TensorSummary(shape=_shape(tensor), dtype=dtype_name(tensor.dtype),
                                  norm=torch.linalg.vector_norm(flat).item())
         as_float = flat if flat.is_floating_point() else flat.double()
         low, high = torch.aminmax(as_float)
         head = flat[:4].tolist()
-        return TensorSummary(shape=_shape(tensor), dtype=dtype_name(tensor.dtype), min=float(low.item()),
-                             max=float(high.item()), norm=torch.linalg.vector_norm(as_float).item(),
-                             head=tuple(head if as_float is flat else (float(item) for item in head)),
-                             mean_abs=as_float.abs().mean().item() if magnitudes else None)
+        summary = _new(TensorSummary)  # TensorSummary(...) without a frozen dataclass's setattr per field
+        summary.__dict__.update(shape=_shape(tensor), dtype=dtype_name(tensor.dtype), min=float(low.item()),
+                                max=float(high.item()), norm=torch.linalg.vector_norm(as_float).item(),
+                                head=tuple(head if as_float is flat else (float(item) for item in head)), kind="dense",
+                                mean_abs=as_float.abs().mean().item() if magnitudes else None)
+        return summary
     except Exception:
         return TensorSummary(shape=_shape(tensor), dtype=dtype_name(tensor.dtype), kind="unreadable")
 
