@@ -13,6 +13,9 @@ The import of each tool is timed apart (``import autograd_lens``; ``from torchvi
 and the medians are printed, with their ratio. The lens's bytecode is compiled first, as an install has it (this
 matters where PYTHONDONTWRITEBYTECODE is set).
 
+``--baseline DIR`` also times the package in DIR (an earlier commit's ``autograd_lens/``, unpacked with ``git archive``)
+in the same rounds, so that a change is measured side by side under the same load.
+
 ``--bare`` runs each in a plain ``python -c`` instead of a kernel. There the timed code also pays a full garbage
 collection over torch's heap (0.1-0.2 s): right after ``import torch`` in a bare interpreter that collection is due
 within the next ~9,000 objects kept, and importing wasmtime (the in-process Graphviz) alone keeps 12,000. A kernel
@@ -149,9 +152,11 @@ def _in_kernel(cells: list[str]) -> str:
     return "".join(printed)
 
 
-def once(model: str, tool: str, bare: bool) -> tuple[float, float, str]:
-    """(seconds from the loss to the display bundle, seconds of the tool's import, the tool's name)"""
-    cells = [MODELS[model], FORMAT + (LENS if tool == "lens" else TORCHVIZ)]  # the model, then the picture
+def once(model: str, tool: str, bare: bool, lens_from: str | None = None) -> tuple[float, float, str]:
+    """(seconds from the loss to the display bundle, seconds of the tool's import, the tool's name); ``lens_from``:
+    the directory holding another copy of the package to import instead (``--baseline``)"""
+    first = f"import sys\nsys.path.insert(0, {lens_from!r})\n" if lens_from else ""
+    cells = [MODELS[model], first + FORMAT + (LENS if tool == "lens" else TORCHVIZ)]  # the model, then the picture
     if bare:
         out = subprocess.run([sys.executable, "-c", "\n".join(cells)], capture_output=True, text=True, check=True).stdout
     else:
@@ -176,21 +181,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--bare", action="store_true", help="a plain `python -c` per run instead of a kernel")
+    parser.add_argument("--baseline", metavar="DIR", help="also time the autograd_lens package in DIR (say, an "
+                        "earlier commit: git archive COMMIT autograd_lens | tar -x -C DIR), in the same rounds")
     options = parser.parse_args()
     compiled()
+    if options.baseline:
+        import compileall
+
+        compileall.compile_dir(options.baseline, quiet=1)
     where = "python -c" if options.bare else "a fresh kernel"
     print(f"in {where}; medians of {options.rounds}; seconds from the loss to the display bundle (import apart)")
     print(f"{'model':<16}{'lens':>14}{'other':>28}{'ratio':>8}{'ratio with imports':>20}")
     for model in MODELS:
-        lens, other = [], []
+        lens, other, base = [], [], []
         for _ in range(options.rounds):
             lens.append(once(model, "lens", options.bare))
             other.append(once(model, "torchviz", options.bare))
-        a, a_import = (statistics.median(run[i] for run in lens) for i in (0, 1))
+            if options.baseline:
+                base.append(once(model, "lens", options.bare, options.baseline))
         b, b_import = (statistics.median(run[i] for run in other) for i in (0, 1))
         name = other[0][2]
-        print(f"{model:<16}{a:>7.3f} (+{a_import:.3f}){name:>16} {b:.3f} (+{b_import:.3f}){a / b:>8.2f}"
-              f"{(a + a_import) / (b + b_import):>20.2f}")
+        for label, runs in ((model, lens), ("  baseline", base)):
+            if not runs:
+                continue
+            a, a_import = (statistics.median(run[i] for run in runs) for i in (0, 1))
+            print(f"{label:<16}{a:>7.3f} (+{a_import:.3f}){name:>16} {b:.3f} (+{b_import:.3f}){a / b:>8.2f}"
+                  f"{(a + a_import) / (b + b_import):>20.2f}")
 
 
 if __name__ == "__main__":
