@@ -113,3 +113,50 @@ def test_each_drawn_graph_is_planned_once(monkeypatch):
     assert "(x8)" in bundle["text/html"]  # folded, with the drawing of the blocks opened laid out in advance
     # the folded drawing and the one with the blocks opened (both in the page)
     assert len(planned) == len({id(graph) for graph in planned}) == 2
+
+
+def test_when_the_first_layout_fails_no_drawing_with_folds_opened_is_laid_out(monkeypatch):
+    """The drawings with folds opened are laid out after the first one (render.start_svgs): when the first fails,
+    the display shows the table and the cause at once, without laying out (or waiting for) the others."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 3), nn.Tanh()) for _ in range(8)])
+    loss = model(torch.randn(2, 3)).sum()
+    graph = al.graph(loss, names={"model": model})
+    laid: list[str] = []
+
+    def broken(source, *args, **kwargs):
+        laid.append(source)
+        raise render.RenderError("Graphviz (wasm) could not lay out this graph: broken on purpose")
+
+    monkeypatch.setattr(render, "render_svg", broken)
+    bundle = graph_bundle(graph)
+    assert "broken on purpose" in bundle["text/html"] and 'class="autograd-lens-table"' in bundle["text/html"]
+    assert laid == [graph.to_dot()]  # the folded drawing only
+    assert [t.name for t in threading.enumerate() if t.name.startswith("autograd-lens")] == []
+
+
+def test_the_drawings_with_folds_opened_are_the_ones_laid_out_one_by_one():
+    """What the page stores for a folded box is the layout of the drawing with that fold opened, byte for byte."""
+    import base64
+    import json
+    import re
+    import urllib.parse
+    import zlib
+
+    from autograd_lens.views.fold import expanded, fold_states
+    from autograd_lens.views.passview import slim_svg
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 3), nn.Tanh()) for _ in range(8)])
+    loss = model(torch.randn(2, 3)).sum()
+    graph = al.graph(loss, names={"model": model})
+    page = graph_bundle(graph)["text/html"]
+    packed = re.search(r'data-encoding="deflate-raw-base64">([^<]+)</script>', page).group(1)
+    data = json.loads(zlib.decompress(base64.b64decode(packed), -15).decode("utf-8"))
+    stored = [state["svg"] for state in data["passes"][0]["folds"]["states"]]
+    states = fold_states(graph)
+    assert len(stored) == len(states) >= 2 and stored[0] is None
+    for (state, _), svg in zip(states[1:], stored[1:]):
+        alone = slim_svg(render.render_svg(expanded(graph, state).to_dot()))
+        assert urllib.parse.unquote(svg.removeprefix("data:image/svg+xml,")).replace("'", '"') == \
+            alone.replace("'", '"')

@@ -150,15 +150,17 @@ def start_svg(source: str, renderer: str | None = None, timeout: float = DEFAULT
 def start_svgs(sources: list[str], after=None, renderer: str | None = None, timeout: float = DEFAULT_TIMEOUT):
     """Lay out ``sources`` one after the other on another thread, once ``after`` (a function from
     :func:`start_svg`) has returned, and return the function that waits for them: each one's SVG or what its layout
-    raised, and none after the first that fails.  The caller's Python work meanwhile costs no time."""
+    raised, and none after the first that fails (nor any when ``after`` failed).  The caller's Python work
+    meanwhile costs no time."""
     results: list = []
 
     def run() -> None:
         if after is not None:
             try:
                 after()  # one layout at a time: the in-process renderer is free again
-            except BaseException:
-                pass
+            except BaseException as error:  # no renderer, or one still busy: the later layouts would fare no better
+                results.append(error)
+                return
         for source in sources:
             try:
                 results.append(render_svg(source, renderer, timeout))
