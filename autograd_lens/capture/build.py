@@ -47,9 +47,11 @@ def build_pass(observer: PassObserver, walk: Walk, index: int, history: dict, in
         if isinstance(record, NodeRecord):
             events.append(_node_event(walk, step, record))
         elif isinstance(record, GradRecord):
-            events.append(GradWritten(step=step, node=walk.function_ids.get(id(record.fn)),
-                                      name=observer.shape.leaf_labels.get(id(record.fn), "leaf"),
-                                      grad=record.grad, received=record.received))
+            event = _new(GradWritten)  # as GradWritten(...), its fields in their order
+            event.__dict__.update(step=step, node=walk.function_ids.get(id(record.fn)),
+                                  name=observer.shape.leaf_labels.get(id(record.fn), "leaf"),
+                                  grad=record.grad, received=record.received, by="AccumulateGrad")
+            events.append(event)
         elif isinstance(record, HookRecord):
             events.append(_hook_event(walk, step, record, index, invocations, ordinals))
     pass_error = None
@@ -253,21 +255,28 @@ def _unhooked_input(observer: PassObserver, tensor: Any) -> Any:
 
 def _node_event(walk: Walk, step: int, record: NodeRecord) -> NodeRun:
     fn = record.fn
-    targets = [walk.output_label(next_fn, output_nr) if next_fn is not None else "(no grad needed)"
-               for next_fn, output_nr in fn.next_functions]
+    key, name, output_label = id(fn), fn.name(), walk.output_label
+    targets = tuple([output_label(next_fn, output_nr) if next_fn is not None else "(no grad needed)"
+                     for next_fn, output_nr in fn.next_functions])
     received = record.received if isinstance(record.received, tuple) else ()
     sent = record.sent if isinstance(record.sent, tuple) else ()
-    return NodeRun(
+    input_edges, output_edges = walk.input_edges, walk.output_edges
+    event = _new(NodeRun)  # NodeRun(...) without a frozen dataclass's setattr per field; its fields in their order
+    event.__dict__.update(
         step=step,
-        node=walk.function_ids.get(id(fn)),
-        name=fn.name(),
-        label=walk.labels.get(id(fn), fn.name()),
+        node=walk.function_ids.get(key),
+        name=name,
+        label=walk.labels.get(key, name),
         grad_in=received,
         grad_out=sent,
-        edges=tuple(walk.input_edges.get((id(fn), slot)) for slot in range(len(sent))),
-        in_edges=tuple(walk.output_edges.get((id(fn), k)) for k in range(len(received))),
-        targets=tuple(targets),
+        edges=tuple([input_edges.get((key, slot)) for slot in range(len(sent))]),
+        targets=targets,
+        in_edges=tuple([output_edges.get((key, k)) for k in range(len(received))]),
     )
+    return event
+
+
+_new = object.__new__  # tests/test_build.py checks that the events made here equal the dataclasses' own
 
 
 def _hook_event(walk: Walk, step: int, call: HookRecord, index: int, invocations: "HookCounter",

@@ -92,7 +92,8 @@ class Walk:
         label = self.tensor_labels.get((id(fn), output_nr))
         if label is not None:
             return label
-        if fn.name() == "BackwardHookFunctionBackward":
+        name = fn.name()
+        if name == "BackwardHookFunctionBackward":
             # torch's boundary for a module's full backward hook passes its k-th input through as its k-th
             # output: the tensor is the one that went in
             try:
@@ -101,7 +102,8 @@ class Walk:
                 inner = None
             if inner is not None:
                 return self.output_label(inner, inner_nr)
-        return self.labels.get(id(fn), fn.name())
+        label = self.labels.get(id(fn))
+        return name if label is None else label
 
 
 def _hook_badges(tensor: torch.Tensor) -> tuple[str, ...]:

@@ -1,0 +1,37 @@
+"""build.py makes the events of a pass (NodeRun, GradWritten) without a frozen dataclass's setattr per field: each
+must equal, hash and repr as what the dataclass's own constructor makes, with every field in field order."""
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn as nn
+
+import autograd_lens as al
+from autograd_lens.model import GradWritten, NodeRun
+
+
+def test_events_are_what_their_dataclasses_make():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    x = torch.randn(5, 3, requires_grad=True)
+    split = net(x).split(1, dim=1)  # a node with two outputs
+    loss = (split[0] * 2 + split[1].exp()).sum()
+    with al.Lens(names={"net": net, "x": x, "loss": loss}) as lens:
+        loss.backward()
+    events = lens.passes[0].events
+    runs = [event for event in events if isinstance(event, NodeRun)]
+    writes = [event for event in events if isinstance(event, GradWritten)]
+    assert len(runs) >= 8 and len(writes) == 5  # four parameters and x
+    assert any(len(run.grad_in) == 2 for run in runs) and any(len(run.targets) == 3 for run in runs)
+    default_by = next(item.default for item in dataclasses.fields(GradWritten) if item.name == "by")
+    assert {write.by for write in writes} == {default_by}
+    for made in runs + writes:
+        cls = type(made)
+        plain = cls(**{item.name: getattr(made, item.name) for item in dataclasses.fields(cls)})
+        assert made == plain and repr(made) == repr(plain)
+        assert list(vars(made)) == list(vars(plain)) == [item.name for item in dataclasses.fields(cls)]
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            made.step = -1
+    linear = next(run for run in runs if run.name == "AddmmBackward0" and len(run.targets) == 3)
+    assert linear.label == "addmm" and linear.targets[1] in ("x", "tanh") and len(linear.edges) == 3
