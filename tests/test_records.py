@@ -41,3 +41,35 @@ def test_copy_tuple_equals_the_general_path():
     edited.add_(1)  # a new version: copied anew
     after, _ = copy_tuple(fast, (edited,))
     assert after[0] is not kept[4] and torch.equal(after[0], torch.ones(3)) and torch.equal(kept[4], torch.zeros(3))
+
+
+def test_a_pass_removes_each_hook_handle_once_and_the_probe_without_a_call():
+    """Work a traced pass does per node, counted: one post-hook registered and removed per node (stop()), one
+    probe per node whose removal is a dict deletion, not a RemovableHandle.remove call (issue #24)."""
+    import torch.nn as nn
+    from torch.utils.hooks import RemovableHandle
+
+    import autograd_lens as al
+    from autograd_lens.capture.structure import _reachable
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 1))
+    loss = net(torch.randn(4, 3)).sum()
+    nodes = len(_reachable([loss.grad_fn]))
+    with al.Lens():  # the once-per-process self-check registers and removes hooks of its own: before counting
+        torch.ones(1, requires_grad=True).sum().backward()
+    removed = []
+    original = RemovableHandle.remove
+
+    def counted(handle):
+        removed.append(handle.id)
+        return original(handle)
+
+    RemovableHandle.remove = counted
+    try:
+        with al.Lens(names={"net": net}) as lens:
+            loss.backward()
+    finally:
+        RemovableHandle.remove = original
+    assert nodes == len(lens.passes[0].node_runs) + 4 >= 9  # every function ran, and the four parameters' leaves
+    assert len(removed) == len(set(removed)) == nodes  # the lens's own post-hooks, each once; no probe removal
