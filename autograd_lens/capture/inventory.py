@@ -18,7 +18,8 @@ from ..model import InventoryEntry
 from .hooks import function_name, multi_grad_user_fn
 from .walk import op_label
 
-NODE_HOOKS_NOTE = "hooks on tensors that have no name here cannot be listed before they run: they show up as steps"
+NODE_HOOKS_NOTE = ("hooks on tensors that have no name here cannot be listed before they run: one written in Python "
+                   "is a step when it runs, one written in C only when it changes the gradient")
 
 
 def inventory(observer: Any) -> tuple[InventoryEntry, ...]:
