@@ -35,6 +35,7 @@ import re
 import sys
 import traceback
 import warnings
+import zlib
 from typing import Any
 
 import torch
@@ -133,6 +134,13 @@ def grad_catcher(tag, mode):
         out = output[0] if isinstance(output, tuple) else output
         if out.requires_grad:
             REG(out, "register_hook", make_hook(tag, mode))
+    return forward_hook
+
+def grad_catcher_c(tag, function):
+    def forward_hook(module, inputs, output):
+        out = output[0] if isinstance(output, tuple) else output
+        if out.requires_grad:
+            REG(out, "register_hook", CHOOK(tag, function))
     return forward_hook
 
 class Block(nn.Module):
@@ -370,8 +378,10 @@ class ModelGenerator:
             self.lines.append(f"REG(None, 'multi', ({', '.join(watched)},), make_multi({tag!r}, "
                               f"{rng.choice(['observe', 'inplace'])!r}), {rng.choice(['all', 'any'])!r})")
         else:  # a forward hook that hooks the layer's output, every forward
-            self.lines.append(f"{module_path.replace('.', '_')}_fh = {module}.register_forward_hook("
-                              f"grad_catcher({tag!r}, {self.mode(MODES)!r}))")
+            mode = self.mode(MODES)  # drawn either way: the programs of every seed stay as they were but this line
+            in_c = zlib.crc32(f"{self.seed}:{tag}".encode()) % 10 < 3  # torch.neg: seen from the gradients around it
+            catcher = f"grad_catcher_c({tag!r}, 'neg')" if in_c else f"grad_catcher({tag!r}, {mode!r})"
+            self.lines.append(f"{module_path.replace('.', '_')}_fh = {module}.register_forward_hook({catcher})")
 
     def activation_hooks(self, k: int) -> list[str]:
         """Hooks on this forward's activations, written by hand after it."""

@@ -156,7 +156,7 @@ def test_checkpointed_blocks_are_recorded_or_marked(reentrant):
     recorded = len(p.hook_calls)
     if recorded != len(log):  # some ran where the lens could not follow: the pass says which, and why
         assert reentrant
-        (note,) = [n for n in p.notes if "nested backward" in n]
+        (note,) = [n for n in p.notes if "nested backward" in n and "wrote the .grad" not in n]
         assert "blocks.0: module full hook" in note
         unknown = [name for name in p.grads_without_hooks if p.grads_without_hooks[name] is None]
         assert unknown and all("nested" in p.unknown[name] or "reentrant" in p.unknown[name] for name in unknown)

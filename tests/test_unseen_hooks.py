@@ -9,6 +9,7 @@ they were given.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import weakref
@@ -201,3 +202,101 @@ def test_a_c_hook_keeps_no_graph_alive_after_its_pass():
             assert all(graph() is None for graph in graphs)
     assert [call.hook for call in lens.hook_calls] == ["list.append"] * 3 and len(grads) == 3
     assert all(torch.equal(call.grad_in, grad) for call, grad in zip(lens.hook_calls, grads))
+
+
+# ----------------------------------------------------------------------------- a hook in C beside an edit in place
+# (a campaign with forward hooks registering torch.neg on layer outputs: 8 of 400 programs missed its call)
+
+
+def _hook_calls_plain_and_traced(build):
+    """Run ``build(order)`` plainly and in a Lens; each Python stand-in appends to ``order``."""
+    runs = []
+    for traced in (False, True):
+        order = []
+        root, leaves = build(order)
+        with al.Lens() if traced else contextlib.nullcontext() as lens:
+            root.backward()
+        runs.append(([leaf.grad.clone() for leaf in leaves], order, lens))
+    (plain_grads, _, _), (grads, _, lens) = runs
+    assert all(torch.equal(a, b) for a, b in zip(plain_grads, grads))
+    return lens.passes[0]
+
+
+def _layer_with_neg_inside(x):
+    """A layer whose inner (unnamed) output carries torch.neg, registered by a forward hook as code does."""
+    inner, outer = torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)
+    inner.register_forward_hook(lambda module, args, out: out.register_hook(torch.neg) and None)
+    return outer(torch.tanh(inner(x)))
+
+
+def test_a_c_hook_on_an_unnamed_tensor_is_found_after_another_hook_edited_a_gradient_in_place():
+    def build(order):
+        torch.manual_seed(0)
+        x = torch.randn(2, 3, requires_grad=True)
+        y = _layer_with_neg_inside(x)
+        y.register_hook(lambda g: [order.append("halve"), g.mul_(0.5)] and None)  # in place, on another tensor
+        return y.pow(2).sum(), [x]
+
+    backward_pass = _hook_calls_plain_and_traced(build)
+    assert [(c.hook, c.kind) for c in backward_pass.hook_calls] == [("<lambda>", "tensor"), ("<C hook>", "tensor")]
+    assert backward_pass.hook_calls[1].modified
+
+
+def test_a_c_hook_that_only_looks_does_not_hide_one_that_changes_a_gradient():
+    def build(order):
+        torch.manual_seed(0)
+        x = torch.randn(2, 3, requires_grad=True)
+        y = _layer_with_neg_inside(x)
+        y.grad_fn.register_prehook(order.append)  # in C, and cannot edit: list.append
+        return y.pow(2).sum(), [x]
+
+    backward_pass = _hook_calls_plain_and_traced(build)
+    assert [(c.hook, c.kind) for c in backward_pass.hook_calls] == [("list.append", "node_pre"), ("<C hook>", "tensor")]
+
+
+def test_an_edit_in_place_reaching_a_sibling_through_shared_memory_invents_no_hook():
+    """``x1.sum() + t.sum()``: both sums' backward hand on views of one scalar; a hook doubling t's gradient in
+    place doubles what reached x1 too, and no hook ran at x1."""
+    def build(order):
+        torch.manual_seed(0)
+        x0, x1 = torch.randn((), requires_grad=True), torch.randn((), requires_grad=True)
+        t = x0.tanh()
+        t.register_hook(lambda g: [order.append("double"), g.mul_(2.0)] and None)
+        return x1.sum() + x1.tanh().sum() + t.sum(), [x0, x1]
+
+    backward_pass = _hook_calls_plain_and_traced(build)
+    assert [c.hook for c in backward_pass.hook_calls] == ["<lambda>"]
+
+
+def test_which_hooks_written_in_c_could_edit_in_place():
+    from autograd_lens.capture.hooks import may_edit_in_place
+
+    assert not any(map(may_edit_in_place, [print, [].append, torch.neg, functools.partial(torch.mul, other=2)]))
+    assert all(map(may_edit_in_place, [torch.Tensor.mul_, torch.relu_, functools.partial(torch.Tensor.mul_, other=2),
+                                       functools.partial(torch.neg, out=torch.empty(1)), object()]))
+
+
+def _output_hooked_twice(first, second):
+    """A layer whose (unnamed) output gets two gradient hooks from two forward hooks, in this order."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(3, 3)
+    for hook in (first, second):
+        layer.register_forward_hook(lambda module, args, out, hook=hook: out.register_hook(hook) and None)
+    x = torch.randn(2, 3, requires_grad=True)
+    return layer(x).tanh().pow(2).sum(), [x, layer.weight]
+
+
+def test_a_c_hook_after_a_python_hook_on_one_unnamed_tensor_is_a_step_after_it():
+    halve = lambda g: g * 0.5  # noqa: E731
+    backward_pass = _hook_calls_plain_and_traced(lambda order: _output_hooked_twice(halve, torch.neg))
+    calls = backward_pass.hook_calls
+    assert [(c.hook, c.kind) for c in calls] == [("<lambda>", "tensor"), ("<C hook>", "tensor")]
+    assert torch.equal(calls[1].grad_in, calls[0].grad_out) and torch.equal(calls[1].grad_out, -calls[0].grad_out)
+
+
+def test_a_c_hook_before_a_python_hook_on_one_unnamed_tensor_is_a_step_before_it():
+    halve = lambda g: g * 0.5  # noqa: E731
+    backward_pass = _hook_calls_plain_and_traced(lambda order: _output_hooked_twice(torch.neg, halve))
+    calls = backward_pass.hook_calls
+    assert [(c.hook, c.kind) for c in calls] == [("<C hook>", "tensor"), ("<lambda>", "tensor")]
+    assert torch.equal(calls[0].grad_out, calls[1].grad_in) and torch.equal(calls[0].grad_in, -calls[1].grad_in)

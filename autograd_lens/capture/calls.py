@@ -9,15 +9,18 @@ from typing import Any
 import torch
 
 from ..model import values_equal
-from .hooks import (ENGINE_CODE, TORCH_DIR, Wrapper, code_of, engine_call_args, function_name, module_hook_kind,
+from .hooks import (ENGINE_CODE, may_edit_in_place, TORCH_DIR, Wrapper, code_of, engine_call_args, function_name, module_hook_kind,
                     multi_grad_received, runs_in, user_function, wrapper_family, wrapper_module, wrapper_state)
 from .late import LATE_CODE, REGISTER_CODE
 from .late import registered as late_registered
+from .late import tensor_registered
+from .nested import grads_written, remember_grads
 from .order import UNSEEN
 from .records import HookRecord, KnownHook, NodeRecord, snapshot_all
 from .snapshot import hidden_from_user as _hidden_from_modes  # the lens's tensor ops never reach a user's mode
 from .snapshot import snapshot
 from .saved import saved_names
+from .shared import edited_spans
 
 _current_node = torch._C._current_autograd_node
 TENSOR_REGISTER_CODE = getattr(torch.Tensor.register_hook, "__code__", None)  # Python in torch 2.x
@@ -82,6 +85,8 @@ class HookCalls:
                 if frame is self.nested_frames[-1]:
                     self.nested_frames.pop()
                     self.nested_running = bool(self.nested_frames)
+                    if not self.nested_frames:
+                        grads_written(self)
                 elif self.nested_wrapper is not None and frame is self.nested_wrapper.frame:
                     self.nested_wrapper = None
             elif event == "return":
@@ -95,7 +100,7 @@ class HookCalls:
                     late_registered(self, arg)
                 elif frame is self.tensor_registering:
                     self.tensor_registering = None
-                    self.add_registered(frame.f_locals.get("self"), arg)
+                    tensor_registered(self, frame.f_locals.get("self"), arg)
                 elif frame is self.late_frame:
                     self.late_frame = None
             elif event == "c_call" and self.wrapper is not None and frame is self.wrapper.frame:
@@ -115,6 +120,7 @@ class HookCalls:
         node = _current_node()
         if node is not None:
             self.nested_nodes.setdefault(id(node), node.name())
+        remember_grads(self)
         # hooks written in C on named tensors this graph does not reach (a checkpointed layer's parameters) run
         # there without a frame: whether they ran is not seen
         # (said in a note; they change no gradient this graph carries, so values without hooks stay known)
@@ -278,7 +284,8 @@ class HookCalls:
             current_fn=_current_node(), candidates=[known for known in self.unseen_multi if known.function is function],
             unseen=f"{UNSEEN}, so what it received and returned is not known", state=wrapper_state(wrapper),
         ))
-        self.unhooked.activate(edited_in_place=True)  # "without hooks" is checked against every node
+        # "without hooks" is checked against every node; only an in-place function can edit what it got
+        self.unhooked.activate(edited_in_place=True, seen=not may_edit_in_place(function))
 
     def _candidates(self, frame: FrameType, function: Any) -> list[KnownHook]:
         """Hooks found on named tensors that could be the one running in ``frame``.
@@ -316,12 +323,14 @@ class HookCalls:
                 edited = not values_equal(call.grad_in, snapshot_all(call.received, limit))
         call.edited_in_place = edited
         self.edited_in_place = self.edited_in_place or edited
+        if edited:
+            self.edits.append((edited_spans(call.received), call.grad_in))
         if call.kind == "tensor":  # what the next function receives, copied after the hook: kept for reuse
             self.keep_copy(call.received if returned is None else returned, call.grad_out)
         elif call.kind == "node" and call.modified:
             self._passed_on(call)
         if call.modified or edited:
-            self.unhooked.activate(edited)
+            self.unhooked.activate(edited, seen=True)
         call.frame = None  # don't keep the hook's locals alive
         call.received = None
         self.pending.append(call)

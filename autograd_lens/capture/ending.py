@@ -175,6 +175,9 @@ class PassEnd:
             self.note(f"a nested backward run by {by} (reentrant checkpointing, or a backward() inside a hook) ran "
                       f"these hooks written in C if it reached their tensors (no Python frame shows it): "
                       f"{'; '.join(self.nested_maybe)}")
+        if self.nested_written:
+            self.note(f"a nested backward run by {by} (reentrant checkpointing, or a backward() inside a hook) wrote "
+                      f"the .grad of {', '.join(self.nested_written)}: not steps of this pass")
         if self.foreign_calls:
             self.note(f"Python code that is not a gradient hook ran during this pass, called by torch's C++ side "
                       f"({', '.join(self.foreign_calls)}: e.g. a DistributedDataParallel communication hook, or a "

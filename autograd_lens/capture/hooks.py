@@ -193,6 +193,22 @@ def runs_python(function: Any) -> bool:
     return inspect.isfunction(call)
 
 
+def may_edit_in_place(function: Any) -> bool:
+    """Whether a hook written in C could edit in place the gradient it gets: an in-place method or function
+    (``Tensor.mul_``, ``torch.relu_``), a partial given ``out=``, or C code of unknown kind. ``print``, a list's
+    ``append`` and the out-of-place ``torch`` functions (``torch.neg``) cannot."""
+    while isinstance(function, functools.partial):
+        if "out" in (function.keywords or {}):
+            return True
+        function = function.func
+    name = getattr(function, "__name__", None)
+    if not isinstance(name, str):
+        return True
+    if name.endswith("_") and not name.endswith("__"):
+        return True
+    return not (inspect.isbuiltin(function) or inspect.ismethoddescriptor(function))
+
+
 def code_of(function: Any) -> CodeType | None:
     """The code object the profiler will see when ``function`` is called (None: C code, no frame).  A
     ``functools.wraps`` wrapper runs its own code, so ``__wrapped__`` is not followed."""

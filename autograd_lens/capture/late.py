@@ -1,4 +1,6 @@
-"""Node post-hooks registered while their node runs (an unpack hook or a custom ``Function.backward`` calling
+"""Hooks registered during the pass.
+
+Node post-hooks registered while their node runs (an unpack hook or a custom ``Function.backward`` calling
 ``torch._C._current_autograd_node().register_hook``): what they receive must not depend on the lens's observer.
 
 The engine decides before it runs a node whether to keep the node's inputs for its post-hooks; a node with none
@@ -13,6 +15,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
+
+from .hooks import function_name, runs_python
 
 _current_node = torch._C._current_autograd_node
 try:  # every grad_fn.register_hook / register_prehook goes through it (torch 2.x); elsewhere: nothing is wrapped
@@ -73,3 +77,22 @@ def _post_dicts(observer: Any) -> dict[int, int]:
             if hooks is not None:
                 observer.post_dicts[id(hooks)] = id(fn)
     return observer.post_dicts
+
+
+def tensor_registered(observer: Any, tensor: Any, handle: Any) -> None:
+    """``Tensor.register_hook`` returned ``handle`` during the pass. A hook written in C on a tensor that the running
+    node made during the pass (a reentrant checkpoint's recompute: a forward hook registering a gradient hook)
+    runs, if at all, in the backward that node runs next, where no Python frame shows it: the pass says so, and
+    values without hooks past that node are unknown. Any other is known from now on (``add_registered``)."""
+    hooks = getattr(tensor, "_backward_hooks", None) if isinstance(tensor, torch.Tensor) else None
+    hook = hooks.get(getattr(handle, "id", None)) if hooks else None
+    node, made_by = _current_node(), getattr(tensor, "grad_fn", None)
+    if hook is not None and node is not None and made_by is not None and not runs_python(hook) \
+            and made_by._sequence_nr() >= observer.first_new and all(fn is not made_by for fn in observer.shape.nodes):
+        observer.nested_c.setdefault(id(node), []).append(function_name(hook))
+        text = f"{function_name(hook)} (registered during the pass on a tensor {node.name()} made: a recompute)"
+        maybe = observer.__dict__.setdefault("nested_maybe", [])
+        if text not in maybe:
+            maybe.append(text)
+        return
+    observer.add_registered(tensor, handle)

@@ -11,17 +11,17 @@ from typing import Any
 import torch
 
 from ..model import TensorSummary, values_equal
-from .order import _MISSING, arrange_after, arrange_before, unseen_call
+from .order import _MISSING, arrange_after, arrange_before
 from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord, copy_tuple, snapshot_all
 from .snapshot import fast_snapshot, held_bytes, snapshot
 from .snapshot import hidden_from_user as _hidden_from_modes
-from .unhooked import Unknown
+from .unexplained import UnexplainedChanges
 from .structure import gradient_edge
 
 _current_node = torch._C._current_autograd_node
 NOT_KEPT = (_MISSING,)
 
-class NodeRecorder:
+class NodeRecorder(UnexplainedChanges):
     """Part of :class:`~autograd_lens.capture.observe.PassObserver`: the node observers and the copies they keep."""
 
     def _before_write(self, grad_outputs: tuple) -> None:
@@ -196,11 +196,16 @@ class NodeRecorder:
         # hooks before it ran: what they passed on is then not what the node holds now
         before = arrange_before(self, fn, before, arrived if id(fn) not in self.nested_nodes else NOT_KEPT * len(arrived))
         if not self.hooks_hidden:
-            before += self._unexplained(fn, before, arrived)
+            before += self._unexplained(fn, before, arrived, grad_outputs)
         after = arrange_after(self, fn, after, None if is_leaf else record.sent, is_leaf)
         if id(fn) in self.nested_nodes and self.nested_hooks:
             self.unhooked.unknown_from(fn, "hooks ran inside a backward that " + fn.name() + " ran (reentrant "
                                        "checkpointing, or a backward() inside a hook): they are not recorded")
+        elif id(fn) in self.nested_c:
+            self.unhooked.unknown_from(fn, f"hooks written in C ({', '.join(sorted(set(self.nested_c[id(fn)])))}), "
+                                       f"registered during the pass on tensors {fn.name()} made, may have run in "
+                                       "the backward it ran: no Python frame shows whether they did or what they "
+                                       "changed")
         pending = before + after
         records.extend(before)
         position = len(records)
@@ -209,55 +214,6 @@ class NodeRecorder:
         self.ran[id(fn)] = position
         if self.unhooked.active:
             self.unhooked.on_node(fn, grad_inputs, grad_outputs, pending, is_leaf)
-
-    def _unexplained(self, fn: Any, before: list[HookRecord], arrived: tuple) -> list[HookRecord]:
-        """A gradient that changed on its way into ``fn`` with no hook seen there: a hook no Python frame showed
-        (written in C, on a tensor whose hooks the lens cannot list) changed it.  It becomes a call of an unknown
-        hook, with what the users sent and what ``fn`` received; "without hooks" is then checked at every node.
-        Not when a hook seen in this pass edited a gradient in place, which can reach a sibling branch: then the
-        values without hooks are computed node by node, and no call is invented."""
-        found: list[HookRecord] = []
-        # a backward ran inside this node (reentrant checkpointing): its hooks get the gradient that arrived here
-        # itself and may edit it in place, which is no hook of this tensor (they are in the pass's note)
-        nested = id(fn) in self.nested_nodes
-        hooked = {_output_of_call(call) for call in before}
-        pre = next((call for call in before if call.kind == "node_pre"), None)
-        if pre is not None:  # what reached the node's pre-hooks is what the tensor hooks passed on
-            if pre.unseen or not isinstance(pre.grad_in, tuple) or len(pre.grad_in) != len(arrived):
-                return found
-            arrived = pre.grad_in
-        consumers = self.shape.consumers
-        records, ran = self.records, self.ran
-        for output, received in enumerate(arrived):
-            users = consumers.get((id(fn), output), ())
-            if output in hooked or received is None and not users:
-                continue
-            if len(users) == 1 and id(users[0][0]) in ran:  # the usual case: one user, its copy reused as is
-                sent = records[ran[id(users[0][0])]].sent
-                slot = users[0][1]
-                if isinstance(sent, tuple) and slot < len(sent) and sent[slot] is received:
-                    continue
-            sent = self.unhooked.input_of(fn, output, hooked=True)
-            if sent is received or isinstance(sent, (Unknown, TensorSummary)) or isinstance(received, TensorSummary):
-                continue
-            if values_equal(sent, received):
-                continue
-            if self.unhooked.edited_in_place or self.wrote_shared():
-                continue
-            if nested:
-                self.unhooked.unknown_from(fn, f"what reached {fn.name()} was changed inside the backward it ran "
-                                               "(reentrant checkpointing), by code the lens does not record")
-                continue
-            call = unseen_call(None, "tensor", None, fn, output, "which hook it is")
-            call.grad_in, call.grad_out, call.modified, call.returned_none = sent, received, True, False
-            call.unseen = ("no Python frame showed this hook: it is written in C, on a tensor whose hooks cannot "
-                           "be listed (no name here, or changed in place after the hook was registered); what it "
-                           "received is what the tensor's users sent, added up, and what it passed on is what "
-                           f"reached {fn.name()}")
-            found.append(call)
-        if found:
-            self.unhooked.activate(edited_in_place=True)
-        return found
 
     def place(self, call: HookRecord, fn: Any, grad_outputs: tuple) -> None:
         """Decide what a hook call is attached to (tensor name, node, output index).
@@ -321,10 +277,6 @@ class NodeRecorder:
                 if not all(id(consumer) in self.ran for consumer, _ in consumers):
                     return False
         return found
-
-
-def _output_of_call(call: HookRecord) -> int | None:
-    return call.output_nr if call.kind in ("tensor", "multi_grad") else None
 
 
 def _output_of(call: HookRecord, grad_outputs: tuple, limit: int) -> int:

@@ -40,7 +40,7 @@ from ..compat import other_profiler
 from .calls import HookCalls
 from .ending import PassEnd
 from ..model import Value
-from .hooks import TORCH_DIR, Wrapper, code_of, multi_grad_user_fn, runs_python
+from .hooks import TORCH_DIR, Wrapper, code_of, may_edit_in_place, multi_grad_user_fn, runs_python
 from .late import LATE_CODE
 from .late import restore as restore_late_hooks
 from .names import Names, names_from
@@ -97,8 +97,13 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         self.watched: set[int] = set()  # id(AccumulateGrad) with the lens's pre-hook (reads .grad before the write)
         self.c_nodes: set[int] = set()  # id(node) with a hook written in C of its own or on one of its tensors
         self.edited_in_place = False  # a hook seen in this pass edited the gradient it received, in place
+        self.edits: list = []  # (memory it wrote (shared.span_of), value before) per such edit, or invented call
         self.nested_nodes: dict[int, str] = {}  # id(node) -> name: nodes that ran a backward inside this pass
         self.nested_hooks: list[str] = []  # hooks that ran in those nested backwards
+        self.nested_c: dict[int, list[str]] = {}  # id(node) -> hooks in C registered on what its recompute made
+        self.first_new = torch._C._autograd._get_sequence_nr()  # nodes made during the pass number from here
+        self.nested_grads: dict | None = None  # named leaves outside the graph: .grad before a nested backward
+        self.nested_written: list[str] = []  # named leaves whose .grad a nested backward wrote
         self.foreign_calls: list[str] = []  # Python code called during the pass that is no gradient hook
         self.boundaries: dict[int, tuple[Any, str]] = {}  # id(BackwardHookFunctionBackward) -> (module, side)
         self.leaf_ids: set[int] = set()
@@ -157,8 +162,8 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
                 self.c_nodes.add(key)
                 c_node_hooks += c_hooks
         self.c_nodes.update(id(known.grad_fn) for known in self.unseen_hooks)
-        if c_node_hooks:
-            self.unhooked.activate(edited_in_place=True)
+        if c_node_hooks:  # only an in-place function could edit what it gets where no frame shows it
+            self.unhooked.activate(edited_in_place=True, seen=not any(map(may_edit_in_place, c_node_hooks)))
             self.note("a hook written in C on a backward function (" + describe_c_hooks(c_node_hooks) + ") runs "
                       "without a Python frame: its calls are shown in their place, with the gradients around them")
         in_graph = {id(fn) for fn in self.shape.nodes}
@@ -166,7 +171,8 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         if unseen:  # found with the names, which the inventory looked up
             # A hook written in C runs without a Python frame: what it returned is known only from what reached
             # the next step, so every node's "without hooks" value is checked against what it really received.
-            self.unhooked.activate(edited_in_place=True)
+            self.unhooked.activate(edited_in_place=True,
+                                   seen=not any(may_edit_in_place(known.function) for known in unseen))
             self.note("a hook written in C (" + describe_c_hooks([known.function for known in unseen])
                       + ") runs without a Python frame: its calls are shown from the gradients around it")
         defaults = torch._C._autograd._top_saved_tensors_default_hooks(False)
@@ -331,7 +337,7 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         self._remember(known)
         if not runs_python(known.function):  # runs without a frame: found from the gradients around it
             self.c_nodes.add(id(grad_fn))
-            self.unhooked.activate(edited_in_place=True)
+            self.unhooked.activate(edited_in_place=True, seen=not may_edit_in_place(known.function))
 
     def _remember(self, known: KnownHook) -> None:
         code = code_of(known.function)

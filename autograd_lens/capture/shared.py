@@ -47,6 +47,12 @@ def span_of(tensor: torch.Tensor) -> tuple[int, int, int] | None:
         return None
 
 
+def edited_spans(value: Any) -> list[tuple[int, int, int]]:
+    """The memory of each tensor in ``value`` (a tensor, or a tuple or list of them) a hook edited in place."""
+    tensors = value if isinstance(value, (tuple, list)) else (value,)
+    return [span for span in (span_of(t) for t in tensors if isinstance(t, torch.Tensor)) if span is not None]
+
+
 def shared_leaves(observer: Any, adopted: set[int]) -> set[int]:
     """Leaves (``id(AccumulateGrad)``) whose ``.grad`` may share memory with another gradient, in this run or in
     one without hooks (a hook that returns a new tensor, or keeps the one it got, decides whether autograd adopts

@@ -138,14 +138,17 @@ class Unhooked:
         self.observer = observer
         self.active = False
         self.edited_in_place = False
+        self.other_edits = False  # an edit in place no frame showed may have happened (code in C, ...)
         self.out: dict[int, tuple | Unknown] = {}  # id(fn) -> what a diverged node would have sent
         self.leaf: dict[int, Any] = {}  # id(AccumulateGrad) -> what it would have added (diverged leaves)
         self.forced: dict[int, Unknown] = {}  # id(fn) -> why what it would have sent is not known
 
-    def activate(self, edited_in_place: bool) -> None:
-        """A hook changed a gradient (``edited_in_place``: by editing the tensor it received)."""
+    def activate(self, edited_in_place: bool, seen: bool = False) -> None:
+        """A hook changed a gradient (``edited_in_place``: by editing the tensor it received, or it may have; ``seen``:
+        a hook whose call the lens saw edited it, and which tensor is known)."""
         self.active = True
         self.edited_in_place = self.edited_in_place or edited_in_place
+        self.other_edits = self.other_edits or (edited_in_place and not seen)
 
     def unknown_from(self, fn: Any, reason: str) -> None:
         """What ``fn`` sent cannot be known without hooks (hooks ran where the lens could not follow)."""
