@@ -276,11 +276,11 @@ def test_which_hooks_written_in_c_could_edit_in_place():
                                        functools.partial(torch.neg, out=torch.empty(1)), object()]))
 
 
-def _output_hooked_twice(first, second):
-    """A layer whose (unnamed) output gets two gradient hooks from two forward hooks, in this order."""
+def _output_hooked_twice(first, second, *more):
+    """A layer whose (unnamed) output gets gradient hooks from forward hooks, in this order."""
     torch.manual_seed(0)
     layer = torch.nn.Linear(3, 3)
-    for hook in (first, second):
+    for hook in (first, second, *more):
         layer.register_forward_hook(lambda module, args, out, hook=hook: out.register_hook(hook) and None)
     x = torch.randn(2, 3, requires_grad=True)
     return layer(x).tanh().pow(2).sum(), [x, layer.weight]
@@ -300,3 +300,54 @@ def test_a_c_hook_before_a_python_hook_on_one_unnamed_tensor_is_a_step_before_it
     calls = backward_pass.hook_calls
     assert [(c.hook, c.kind) for c in calls] == [("<C hook>", "tensor"), ("<lambda>", "tensor")]
     assert torch.equal(calls[0].grad_out, calls[1].grad_in) and torch.equal(calls[0].grad_in, -calls[1].grad_in)
+
+
+def test_a_c_hook_between_two_python_hooks_on_one_unnamed_tensor_is_a_step_between_them():
+    halve, double = (lambda g: g * 0.5), (lambda g: g * 2.0)
+    backward_pass = _hook_calls_plain_and_traced(lambda order: _output_hooked_twice(halve, torch.neg, double))
+    calls = backward_pass.hook_calls
+    assert [(c.hook, c.kind) for c in calls] == [("<lambda>", "tensor"), ("<C hook>", "tensor"), ("<lambda>", "tensor")]
+    assert torch.equal(calls[1].grad_in, calls[0].grad_out) and torch.equal(calls[1].grad_out, calls[2].grad_in)
+
+
+def test_a_hook_in_c_registered_again_in_a_non_reentrant_recompute_is_no_nested_backward():
+    """use_reentrant=False recomputes to unpack saved tensors (no backward of its own): the forward hook registers
+    torch.neg on the recomputed output too, whose graph is dropped. The pass shows the real call and no note of a
+    nested backward. (A weak dictionary of checkpointing dropping a key was also called 'Python code that is not a
+    gradient hook' and hid the C hook.)"""
+    from torch.utils.checkpoint import checkpoint
+
+    def build(order):
+        torch.manual_seed(0)
+        layer = torch.nn.Linear(3, 3)
+        layer.register_forward_hook(lambda module, args, out: out.requires_grad and out.register_hook(torch.neg) and None)
+        x = torch.randn(2, 3, requires_grad=True)
+        return checkpoint(lambda t: layer(t).tanh(), x, use_reentrant=False).pow(2).sum(), [x, layer.weight]
+
+    backward_pass = _hook_calls_plain_and_traced(build)
+    assert [(c.hook, c.kind) for c in backward_pass.hook_calls] == [("<C hook>", "tensor")]
+    assert backward_pass.notes == ()
+
+
+def test_checkpointing_s_weak_dictionaries_are_no_foreign_code():
+    """A TransformerEncoderLayer under use_reentrant=False, an autograd.grad pass then backward(): checkpointing's
+    WeakKeyDictionary drops keys while the second pass runs (its ``remove`` callback). It was noted as 'Python code
+    that is not a gradient hook ran during this pass', which also stopped a hook in C from being found."""
+    from torch.utils.checkpoint import checkpoint
+
+    def run(traced):
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+        layer.linear1.register_forward_hook(lambda m, args, out: out.requires_grad and out.register_hook(torch.neg) and None)
+        x = torch.randn(2, 4, 8, requires_grad=True)
+        with al.Lens(names={"layer": layer, "x": x}) if traced else contextlib.nullcontext() as lens:
+            loss = checkpoint(layer, x, use_reentrant=False).pow(2).sum()
+            torch.autograd.grad(loss, [layer.linear2.bias], retain_graph=True)
+            loss.backward()
+        return x.grad, lens
+
+    plain, (grad, lens) = run(False)[0], run(True)
+    assert torch.equal(plain, grad)
+    second = lens.passes[1]
+    assert not any("not a gradient hook" in note for note in second.notes), second.notes
+    assert [(c.hook, c.kind) for c in second.hook_calls] == [("<C hook>", "tensor")]

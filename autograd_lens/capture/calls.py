@@ -3,6 +3,7 @@ calls, with what, and what it returns; backward runs nested inside the pass, not
 
 from __future__ import annotations
 
+import os
 from types import FrameType
 from typing import Any
 
@@ -201,7 +202,9 @@ class HookCalls:
             module = None
             context = None
             if wrapper is None and not candidates and _not_a_gradient_hook(args):
-                if _run_by_collector(frame.f_code):  # Python's garbage collector, not torch, called it here
+                if frame.f_code.co_filename.endswith(_WEAKREF_FILES):
+                    pass  # a weak dictionary dropping a key whose object was freed (checkpointing's): no gradient
+                elif _run_by_collector(frame.f_code):  # Python's garbage collector, not torch, called it here
                     self.unhooked.activate(edited_in_place=True)
                 else:
                     self._foreign(function_name(function, frame.f_code))
@@ -369,6 +372,9 @@ def _wrapped_user_functions(wrapper: Wrapper) -> tuple:
     if wrapper.family == "legacy":
         return (getattr(local.get("self"), "hook", None),)
     return ()
+
+
+_WEAKREF_FILES = (os.sep + "weakref.py", os.sep + "_weakrefset.py")
 
 
 def _run_by_collector(code: Any) -> bool:

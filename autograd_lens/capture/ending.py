@@ -171,6 +171,11 @@ class PassEnd:
             self.note(f"hooks ran inside a nested backward run by {by} (reentrant checkpointing, or a backward() "
                       f"inside a hook), not recorded as steps of this pass: {'; '.join(self.nested_hooks)}; values "
                       "without hooks that depend on them are unknown")
+        for key, functions in self.nested_c.items():  # hooks in C registered on what a recompute made (late.py)
+            if key in self.nested_nodes:
+                maybe = self.__dict__.setdefault("nested_maybe", [])
+                maybe += [f"{name} (registered during the pass on a tensor {self.nested_nodes[key]} made: a recompute)"
+                          for name in dict.fromkeys(functions)]
         if getattr(self, "nested_maybe", None):  # hooks in C on tensors outside this graph (calls._nested_start)
             self.note(f"a nested backward run by {by} (reentrant checkpointing, or a backward() inside a hook) ran "
                       f"these hooks written in C if it reached their tensors (no Python frame shows it): "

@@ -82,17 +82,14 @@ def _post_dicts(observer: Any) -> dict[int, int]:
 def tensor_registered(observer: Any, tensor: Any, handle: Any) -> None:
     """``Tensor.register_hook`` returned ``handle`` during the pass. A hook written in C on a tensor that the running
     node made during the pass (a reentrant checkpoint's recompute: a forward hook registering a gradient hook)
-    runs, if at all, in the backward that node runs next, where no Python frame shows it: the pass says so, and
-    values without hooks past that node are unknown. Any other is known from now on (``add_registered``)."""
+    runs, if at all, in the backward that node runs next (reentrant checkpointing), where no Python frame shows it:
+    if that node runs one, the pass says so and values without hooks past it are unknown. Any other is known from
+    now on (``add_registered``)."""
     hooks = getattr(tensor, "_backward_hooks", None) if isinstance(tensor, torch.Tensor) else None
     hook = hooks.get(getattr(handle, "id", None)) if hooks else None
     node, made_by = _current_node(), getattr(tensor, "grad_fn", None)
     if hook is not None and node is not None and made_by is not None and not runs_python(hook) \
             and made_by._sequence_nr() >= observer.first_new and all(fn is not made_by for fn in observer.shape.nodes):
         observer.nested_c.setdefault(id(node), []).append(function_name(hook))
-        text = f"{function_name(hook)} (registered during the pass on a tensor {node.name()} made: a recompute)"
-        maybe = observer.__dict__.setdefault("nested_maybe", [])
-        if text not in maybe:
-            maybe.append(text)
-        return
+        return  # said only if that node runs a backward (ending.seal); a recompute for unpacking discards its graph
     observer.add_registered(tensor, handle)

@@ -201,7 +201,7 @@ class NodeRecorder(UnexplainedChanges):
         if id(fn) in self.nested_nodes and self.nested_hooks:
             self.unhooked.unknown_from(fn, "hooks ran inside a backward that " + fn.name() + " ran (reentrant "
                                        "checkpointing, or a backward() inside a hook): they are not recorded")
-        elif id(fn) in self.nested_c:
+        elif id(fn) in self.nested_c and id(fn) in self.nested_nodes:
             self.unhooked.unknown_from(fn, f"hooks written in C ({', '.join(sorted(set(self.nested_c[id(fn)])))}), "
                                        f"registered during the pass on tensors {fn.name()} made, may have run in "
                                        "the backward it ran: no Python frame shows whether they did or what they "

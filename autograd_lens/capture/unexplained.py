@@ -77,9 +77,10 @@ class UnexplainedChanges:
 
     def _around_seen_hooks(self, fn: Any, output: int, received: Any, before: list, live: tuple,
                            nested: bool) -> list[HookRecord]:
-        """The hooks seen on ``fn``'s ``output`` did not get what its users sent, or what the last one passed on is
-        not what reached ``fn``: a hook written in C on the same tensor (no name here, so not listed), registered
-        before them or after them, changed it. One before them is put in ``before``; one after them is returned."""
+        """The hooks seen on ``fn``'s ``output`` did not get what its users sent, one did not get what the one before
+        passed on, or what the last one passed on is not what reached ``fn``: a hook written in C on the same tensor
+        (no name here, so not listed) registered before, between or after them changed it. One before or between
+        them is put in ``before``; one after them is returned."""
         seen = [call for call in before if _output_of_call(call) == output]
         if not seen or any((call.node_fn or call.current_fn) is not fn for call in seen) or any(call.kind != "tensor" or call.unseen or call.error for call in seen) \
                 or nested or self.unhooked.other_edits or self.wrote_shared():
@@ -90,9 +91,15 @@ class UnexplainedChanges:
         if _changed(sent, first.grad_in) and not self._edited_on_its_way(fn, output, live, own):
             call = _unseen(fn, output, sent, first.grad_in, "before the hooks after it", "what the tensor's users sent, "
                            "added up", "what the hook after it received")
-            before.insert(before.index(first), call)
+            before.insert(_position(before, first), call)
             self.edits.append((edited_spans(live), sent))
             self.unhooked.activate(edited_in_place=True, seen=True)
+        for earlier, later in zip(seen, seen[1:]):
+            if _changed(earlier.grad_out, later.grad_in) and not self._edited_on_its_way(fn, output, live, own):
+                call = _unseen(fn, output, earlier.grad_out, later.grad_in, "between the hooks around it", "what the "
+                               "hook before it passed on", "what the hook after it received")
+                before.insert(_position(before, later), call)
+                self.unhooked.activate(edited_in_place=True, seen=True)
         if _changed(last.grad_out, received) and not self._edited_on_its_way(fn, output, live, own):
             return [_unseen(fn, output, last.grad_out, received, "after the hooks before it", "what the hook before "
                             "it passed on", f"what reached {fn.name()}")]
@@ -164,3 +171,7 @@ def _unseen(fn: Any, output: int, received: Any, passed: Any, where: str, got: s
     call.unseen = (f"no Python frame showed this hook: it is written in C, registered {where} on a tensor whose "
                    f"hooks cannot be listed (no name here); what it received is {got}, and what it passed on is {gave}")
     return call
+
+
+def _position(calls: list, call: HookRecord) -> int:
+    return next(index for index, other in enumerate(calls) if other is call)  # records hold tensors: no ==
