@@ -151,3 +151,16 @@ def anomaly_blames(program):
             found = re.search(r"Function '(\w+)' returned nan", str(error))
             return found.group(1) if found else None
     return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's Chromium, headless (test_browser.py has its own, and skips its whole module without it)."""
+    from test_browser import CHROMIUM, LAUNCH_ARGS, playwright
+
+    if CHROMIUM is None:
+        pytest.skip("Debian's chromium is not installed")
+    with playwright.sync_playwright() as driver:
+        chromium = driver.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
+        yield chromium
+        chromium.close()

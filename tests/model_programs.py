@@ -129,18 +129,11 @@ def make_multi(tag, mode):
         LOGOUT(tag, tuple(grads) if isinstance(grads, (list, tuple)) else grads)
     return multi
 
-def grad_catcher(tag, mode):
+def grad_catcher(tag, mode, in_c=False):
     def forward_hook(module, inputs, output):
         out = output[0] if isinstance(output, tuple) else output
         if out.requires_grad:
-            REG(out, "register_hook", make_hook(tag, mode))
-    return forward_hook
-
-def grad_catcher_c(tag, function):
-    def forward_hook(module, inputs, output):
-        out = output[0] if isinstance(output, tuple) else output
-        if out.requires_grad:
-            REG(out, "register_hook", CHOOK(tag, function))
+            REG(out, "register_hook", CHOOK(tag, mode) if in_c else make_hook(tag, mode))
     return forward_hook
 
 class Block(nn.Module):
@@ -380,7 +373,7 @@ class ModelGenerator:
         else:  # a forward hook that hooks the layer's output, every forward
             mode = self.mode(MODES)  # drawn either way: the programs of every seed stay as they were but this line
             in_c = zlib.crc32(f"{self.seed}:{tag}".encode()) % 10 < 3  # torch.neg: seen from the gradients around it
-            catcher = f"grad_catcher_c({tag!r}, 'neg')" if in_c else f"grad_catcher({tag!r}, {mode!r})"
+            catcher = f"grad_catcher({tag!r}, 'neg', True)" if in_c else f"grad_catcher({tag!r}, {mode!r})"
             self.lines.append(f"{module_path.replace('.', '_')}_fh = {module}.register_forward_hook({catcher})")
 
     def activation_hooks(self, k: int) -> list[str]:

@@ -194,18 +194,6 @@ def drawn_texts(where):
                           "g => [g.id, Array.from(g.querySelectorAll('text')).map(t => t.textContent)])")
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from test_browser import CHROMIUM, LAUNCH_ARGS, playwright
-
-    if CHROMIUM is None:
-        pytest.skip("Debian's chromium is not installed")
-    with playwright.sync_playwright() as driver:
-        chromium = driver.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
-        yield chromium
-        chromium.close()
-
-
 def check_open_and_fold(stepper, graph, click, press):
     """Click the folded box: the 12 layers' boxes appear with their texts; click an opened outline: folded again.
     Then the same with the keyboard (focus, Enter; Space on the outline)."""

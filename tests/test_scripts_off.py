@@ -122,18 +122,6 @@ def test_the_overview_is_deterministic():
 # ----------------------------------------------------------------------------- in a real browser
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from test_browser import CHROMIUM, LAUNCH_ARGS, playwright
-
-    if CHROMIUM is None:
-        pytest.skip("Debian's chromium is not installed")
-    with playwright.sync_playwright() as driver:
-        chromium = driver.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
-        yield chromium
-        chromium.close()
-
-
 @pytest.mark.browser
 def test_scripts_off_show_the_overview_and_scripts_on_the_full_pass(browser, tmp_path):
     from test_browser import open_page

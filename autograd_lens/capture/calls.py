@@ -10,8 +10,9 @@ from typing import Any
 import torch
 
 from ..model import values_equal
-from .hooks import (ENGINE_CODE, may_edit_in_place, TORCH_DIR, Wrapper, code_of, engine_call_args, function_name, module_hook_kind,
-                    multi_grad_received, runs_in, user_function, wrapper_family, wrapper_module, wrapper_state)
+from .hooks import (ENGINE_CODE, TORCH_DIR, Wrapper, code_of, engine_call_args, function_name, may_edit_in_place,
+                    module_hook_kind, multi_grad_received, runs_in, user_function, wrapper_family, wrapper_module,
+                    wrapper_state)
 from .late import LATE_CODE, REGISTER_CODE
 from .late import registered as late_registered
 from .late import tensor_registered

@@ -38,24 +38,16 @@ class UnexplainedChanges:
             if pre.unseen or not isinstance(pre.grad_in, tuple) or len(pre.grad_in) != len(arrived):
                 return found
             arrived = pre.grad_in
-        consumers = self.shape.consumers
-        records, ran = self.records, self.ran
         for output, received in enumerate(arrived):
-            users = consumers.get((id(fn), output), ())
             if output in hooked:
                 found += self._around_seen_hooks(fn, output, received, before, live, nested)
                 continue
-            if received is None and not users:
+            if received is None and not self.shape.consumers.get((id(fn), output)):
                 continue
-            if len(users) == 1 and id(users[0][0]) in ran:  # the usual case: one user, its copy reused as is
-                sent = records[ran[id(users[0][0])]].sent
-                slot = users[0][1]
-                if isinstance(sent, tuple) and slot < len(sent) and sent[slot] is received:
-                    continue
+            if self._sent_as_is(fn, output) is received:  # the usual case: one user, its copy reused as is
+                continue
             sent = self.unhooked.input_of(fn, output, hooked=True)
-            if sent is received or isinstance(sent, (Unknown, TensorSummary)) or isinstance(received, TensorSummary):
-                continue
-            if values_equal(sent, received):
+            if not _changed(sent, received):
                 continue
             if self.unhooked.other_edits or self.wrote_shared() or self._edited_on_its_way(fn, output, live):
                 continue  # an edit in place of a gradient sharing its memory may have changed it: no call invented
@@ -63,17 +55,26 @@ class UnexplainedChanges:
                 self.unhooked.unknown_from(fn, f"what reached {fn.name()} was changed inside the backward it ran "
                                                "(reentrant checkpointing), by code the lens does not record")
                 continue
-            call = unseen_call(None, "tensor", None, fn, output, "which hook it is")
-            call.grad_in, call.grad_out, call.modified, call.returned_none = sent, received, True, False
-            call.unseen = ("no Python frame showed this hook: it is written in C, on a tensor whose hooks cannot "
-                           "be listed (no name here, or changed in place after the hook was registered); what it "
-                           "received is what the tensor's users sent, added up, and what it passed on is what "
-                           f"reached {fn.name()}")
-            found.append(call)
-        if found:  # such a hook may have edited in place what reached fn (it had what the users sent)
-            self.edits.extend((edited_spans(live), call.grad_in) for call in found)
-            self.unhooked.activate(edited_in_place=True, seen=True)
+            found.append(_unseen(fn, output, sent, received, "on a tensor whose hooks cannot be listed (no name here, "
+                                 "or changed in place after the hook was registered); what it received is what the "
+                                 "tensor's users sent, added up, and what it passed on is what reached " + fn.name()))
+        self._invented(found, live)
         return found
+
+    def _sent_as_is(self, fn: Any, output: int) -> Any:
+        """The copy of what the one user of ``fn``'s ``output`` sent there, when it has one user that ran."""
+        users = self.shape.consumers.get((id(fn), output), ())
+        if len(users) == 1 and id(users[0][0]) in self.ran:
+            sent, slot = self.records[self.ran[id(users[0][0])]].sent, users[0][1]
+            if isinstance(sent, tuple) and slot < len(sent):
+                return sent[slot]
+        return None
+
+    def _invented(self, calls: list[HookRecord], live: tuple) -> None:
+        """Calls of unseen hooks found from the values around them: each may have edited in place what it got."""
+        if calls:
+            self.edits.extend((edited_spans(live), call.grad_in) for call in calls)
+            self.unhooked.activate(edited_in_place=True, seen=True)
 
     def _around_seen_hooks(self, fn: Any, output: int, received: Any, before: list, live: tuple,
                            nested: bool) -> list[HookRecord]:
@@ -82,28 +83,35 @@ class UnexplainedChanges:
         (no name here, so not listed) registered before, between or after them changed it. One before or between
         them is put in ``before``; one after them is returned."""
         seen = [call for call in before if _output_of_call(call) == output]
-        if not seen or any((call.node_fn or call.current_fn) is not fn for call in seen) or any(call.kind != "tensor" or call.unseen or call.error for call in seen) \
-                or nested or self.unhooked.other_edits or self.wrote_shared():
-            return []  # changed by what the lens does not follow (a nested backward, code in C that edits)
-        own = tuple(call.grad_in for call in seen)  # their own edits are in what they passed on
+        if nested or not seen or any(call.kind != "tensor" or call.unseen or call.error
+                                     or (call.node_fn or call.current_fn) is not fn for call in seen):
+            return []  # a nested backward ran here, or calls of another kind or node
         first, last = seen[0], seen[-1]
-        sent = self.unhooked.input_of(fn, output, hooked=True)
-        if _changed(sent, first.grad_in) and not self._edited_on_its_way(fn, output, live, own):
-            call = _unseen(fn, output, sent, first.grad_in, "before the hooks after it", "what the tensor's users sent, "
-                           "added up", "what the hook after it received")
-            before.insert(_position(before, first), call)
-            self.edits.append((edited_spans(live), sent))
-            self.unhooked.activate(edited_in_place=True, seen=True)
-        for earlier, later in zip(seen, seen[1:]):
-            if _changed(earlier.grad_out, later.grad_in) and not self._edited_on_its_way(fn, output, live, own):
-                call = _unseen(fn, output, earlier.grad_out, later.grad_in, "between the hooks around it", "what the "
-                               "hook before it passed on", "what the hook after it received")
+        sent = self._sent_as_is(fn, output)
+        if sent is not first.grad_in:  # not the one user's copy as is: what the users sent, added up
+            sent = self.unhooked.input_of(fn, output, hooked=True)
+        gaps = [(None, first, sent, first.grad_in, "before the hooks after it", "what the tensor's users sent, added "
+                 "up", "what the hook after it received")]
+        gaps += [(earlier, later, earlier.grad_out, later.grad_in, "between the hooks around it", "what the hook "
+                  "before it passed on", "what the hook after it received") for earlier, later in zip(seen, seen[1:])]
+        gaps.append((last, None, last.grad_out, received, "after the hooks before it", "what the hook before it "
+                     "passed on", f"what reached {fn.name()}"))
+        gaps = [gap for gap in gaps if _changed(gap[2], gap[3])]
+        if not gaps or self.unhooked.other_edits or self.wrote_shared():
+            return []  # unchanged, or changed by what the lens does not follow (code in C that edits)
+        own = tuple(call.grad_in for call in seen)  # their own edits are in what they passed on
+        if self._edited_on_its_way(fn, output, live, own):
+            return []
+        after = []
+        for _, later, got, gave, where, got_text, gave_text in gaps:
+            call = _unseen(fn, output, got, gave, f"registered {where} on a tensor whose hooks cannot be listed (no "
+                           f"name here); what it received is {got_text}, and what it passed on is {gave_text}")
+            if later is None:
+                after.append(call)
+            else:
                 before.insert(_position(before, later), call)
-                self.unhooked.activate(edited_in_place=True, seen=True)
-        if _changed(last.grad_out, received) and not self._edited_on_its_way(fn, output, live, own):
-            return [_unseen(fn, output, last.grad_out, received, "after the hooks before it", "what the hook before "
-                            "it passed on", f"what reached {fn.name()}")]
-        return []
+                self._invented([call], live)
+        return after
 
     def _edited_on_its_way(self, fn: Any, output: int, live: tuple, own: tuple = ()) -> bool:
         """Whether an edit in place (by a hook seen editing, or a hook in C found before) may have reached what
@@ -165,11 +173,11 @@ def _changed(before: Any, after: Any) -> bool:
     return not values_equal(before, after)
 
 
-def _unseen(fn: Any, output: int, received: Any, passed: Any, where: str, got: str, gave: str) -> HookRecord:
+def _unseen(fn: Any, output: int, received: Any, passed: Any, how: str) -> HookRecord:
+    """A call of a hook no frame showed, on ``fn``'s ``output``, which changed ``received`` into ``passed``."""
     call = unseen_call(None, "tensor", None, fn, output, "which hook it is")
     call.grad_in, call.grad_out, call.modified, call.returned_none = received, passed, True, False
-    call.unseen = (f"no Python frame showed this hook: it is written in C, registered {where} on a tensor whose "
-                   f"hooks cannot be listed (no name here); what it received is {got}, and what it passed on is {gave}")
+    call.unseen = f"no Python frame showed this hook: it is written in C, {how}"
     return call
 
 
