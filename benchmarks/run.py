@@ -65,7 +65,8 @@ def main() -> None:
                   found["traced"] / plain, target,
                   f" (plain {plain * 1e3:.2f} ms; floors: Python hooks recording nothing + idle profile function "
                   f"×{found['floor'] / plain:.2f}, hooks only copying what each node sends ×{found['copy_floor'] / plain:.2f}; "
-                  f"torch.profiler ×{found['profiler'] / plain:.2f})", found["floor"] / plain)
+                  f"torch.profiler ×{found['profiler'] / plain:.2f}; means with garbage collections: "
+                  f"×{found['traced_mean'] / found['plain_mean']:.2f})", found["floor"] / plain)
         if batch == 32:
             ratio_row("trace + building the pass model, same graph", found["traced"] / plain, 6.0,
                       " (the model is built inside backward(): the row above)", found["floor"] / plain)

@@ -85,41 +85,42 @@ def run_node(fn: Any, grads: list[Any]) -> tuple[Any, ...] | Unknown:
         if type(fn).__name__ not in _IDENTITY_NODES:
             return Unknown(f"{name}'s backward is Python code (a custom autograd.Function or torch's own, "
                            "e.g. reentrant checkpointing); running it again could change your program")
-        outputs: Any = tuple(grads)
     elif type(fn).__module__ != "builtins":
         return Unknown(f"{name} is not one of torch's C++ backward functions, so it is not run again")
     elif saved_tensors_packed(fn):
         return Unknown(f"{name}'s saved tensors were packed by a saved-tensor hook (e.g. checkpointing); "
                        "unpacking them again would run that hook")
-    else:
-        try:
-            with torch.no_grad(), _hidden_from_modes():
+    with torch.no_grad(), _hidden_from_modes():
+        if isinstance(fn, _PYTHON_NODE):
+            outputs: Any = tuple(grads)
+        else:
+            try:
                 outputs = fn(*grads)
+            except Exception as problem:
+                return Unknown(f"{name} could not be run again ({type(problem).__name__}: {problem})")
+        outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
+        try:
+            return _reduce(fn, outputs)
         except Exception as problem:
-            return Unknown(f"{name} could not be run again ({type(problem).__name__}: {problem})")
-    outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
-    try:
-        return _reduce(fn, outputs)
-    except Exception as problem:
-        return Unknown(f"the result of {name} could not be reduced to its inputs' shapes ({problem})")
+            return Unknown(f"the result of {name} could not be reduced to its inputs' shapes ({problem})")
 
 
 def _reduce(fn: Any, outputs: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The engine's ``validate_outputs``: sum broadcast dimensions away and convert the dtype."""
+    """The engine's ``validate_outputs``: sum broadcast dimensions away and convert the dtype (called with grad
+    mode off and the lens's work hidden, by ``run_node``)."""
     reduced = []
-    with torch.no_grad(), _hidden_from_modes():
-        for slot, (next_fn, output_nr) in enumerate(fn.next_functions):
-            value = outputs[slot] if slot < len(outputs) else None
-            if next_fn is None or not isinstance(value, torch.Tensor):
-                reduced.append(None)
-                continue
-            metadata = next_fn._input_metadata[output_nr]
-            shape = tuple(metadata.shape)
-            if tuple(value.shape) != shape:
-                value = value.sum_to_size(shape)
-            if value.dtype != metadata.dtype:
-                value = value.to(metadata.dtype)
-            reduced.append(value)
+    for slot, (next_fn, output_nr) in enumerate(fn.next_functions):
+        value = outputs[slot] if slot < len(outputs) else None
+        if next_fn is None or not isinstance(value, torch.Tensor):
+            reduced.append(None)
+            continue
+        metadata = next_fn._input_metadata[output_nr]
+        shape = tuple(metadata.shape)
+        if tuple(value.shape) != shape:
+            value = value.sum_to_size(shape)
+        if value.dtype != metadata.dtype:
+            value = value.to(metadata.dtype)
+        reduced.append(value)
     return tuple(reduced)
 
 
@@ -171,11 +172,13 @@ class Unhooked:
                 for output_nr in range(len(grad_outputs))
                 for user, _ in consumers.get((id(fn), output_nr), ())
             )
+        if not diverged and not self.edited_in_place:
+            return  # what reached fn is what would have: nothing to compute
         unhooked = [self.input_of(fn, output_nr) for output_nr in range(len(grad_outputs))]
-        if not diverged and self.edited_in_place:
-            diverged = not all(_same(value, received) for value, received in zip(unhooked, grad_outputs))
         if not diverged:
-            return
+            diverged = not all(_same(value, received) for value, received in zip(unhooked, grad_outputs))
+            if not diverged:
+                return
         if is_leaf:
             self.leaf[id(fn)] = unhooked[0] if unhooked else None
             return
