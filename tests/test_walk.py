@@ -257,3 +257,75 @@ def test_boxes_and_arrows_are_what_their_dataclasses_make():
         assert list(vars(made)) == list(vars(plain))  # no field missing, none added, in field order
         with pytest.raises(dataclasses.FrozenInstanceError):
             made.label = "changed"
+
+
+def test_every_budget_keeps_what_the_box_count_keeps():
+    """The walk skips _within_budget when every box fits: for each max_nodes around the graph's size, the functions
+    drawn are the first ones _within_budget keeps (leaves counted once per use), no more, no fewer."""
+    from autograd_lens.capture.names import names_from
+    from autograd_lens.capture.structure import structure
+    from autograd_lens.capture.walk import _within_budget, walk
+    from autograd_lens.model import GraphOptions
+
+    w = torch.tensor(0.5, requires_grad=True)
+    b = torch.tensor(0.1, requires_grad=True)
+    h = torch.tensor(1.0)
+    for _ in range(6):
+        h = torch.tanh(h * w + b)
+    names = names_from({"w": w, "b": b})
+    for max_nodes in range(1, 40):
+        shape = structure([h])
+        shape.label(names, [None])
+        kept = shape.nodes[:_within_budget(shape.nodes, shape, max_nodes)]
+        graph = walk(shape, names, GraphOptions(max_nodes=max_nodes, split_leaf_uses=10)).graph
+        drawn = [node for node in graph.nodes if node.kind == "function"]
+        assert len(drawn) == sum(1 for fn in kept if id(fn) not in shape.leaf_labels), max_nodes
+        assert graph.hidden_nodes == len(shape.nodes) - len(kept), max_nodes
+        leaf_boxes = [node for node in graph.nodes if node.kind == "leaf"]
+        assert len(leaf_boxes) == sum(1 for fn in kept if id(fn) in shape.leaf_labels), max_nodes
+        uses = {id(fn): 0 for fn in kept if id(fn) in shape.leaf_labels}
+        for fn in kept:
+            for next_fn, _ in fn.next_functions:
+                if id(next_fn) in uses:
+                    uses[id(next_fn)] += 1
+        graph = walk(shape, names, GraphOptions(max_nodes=max_nodes, split_leaf_uses=1)).graph
+        copies = [node for node in graph.nodes if node.kind == "leaf"]  # one box per use past one use
+        assert len(copies) == sum(count if count > 1 else 1 for count in uses.values()), max_nodes
+
+
+def test_structure_keeps_each_nodes_edges_as_torch_gives_them():
+    """Structure reads each node's next_functions once: the same nodes, in the same slots, as torch gives them,
+    and consumers as found from torch's own tuples."""
+    from autograd_lens.capture.structure import structure
+
+    x = torch.randn(3, requires_grad=True)
+    a, c = torch.randn(3).split([1, 2])
+    out = (x * 2).sum() + (x.exp() * c.sum()).sum() + torch.cat([a * x[:1], x[1:]]).sum()
+    shape = structure([out])
+    assert len(shape.nexts) == len(shape.nodes)
+    consumers: dict = {}
+    for fn, kept in zip(shape.nodes, shape.nexts):
+        fresh = fn.next_functions
+        assert len(kept) == len(fresh)
+        assert all(k is f or (k[0] is f[0] and k[1] == f[1]) for k, f in zip(kept, fresh))
+        for slot, (next_fn, output_nr) in enumerate(fresh):
+            if next_fn is not None:
+                consumers.setdefault((id(next_fn), output_nr), []).append((fn, slot))
+    assert {key: [(id(fn), slot) for fn, slot in users] for key, users in shape.consumers.items()} \
+        == {key: [(id(fn), slot) for fn, slot in users] for key, users in consumers.items()}
+    assert shape.next_of() == {id(fn): kept for fn, kept in zip(shape.nodes, shape.nexts)}
+
+
+def test_large_leaf_values_are_the_summary_the_dataclass_makes():
+    """A large leaf's value on a big graph is TensorSummary(shape, dtype), made without its setattr per field."""
+    import dataclasses
+
+    from autograd_lens.capture.walk import _small
+    from autograd_lens.model import GraphOptions
+
+    for tensor in (torch.zeros(64, 64), torch.zeros(3, 7, dtype=torch.float64), torch.zeros(40, dtype=torch.int32)):
+        made = _small(tensor, GraphOptions(max_elements=16), stats=False)
+        plain = TensorSummary(shape=tuple(tensor.shape), dtype=str(tensor.dtype).removeprefix("torch."))
+        assert made == plain and repr(made) == repr(plain) and hash(made) == hash(plain)
+        assert list(vars(made)) == [item.name for item in dataclasses.fields(TensorSummary)]
+        assert _small(tensor, GraphOptions(max_elements=16), False, tuple(tensor.shape)) == plain

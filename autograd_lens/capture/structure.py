@@ -64,16 +64,36 @@ class Structure:
     root_labels: list[str] = field(default_factory=list)  # filled by label()
     leaf_labels: dict[int, str] = field(default_factory=dict)  # id(AccumulateGrad) -> label, by label()
     depth: int = 0  # breadth-first levels from the roots
+    # each node's ``next_functions``, as ``nodes`` (torch builds the tuple anew at every read; a node's edges never
+    # change once it is made): read with :meth:`next_of` or :meth:`edges`
+    nexts: list[tuple] = field(default_factory=list)
+
+    def edges(self) -> list[tuple]:
+        """``next_functions`` of every node, in the order of ``nodes``."""
+        if len(self.nexts) != len(self.nodes):
+            self.nexts = [fn.next_functions for fn in self.nodes]
+        return self.nexts
+
+    def next_of(self) -> dict[int, tuple]:
+        """``id(node)`` → its ``next_functions``, for the nodes of this graph."""
+        return dict(zip(map(id, self.nodes), self.edges()))
 
     @property
     def consumers(self) -> dict[tuple[int, int], list[tuple[Any, int]]]:
         """``(id(node), output)`` → its users as ``(user, input slot)``, in walk order."""
         if self._consumers is None:
             consumers: dict[tuple[int, int], list[tuple[Any, int]]] = {}
-            for fn in self.nodes:
-                for slot, (next_fn, output_nr) in enumerate(fn.next_functions):
+            for fn, following in zip(self.nodes, self.edges()):
+                slot = 0
+                for next_fn, output_nr in following:
                     if next_fn is not None:
-                        consumers.setdefault((id(next_fn), output_nr), []).append((fn, slot))
+                        key = (id(next_fn), output_nr)
+                        users = consumers.get(key)
+                        if users is None:
+                            consumers[key] = [(fn, slot)]
+                        else:
+                            users.append((fn, slot))
+                    slot += 1
             self._consumers = consumers
         return self._consumers
 
@@ -99,9 +119,10 @@ class Structure:
 def structure(roots: Sequence[Any]) -> Structure:
     """Reachable nodes and who uses what (no names, no values, no model): cheap, before a pass."""
     starts = root_edges(roots)
-    reachable, depth = _reachable_with_depth([fn for fn, _ in starts])
+    nexts: list[tuple] = []
+    reachable, depth = _reachable_with_depth([fn for fn, _ in starts], nexts)
     leaves = {id(fn): fn for fn in reachable if type(fn).__name__ == "AccumulateGrad"}
-    return Structure(reachable, starts, leaves, depth=depth)
+    return Structure(reachable, starts, leaves, depth=depth, nexts=nexts)
 
 
 def _reachable(starts: list[Any]) -> list[Any]:
@@ -109,9 +130,11 @@ def _reachable(starts: list[Any]) -> list[Any]:
     return _reachable_with_depth(starts)[0]
 
 
-def _reachable_with_depth(starts: list[Any]) -> tuple[list[Any], int]:
-    """Like :func:`_reachable`, and the number of breadth-first levels (how deep the graph is)."""
+def _reachable_with_depth(starts: list[Any], nexts: list[tuple] | None = None) -> tuple[list[Any], int]:
+    """Like :func:`_reachable`, and the number of breadth-first levels (how deep the graph is); ``nexts``, when
+    given, receives each node's ``next_functions`` in the same order."""
     order: list[Any] = []
+    keep = nexts.append if nexts is not None else None
     seen: set[int] = set()
     level = [node for node in starts if node is not None]
     depth = 0
@@ -119,11 +142,15 @@ def _reachable_with_depth(starts: list[Any]) -> tuple[list[Any], int]:
         depth += 1
         following = []
         for fn in level:
-            if id(fn) in seen:
+            key = id(fn)
+            if key in seen:
                 continue
-            seen.add(id(fn))
+            seen.add(key)
             order.append(fn)
-            for next_fn, _ in fn.next_functions:
+            edges = fn.next_functions
+            if keep is not None:
+                keep(edges)
+            for next_fn, _ in edges:
                 if next_fn is not None and id(next_fn) not in seen:
                     following.append(next_fn)
         level = following

@@ -107,6 +107,9 @@ class Walk:
 
 
 def _hook_badges(tensor: torch.Tensor) -> tuple[str, ...]:
+    if not getattr(tensor, "_backward_hooks", None) and not getattr(tensor, "_post_accumulate_grad_hooks", None) \
+            and tensor.grad_fn is None:
+        return ()  # most leaves: no hook, and retain_grad() is for non-leaves
     badges = []
     for hook in getattr(tensor, "_backward_hooks", None) and tensor._backward_hooks.values() or ():
         badges.append(f"[hook] {hook_name(hook)}")
@@ -199,10 +202,22 @@ def walk(
         shape = structure(roots)
         shape.label(names, root_names)
     reachable = shape.nodes
-    kept = _within_budget(reachable, shape, options.max_nodes)
-    kept_ids = {id(fn) for fn in kept}
+    nexts = shape.edges()  # each node's next_functions, read once
+    leaf_labels = shape.leaf_labels
+    uses = _leaf_uses(nexts, leaf_labels)  # id(AccumulateGrad) -> uses by the functions drawn
+    if len(reachable) - len(leaf_labels) + sum(uses.values()) <= options.max_nodes:
+        count = len(reachable)  # every box fits (what _within_budget would find, without going through them)
+    else:
+        count = _within_budget(reachable, shape, options.max_nodes, nexts)
+        uses = _leaf_uses(nexts[:count], leaf_labels)
+    kept = reachable[:count]
+    all_kept = count == len(reachable)  # every input of a kept function is kept (the usual case)
+    kept_ids = None if all_kept else {id(fn) for fn in kept}
     build = _Builder(options)
+    node = build.node
     result = Walk(graph=None, structure=shape)  # type: ignore[arg-type]
+    function_ids, labels = result.function_ids, result.labels
+    tensor_ids, tensor_labels, output_edges = result.tensor_ids, result.tensor_labels, result.output_edges
     # Summaries of large tensors cost a few reductions each: only for graphs a student reads.
     stats = len(reachable) <= 200
     tensors_by_node = {}
@@ -210,77 +225,71 @@ def walk(
         if tensor.grad_fn is not None:
             tensors_by_node.setdefault((id(tensor.grad_fn), tensor.output_nr), tensor)
     root_label = {(id(fn), nr): label for (fn, nr), label in zip(shape.root_edges, shape.root_labels)}
-    uses: dict[int, int] = {}  # id(AccumulateGrad) -> uses by the functions drawn
-    for fn in kept:
-        for next_fn, _ in fn.next_functions:
-            if next_fn is not None and id(next_fn) in shape.leaf_labels:
-                uses[id(next_fn)] = uses.get(id(next_fn), 0) + 1
     storage_names = _storage_names(names) if options.show_saved else {}
     module_badges = names.module_badges()
     user_names = set(names.tensors.values())
+    outputs_named = names.outputs
+    split = options.split_leaf_uses
+    show_saved = options.show_saved
 
     leaf_copies: dict[int, list[str]] = {}
     for fn in kept:
         name = fn.name()
-        if id(fn) in shape.leaf_labels:
+        fn_key = id(fn)
+        label = leaf_labels.get(fn_key)
+        if label is not None:
             variable = fn.variable
-            label = shape.leaf_labels[id(fn)]
-            count = uses.get(id(fn), 0)
-            copies = count if count > options.split_leaf_uses else 1
+            count_uses = uses.get(fn_key, 0)
+            copies = count_uses if count_uses > split else 1
+            shape_now = tuple(variable.shape)
             if leaf_state is not None:
-                value, grad = leaf_state[id(fn)]
+                value, grad = leaf_state[fn_key]
                 if value is None:
-                    value = _small(variable, options, stats)
+                    value = _small(variable, options, stats, shape_now)
             else:
-                value, grad = _small(variable, options, stats), _small(variable.grad, options, stats)
-            fields = dict(
-                kind="output" if (id(fn), 0) in root_label else "leaf",
-                label=label,
-                op=name,
-                shape=tuple(variable.shape),
-                value=value,
-                grad=grad,
-                hooks=_hook_badges(variable) + module_badges.get(id(variable), ()),
-                sequence_nr=None,
-            )
-            ids = [
-                build.node(**fields, detail=f"use {copy + 1} of {copies}" if copies > 1 else "")
-                for copy in range(copies)
-            ]
-            leaf_copies[id(fn)] = ids
-            result.function_ids[id(fn)] = ids[0]
-            result.labels[id(fn)] = label
-            result.tensor_ids[(id(fn), 0)] = ids[0]
-            result.tensor_labels[(id(fn), 0)] = label
+                value, grad = _small(variable, options, stats, shape_now), _small(variable.grad, options, stats)
+            kind = "output" if (fn_key, 0) in root_label else "leaf"
+            badges = _hook_badges(variable) + module_badges.get(id(variable), ())
+            if copies == 1:
+                ids = [node(kind=kind, label=label, op=name, shape=shape_now, value=value, grad=grad, hooks=badges,
+                            sequence_nr=None, detail="")]
+            else:
+                ids = [node(kind=kind, label=label, op=name, shape=shape_now, value=value, grad=grad, hooks=badges,
+                            sequence_nr=None, detail=f"use {copy + 1} of {copies}") for copy in range(copies)]
+            leaf_copies[fn_key] = ids
+            function_ids[fn_key] = ids[0]
+            labels[fn_key] = label
+            tensor_ids[(fn_key, 0)] = ids[0]
+            tensor_labels[(fn_key, 0)] = label
             continue
-        named_output = names.outputs.get((id(fn), 0))
+        named_output = outputs_named.get((fn_key, 0))
         label = op_label(name)
         if label in user_names:  # the user has a tensor of that name (a target ``t``): not this op, say it's a call
             label += "()"
         metadata = _metadata(fn)
-        saved = _saved_values(fn) if options.show_saved else []  # read once: the summary and the constants
-        node_id = build.node(
+        saved = _saved_values(fn) if show_saved else []  # read once: the summary and the constants
+        node_id = node(
             kind="function",
             label=label,
             op=name,
             shape=_output_shape(metadata, 0),
-            detail=_saved_summary(fn, names, storage_names, options, saved) if options.show_saved else "",
+            detail=_saved_summary(fn, names, storage_names, options, saved) if show_saved else "",
             sequence_nr=fn._sequence_nr(),
             reduced=_reduced_dims(fn),
         )
-        result.function_ids[id(fn)] = node_id
-        result.labels[id(fn)] = label if named_output is None else f"{label} → {named_output}"
+        function_ids[fn_key] = node_id
+        labels[fn_key] = label if named_output is None else f"{label} → {named_output}"
         # A tensor node for every output that has a name, is a root, or is one of several outputs.
         outputs = len(metadata) or 1
         for output_nr in range(outputs):
-            key = (id(fn), output_nr)
-            tensor_label = root_label.get(key) or names.outputs.get(key)
+            key = (fn_key, output_nr)
+            tensor_label = root_label.get(key) or outputs_named.get(key)
             if tensor_label is None and outputs > 1 and key in result.consumers:
                 tensor_label = f"{label}[{output_nr}]"
             if tensor_label is None:
                 continue
             live = tensors_by_node.get(key)
-            tensor_id = build.node(
+            tensor_id = node(
                 kind="output" if key in root_label else "tensor",
                 label=tensor_label,
                 shape=_output_shape(metadata, output_nr),
@@ -288,29 +297,37 @@ def walk(
                 grad=_small(live.grad, options, stats) if live is not None and live.retains_grad else None,
                 hooks=_hook_badges(live) if live is not None else (),
             )
-            result.tensor_ids[key] = tensor_id
-            result.tensor_labels[key] = tensor_label
-            result.output_edges[key] = build.edge(node_id, tensor_id)
-        if options.show_saved:
+            tensor_ids[key] = tensor_id
+            tensor_labels[key] = tensor_label
+            output_edges[key] = build.edge(node_id, tensor_id)
+        if show_saved:
             _add_constants(build, saved, node_id)
 
     # Arrows from each input (tensor node, or the function standing for an unnamed result) to its user.
     use_counter: dict[int, int] = {}
-    for fn in kept:
-        if id(fn) in shape.leaf_labels:
+    input_edges = result.input_edges
+    edge = build.edge
+    for fn, following in zip(kept, nexts):
+        fn_key = id(fn)
+        if fn_key in leaf_labels:
             continue
-        dst = result.function_ids[id(fn)]
-        for slot, (next_fn, output_nr) in enumerate(fn.next_functions):
-            if next_fn is None or id(next_fn) not in kept_ids:
+        dst = function_ids[fn_key]
+        slot = -1
+        for next_fn, output_nr in following:
+            slot += 1
+            if next_fn is None:
                 continue
-            if id(next_fn) in leaf_copies:
-                copies = leaf_copies[id(next_fn)]
-                index = use_counter.get(id(next_fn), 0)
-                use_counter[id(next_fn)] = index + 1
+            key = id(next_fn)
+            if kept_ids is not None and key not in kept_ids:
+                continue
+            copies = leaf_copies.get(key)
+            if copies is not None:
+                index = use_counter.get(key, 0)
+                use_counter[key] = index + 1
                 src = copies[min(index, len(copies) - 1)]
             else:
-                src = result.tensor_ids.get((id(next_fn), output_nr)) or result.function_ids[id(next_fn)]
-            result.input_edges[(id(fn), slot)] = build.edge(src, dst)
+                src = tensor_ids.get((key, output_nr)) or function_ids[key]
+            input_edges[(fn_key, slot)] = edge(src, dst)
 
     hidden = len(reachable) - len(kept)
     if hidden:
@@ -319,25 +336,39 @@ def walk(
             label=f"{hidden} more backward functions not drawn",
             detail=f"pass max_nodes={len(reachable)} (or more) to draw all of them",
         )
-        for fn in kept:
-            if any(n is not None and id(n) not in kept_ids for n, _ in fn.next_functions):
-                build.edge(note, result.function_ids[id(fn)], kind="hidden")
+        for fn, following in zip(kept, nexts):
+            if any(n is not None and id(n) not in kept_ids for n, _ in following):
+                build.edge(note, function_ids[id(fn)], kind="hidden")
     result.graph = Graph(nodes=tuple(build.nodes), edges=tuple(build.edges), hidden_nodes=hidden, options=options)
     return result
 
 
-def _within_budget(reachable: list[Any], shape: Structure, max_nodes: int) -> list[Any]:
-    """The first backward functions (walk order) whose boxes, counting one box per use of a leaf
-    (a leaf may be drawn once per use), stay within ``max_nodes``."""
-    kept: list[Any] = []
+def _leaf_uses(nexts: list[tuple], leaf_labels: dict[int, str]) -> dict[int, int]:
+    """``id(AccumulateGrad)`` → how many inputs of these functions (their ``next_functions``) it is."""
+    uses: dict[int, int] = {}
+    for following in nexts:
+        for next_fn, _ in following:
+            if next_fn is not None:
+                key = id(next_fn)
+                if key in leaf_labels:
+                    uses[key] = uses.get(key, 0) + 1
+    return uses
+
+
+def _within_budget(reachable: list[Any], shape: Structure, max_nodes: int, nexts: list[tuple] | None = None) -> int:
+    """How many of the first backward functions (walk order) are drawn: those whose boxes, counting one box per use
+    of a leaf (a leaf may be drawn once per use), stay within ``max_nodes``."""
+    kept = 0
     boxes = 0
     leaves = shape.leaf_labels or shape.leaves
-    for fn in reachable:
+    for fn, following in zip(reachable, nexts if nexts is not None else shape.edges()):
         cost = 1 if id(fn) not in leaves else 0  # a leaf's boxes are counted at its uses
-        cost += sum(1 for next_fn, _ in fn.next_functions if next_fn is not None and id(next_fn) in leaves)
+        for next_fn, _ in following:
+            if next_fn is not None and id(next_fn) in leaves:
+                cost += 1
         if kept and boxes + cost > max_nodes:
             break
-        kept.append(fn)
+        kept += 1
         boxes += cost
     return kept
 
@@ -353,13 +384,21 @@ def leaf_state(shape: Structure, options: GraphOptions) -> dict[int, tuple[Value
             for key, fn in shape.leaves.items()}
 
 
-def _small(tensor: torch.Tensor | None, options: GraphOptions, stats: bool = True) -> Value:
-    """A value for a label: clone when small enough to print, otherwise a summary."""
+def _small(tensor: torch.Tensor | None, options: GraphOptions, stats: bool = True,
+           shape: tuple[int, ...] | None = None) -> Value:
+    """A value for a label: clone when small enough to print, otherwise a summary (``shape``: the tensor's, when
+    already read)."""
     if tensor is None:
         return None
     if tensor.numel() > options.max_elements and not stats:
-        return TensorSummary(shape=tuple(tensor.shape), dtype=dtype_name(tensor.dtype))
+        summary = _new(TensorSummary)  # TensorSummary(shape, dtype) without a frozen dataclass's setattr per field
+        summary.__dict__.update(_SUMMARY_DEFAULTS, shape=tuple(tensor.shape) if shape is None else shape,
+                                dtype=dtype_name(tensor.dtype))
+        return summary
     return snapshot(tensor, store_limit=options.max_elements)
+
+
+_SUMMARY_DEFAULTS = {item.name: item.default for item in dataclass_fields(TensorSummary)}
 
 
 def _add_constants(build: _Builder, saved: list[tuple[str, Any]], node_id: str) -> None:
