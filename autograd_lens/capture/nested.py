@@ -8,9 +8,15 @@ the pass says so in a note.
 
 from __future__ import annotations
 
+from types import FrameType
 from typing import Any
 
 import torch
+
+from .hooks import ENGINE_CODE, TORCH_DIR, Wrapper, function_name, module_hook_kind, user_function, wrapper_family, \
+    wrapper_module
+
+_current_node = torch._C._current_autograd_node
 
 
 def remember_grads(observer: Any) -> None:
@@ -36,3 +42,68 @@ def grads_written(observer: Any) -> None:
                 and name not in observer.nested_written:
             observer.nested_written.append(name)
     observer.nested_grads = None
+
+
+class NestedCalls:
+    """Part of :class:`~autograd_lens.capture.calls.HookCalls`: what the profile function sees of a backward run
+    inside the pass (its hooks, by name, in a note)."""
+
+    def _nested_start(self, frame: FrameType) -> None:
+        """A backward run inside this pass (reentrant checkpointing, a ``backward()`` in a hook): its hooks are
+        not steps of this pass; they are listed in a note, and values without hooks past the node that ran it
+        are unknown."""
+        self.nested_frames.append(frame)
+        node = _current_node()
+        if node is not None:
+            self.nested_nodes.setdefault(id(node), node.name())
+        remember_grads(self)
+        # hooks written in C on named tensors this graph does not reach (a checkpointed layer's parameters) run
+        # there without a frame: whether they ran is not seen
+        # (said in a note; they change no gradient this graph carries, so values without hooks stay known)
+        in_graph = {id(fn) for fn in self.shape.nodes}
+        maybe = self.__dict__.setdefault("nested_maybe", [])
+        for known in self.unseen_hooks:
+            text = f"{known.target}: hook {function_name(known.function)}"
+            if id(known.grad_fn) not in in_graph and text not in maybe:
+                maybe.append(text)
+        # it may write the .grad of leaves this pass has yet to reach: read theirs just before the write
+        for key, leaf in self.shape.leaves.items():
+            if key not in self.ran and key not in self.watched:
+                self.handles.append(leaf.register_prehook(self._before_write))
+                self.watched.add(key)
+
+    def _nested_profile(self, frame: FrameType) -> None:
+        """A call inside a nested backward: note the user hooks its engine calls (directly or through torch's
+        wrappers), by name and target."""
+        parent = frame.f_back
+        code = frame.f_code
+        if code is ENGINE_CODE:
+            self.nested_frames.append(frame)
+            return
+        if parent is None:
+            return
+        if not self.nested_running:
+            return  # the nested engine's Python wrapper (logging), before or after its C++ run
+        if parent.f_code is ENGINE_CODE and parent is self.nested_frames[-1]:
+            if code.co_filename.startswith(TORCH_DIR):
+                self.nested_wrapper = Wrapper(frame, wrapper_family(code))
+            elif code not in self._own_codes and code not in self.unpack_codes and not self._is_unpack_hook(code):
+                self._nested_hook(function_name(None, code))
+        elif self.nested_wrapper is not None and parent is self.nested_wrapper.frame \
+                and self.nested_wrapper.family != "ignore":
+            function = user_function(frame, self.nested_wrapper)
+            if function is not None:
+                self._nested_wrapped(function)
+
+    def _nested_wrapped(self, function: Any) -> None:
+        """A hook torch's wrapper called in a nested backward (a module hook, a multi-grad hook), by name."""
+        module = wrapper_module(self.nested_wrapper)
+        kind = "multi-grad" if self.nested_wrapper.family == "multi_grad" else \
+            module_hook_kind(self.nested_wrapper, function, module).replace("_", " ")
+        target = self.ensure_names().module_name(module) if module is not None else None
+        where = f"{target or type(module).__name__}: " if module is not None else ""
+        self._nested_hook(f"{where}{kind} hook {function_name(function)}")
+
+    def _nested_hook(self, text: str) -> None:
+        if text not in self.nested_hooks:
+            self.nested_hooks.append(text)
