@@ -73,3 +73,39 @@ def test_a_pass_removes_each_hook_handle_once_and_the_probe_without_a_call():
         RemovableHandle.remove = original
     assert nodes == len(lens.passes[0].node_runs) + 4 >= 9  # every function ran, and the four parameters' leaves
     assert len(removed) == len(set(removed)) == nodes  # the lens's own post-hooks, each once; no probe removal
+
+
+def test_the_lens_own_node_hooks_run_unwatched_from_their_first_line(monkeypatch):
+    """The profile function switches itself off as the lens's own node hook (or its pre-hook on a leaf's
+    AccumulateGrad) starts: the hook's own calls (thread checks, pausing) reach it no more; only its start and its
+    end do (issue #24). The user's hooks are still seen, before and after it, with what they got."""
+    import autograd_lens as al
+    from autograd_lens.capture.calls import HookCalls
+    from autograd_lens.capture.nodes import NodeRecorder
+
+    own = {NodeRecorder._on_node.__code__: "node", NodeRecorder._before_write.__code__: "leaf"}
+    seen: list = []
+    original = HookCalls._profile
+
+    def counting(self, frame, event, arg):
+        if frame.f_code in own:
+            seen.append((own[frame.f_code], event))
+        return original(self, frame, event, arg)
+
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    x.grad = torch.ones(2)  # a .grad before the pass: the lens reads it in a pre-hook on AccumulateGrad
+    y = x * 3
+    y.register_hook(lambda g: g * 2)
+    loss = (y * y).sum()
+    monkeypatch.setattr(HookCalls, "_profile", counting)
+    with al.Lens(names={"x": x, "y": y}) as lens:
+        loss.backward()
+    backward_pass = lens.passes[0]
+    assert [run.name for run in backward_pass.node_runs] == ["SumBackward0", "MulBackward0", "MulBackward0"]
+    runs = 4  # and x's AccumulateGrad
+    assert seen.count(("node", "call")) == seen.count(("node", "return")) == runs
+    assert seen.count(("leaf", "call")) == seen.count(("leaf", "return")) == 1
+    assert len(seen) == 2 * runs + 2  # no c_call, no call of its own helpers
+    (call,) = backward_pass.hook_calls
+    assert torch.equal(call.grad_in, 2 * 3 * x.detach()) and torch.equal(call.grad_out, 4 * 3 * x.detach())
+    assert torch.equal(x.grad, 1 + 4 * 9 * x.detach())

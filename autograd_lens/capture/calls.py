@@ -4,6 +4,7 @@ calls, with what, and what it returns; backward runs nested inside the pass, not
 from __future__ import annotations
 
 import os
+import sys
 from types import FrameType
 from typing import Any
 
@@ -53,6 +54,9 @@ class HookCalls(NestedCalls):
                         if code is LATE_CODE:  # a late post-hook's wrapper (late.py): the user's hook is inside
                             self.late_frame = frame
                             self.copies.clear()
+                        else:  # the lens's own node hook: unwatched from its first line (it switches this back on)
+                            sys.setprofile(None)
+                            self.paused = True
                         return
                     # The engine runs Python (a hook, a custom Function's backward): it may edit a gradient
                     # where the version counter does not see it (``.data``, numpy), so no earlier copy is reused

@@ -24,12 +24,17 @@ NOT_KEPT = (_MISSING,)
 class NodeRecorder(UnexplainedChanges):
     """Part of :class:`~autograd_lens.capture.observe.PassObserver`: the node observers and the copies they keep."""
 
+    paused = False  # the profile function switched itself off as one of the two hooks below started (calls.py)
+
     def _before_write(self, grad_outputs: tuple) -> None:
         """Pre-hook on ``AccumulateGrad``: the old ``.grad`` and what is about to be added.  Returns None."""
-        if threading.get_ident() != self.thread or self.nested() or self.broken:
-            return None
-        profiling = self._pause_profile()
+        if threading.get_ident() != self.thread:
+            return None  # another thread's backward: not this pass
+        profiling, self.paused = self.paused, False
         try:
+            if self.nested() or self.broken:
+                return None
+            profiling = profiling or self._pause_profile()
             with _hidden_from_modes():
                 fn = _current_node()
                 self.old_grads[id(fn)] = self._keep(fn.variable.grad)
@@ -43,11 +48,14 @@ class NodeRecorder(UnexplainedChanges):
 
     def _on_node(self, grad_inputs: tuple, grad_outputs: tuple) -> None:
         """Post-hook on every node: what reached it and what it sent.  Returns None."""
-        if threading.get_ident() != self.thread or self.nested() or self.broken:
-            return None  # another thread's backward, or one run inside a hook: not this pass
-        profiling = self._pause_profile()
+        if threading.get_ident() != self.thread:
+            return None  # another thread's backward: not this pass
+        profiling, self.paused = self.paused, False
         fn = None
         try:
+            if self.nested() or self.broken:
+                return None  # a backward run inside a hook: not this pass
+            profiling = profiling or self._pause_profile()
             with _hidden_from_modes():
                 fn = _current_node()
                 self._record_node(fn, grad_inputs, grad_outputs)
