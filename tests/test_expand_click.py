@@ -41,23 +41,46 @@ def stored(graph):
     return states, data, svgs
 
 
-def test_the_opened_transformer_holds_exactly_the_unfolded_boxes():
+def same_boxes(svg: str, folded, unfolded: dict) -> None:
+    """Each box of a stored drawing is drawn as in the unfolded drawing, or inside a fold still closed (whose
+    boxes are the state's folds, with their labels)."""
+    drawn = boxes(svg)
+    hidden = set().union(*(set(f.nodes) for f in folded.folds))
+    assert {k: v for k, v in drawn.items() if k.startswith("n")} == {k: v for k, v in unfolded.items() if k not in hidden}
+    assert sorted(v[0] for k, v in drawn.items() if k.startswith("f")) == sorted(f.label for f in folded.folds)
+
+
+def test_a_click_draws_the_first_transformer_layer_in_full_and_the_next_click_the_next():
     model, loss = transformer_loss()
     graph = al.graph(loss, names={"model": model})
     states, data, svgs = stored(graph)
-    assert [len(state) for state, _ in states] == [0, 1]
-    folded, opened = boxes(svgs[0]), boxes(svgs[1])
-    assert folded["f1"][0] == "layers.0-11 (x12)" and not any(k.startswith("f") for k in opened)
+    layer = [(f"model.layers.{i}",) for i in range(3)]
+    assert [state for state, _ in states] == [(), tuple(layer[:1]), tuple(layer[:2]), tuple(layer)]
+    assert [[f.label for f in folded.folds] for _, folded in states] == [
+        ["layers.0-11 (x12)"], ["layers.1-11 (x11)"], ["layers.2-11 (x10)"], ["layers.3-11 (x9)"]]
     unfolded = boxes(render_svg(_all(graph).to_dot()))
-    assert opened == unfolded  # every box of the 12 layers, with the same texts, and nothing else
-    inside = set(unfolded) - set(folded)
-    assert len(inside) == len(plan(graph).folds[0].nodes) > 12 * 35
-    # what a click does: f1 opens state 1, centred on layers.0's outline; that outline (any layer's) folds back
-    first, second = data["states"]
-    assert first["open"] == {"f1": [1, next(g.id for g in states[1][1].groups if g.path == "model.layers.0"),
-                                    "layers.0-11 (x12)"]}
-    assert sorted(second["close"].values()) == [[0, "f1", "layers.0-11 (x12)"]] * 12
-    assert second["labels"][next(iter(second["close"]))].endswith("one of layers.0-11 (x12) drawn in full: fold them again")
+    for (state, folded), svg in zip(states, svgs):
+        same_boxes(svg, folded, unfolded)  # every drawn box as in the unfolded drawing, with the same texts
+    # the first click draws exactly what the x12 box held and the x11 box does not: layers.0's boxes
+    twelve, eleven = states[0][1].folds[0], states[1][1].folds[0]
+    opened = {k for k in boxes(svgs[1]) if k.startswith("n")} - set(boxes(svgs[0]))
+    assert opened == set(twelve.nodes) - set(eleven.nodes) and len(opened) > 35
+    # what a click does: f1 opens the next state, centred on its first block's outline; an outline folds back
+    outline = [{g.path: g.id for g in folded.groups} for _, folded in states]
+    first, second, third, fourth = data["states"]
+    assert first["open"] == {"f1": [1, outline[1]["model.layers.0"], "layers.0 of layers.0-11 (x12)"]}
+    assert second["open"] == {"f1": [2, outline[2]["model.layers.1"], "layers.1 of layers.1-11 (x11)"]}
+    assert second["close"] == {outline[1]["model.layers.0"]: [0, "f1", "layers.0-11 (x12)"]}
+    assert second["labels"][outline[1]["model.layers.0"]] == ("model.layers.0, one of layers.0-11 (x12) drawn in full: "
+                                                              "fold them again")
+    # folding layers.0 again folds the blocks opened after it too; folding layers.1 goes back one click
+    assert third["close"] == {outline[2]["model.layers.0"]: [0, "f1", "layers.0-11 (x12)"],
+                              outline[2]["model.layers.1"]: [1, "f1", "layers.1-11 (x11)"]}
+    # the fourth click is past the budget: the page says so, with the call that draws it
+    assert fourth["open"]["f1"][0] == -1
+    assert "(400 boxes in all), and not this one" in fourth["notes"]["f1"] and 'expand="layers.3"' in fourth["notes"]["f1"]
+    assert first["notes"]["f1"].startswith("layers.0-11 (x12): 12 blocks of the same structure folded into one box. "
+                                           "Click it (or Enter) to draw layers.0 in full (the others stay folded).")
     # the arrows the page follows (upstream/downstream) are the drawn ones
     assert {tuple(link[:2]) for link in second["links"]} == {(e.src, e.dst) for e in states[1][1].graph.edges}
 
@@ -72,19 +95,22 @@ def test_each_resnet_fold_opens_alone_and_together():
     graph = al.graph(loss, names={"model": model})
     states, data, svgs = stored(graph)
     labels = [[f.label for f in folded.folds] for _, folded in states]
-    assert labels == [["layer1.0-2 (x3)", "layer2.1-2 (x2)"], ["layer2.1-2 (x2)"], ["layer1.0-2 (x3)"], []]
+    # a box of three opens its first block (the other two stay folded); a box of two opens both
+    assert labels == [["layer1.0-2 (x3)", "layer2.1-2 (x2)"], ["layer1.1-2 (x2)", "layer2.1-2 (x2)"],
+                      ["layer1.0-2 (x3)"], ["layer2.1-2 (x2)"], ["layer1.1-2 (x2)"]]
+    assert [state for state, _ in states][1:3] == [(("model.layer1.0",),), (("model.layer2.1", "model.layer2.2"),)]
     unfolded = boxes(render_svg(_all(graph).to_dot()))
     first = plan(graph).folds
-    for index, svg in enumerate(svgs):
-        drawn = boxes(svg)
-        still = {f.label: f for f in states[index][1].folds}
-        # a box is either drawn as in the unfolded drawing, or it is inside a fold still closed
-        hidden = set().union(*(set(f.nodes) for f in states[index][1].folds))
-        assert {k: v for k, v in drawn.items() if k.startswith("n")} == {k: v for k, v in unfolded.items() if k not in hidden}
-        assert sorted(v[0] for k, v in drawn.items() if k.startswith("f")) == sorted(still)
-    assert set(first[0].nodes) & set(boxes(svgs[1])) == set(first[0].nodes)  # layer1 opened: all its boxes
+    for (state, folded), svg in zip(states, svgs):
+        same_boxes(svg, folded, unfolded)
+    # layer2 opened: all its boxes; layer1: those of layer1.0
+    assert set(first[1].nodes) & set(boxes(svgs[2])) == set(first[1].nodes)
+    assert set(first[0].nodes) & set(boxes(svgs[1])) == set(first[0].nodes) - set(states[1][1].folds[0].nodes)
+    # layer1.0 then layer1.1-2 opened: folding layer1.0 again folds all three, either of the last two only them
     both = data["states"][3]
-    assert sorted(both["close"].values()) == [[1, "f1", "layer2.1-2 (x2)"]] * 2 + [[2, "f1", "layer1.0-2 (x3)"]] * 3
+    assert sorted(both["close"].values()) == [[0, "f1", "layer1.0-2 (x3)"]] + [[1, "f1", "layer1.1-2 (x2)"]] * 2
+    assert data["states"][2]["close"] == {g.id: [0, "f2", "layer2.1-2 (x2)"] for g in states[2][1].groups
+                                          if g.path in ("model.layer2.1", "model.layer2.2")}
 
 
 class Inner(torch.nn.Module):
@@ -117,19 +143,24 @@ def test_a_fold_inside_an_opened_block_opens_too_and_its_hint_draws_it():
     graph = al.graph(loss, names={"model": model})
     states, data, svgs = stored(graph)
     assert [f.label for f in states[0][1].folds] == ["layers.0-3 (x4)"]
-    assert [f.label for f in states[1][1].folds] == [f"layers.{i}.subs.0-2 (x3)" for i in range(4)]
-    # opened layers.1's own run: from state 1, f2 opens a state where only layers.1's subs are drawn in full
-    target = data["states"][1]["open"]["f2"][0]
+    assert [f.label for f in states[1][1].folds] == ["layers.0.subs.0-2 (x3)", "layers.1-3 (x3)"]
+    # opened layers.0's own run: from state 1, f1 opens a state where layers.0.subs.0 is drawn in full
+    target = data["states"][1]["open"]["f1"][0]
     drawn = {text[0] for text in boxes(svgs[target]).values()}
-    assert {f"model.layers.1.subs.{i}.weight [8x8]" for i in range(3)} <= drawn
-    assert not any(label.startswith("model.layers.2.subs.") for label in drawn)
+    assert "model.layers.0.subs.0.weight [8x8]" in drawn and "layers.0.subs.1-2 (x2)" in drawn
+    assert not any(label.startswith(("model.layers.0.subs.1", "model.layers.1.subs.")) for label in drawn)
     # folding layers.0-3 again from there goes back to the first drawing (the inner run closes with it)
     outline = next(g.id for g in states[target][1].groups if g.path == "model.layers.0")
     assert data["states"][target]["close"][outline][0] == 0
-    # the hint for a box not opened by a click: the expand= it names draws that block in full
-    note = data["states"][1]["notes"]["f2"]
+    # the hint for a box whose drawing is not stored: the expand= it names draws that block in full
+    stored_at = {state: number for number, (state, _) in enumerate(states)}
+    beyond = next(d for d in data["states"] if any(move[0] == -1 and "layers.1.subs.0 of" in move[2]
+                                                   for move in d["open"].values()))
+    box = next(b for b, move in beyond["open"].items() if "layers.1.subs.0 of" in move[2])
+    note = beyond["notes"][box]
     names = json.loads(re.search(r"expand=(\[[^\]]*\])", note).group(1))
     assert names == ["layers.1", "layers.1.subs.0"] and "--expand layers.1 --expand layers.1.subs.0" in note
+    assert (("model.layers.0",), ("model.layers.1",), ("model.layers.1.subs.0",)) in stored_at  # stored elsewhere
     hinted = al.graph(loss, names={"model": model}, expand=names)
     hinted_boxes = {text[0] for text in boxes(render_svg(hinted.to_dot())).values()}
     assert "model.layers.1.subs.0.weight [8x8]" in hinted_boxes
@@ -162,7 +193,7 @@ def test_a_layout_that_fails_leaves_the_folded_page(monkeypatch):
     assert "data:image/svg+xml," in page and "layer1.0-2 (x3)" in urllib.parse.unquote(page)
     states = fold_states(graph)
     data = fold_data(graph, states)
-    assert len(states) == 1 and data["states"][0]["open"] == {"f1": [-1, "f1", "layer1.0-2 (x3)"],
+    assert len(states) == 1 and data["states"][0]["open"] == {"f1": [-1, "f1", "layer1.0 of layer1.0-2 (x3)"],
                                                               "f2": [-1, "f2", "layer2.1-2 (x2)"]}
 
 
@@ -171,8 +202,8 @@ def test_the_page_is_deterministic_and_bounded():
     graph = al.graph(loss, names={"model": model})
     page = graph._repr_mimebundle_()["text/html"]
     assert page == al.graph(loss, names={"model": model})._repr_mimebundle_()["text/html"]
-    assert len(page) < 200_000  # 53 KB folded only; the opened drawing (417 KB of SVG) is stored compressed
-    states = fold_states(graph, boxes=100)  # the opened drawing would pass the budget: not stored
+    assert len(page) < 200_000  # the three opened drawings (69, 122 and 175 boxes) are stored compressed
+    states = fold_states(graph, boxes=60)  # the opened drawing (69 boxes) would pass the budget: not stored
     assert len(states) == 1 and fold_data(graph, states)["states"][0]["open"]["f1"][0] == -1
 
 
@@ -195,11 +226,13 @@ def drawn_texts(where):
 
 
 def check_open_and_fold(stepper, graph, click, press):
-    """Click the folded box: the 12 layers' boxes appear with their texts; click an opened outline: folded again.
-    Then the same with the keyboard (focus, Enter; Space on the outline)."""
+    """Click the folded box: layers.0's boxes appear with their texts, the other layers folded as layers.1-11 (x11);
+    click layers.0's outline: folded again.  Then with the keyboard (focus, Enter twice: layers.0 and layers.1 in
+    full; Space on layers.0's outline folds both)."""
     states = fold_states(graph)
     unfolded = {k: list(v) for k, v in boxes(render_svg(_all(graph).to_dot())).items()}
     folded = {k: list(v) for k, v in boxes(render_svg(graph.to_dot())).items()}
+    opened = {k: list(v) for k, v in boxes(render_svg(expanded(graph, states[1][0]).to_dot())).items()}
     assert dict(drawn_texts(stepper)) == folded
     box = stepper.locator(".al-canvas #f1")
     assert box.get_attribute("role") == "button" and box.get_attribute("tabindex") == "0"
@@ -208,8 +241,11 @@ def check_open_and_fold(stepper, graph, click, press):
     stepper.locator("button[data-go=fit]").click()  # the whole folded drawing in view
     click(box)
     assert stepper.get_attribute("data-fold-state") == "1"
-    assert stepper.locator(".al-cardbox").inner_text().startswith("Opened layers.0-11 (x12): its blocks drawn in full.")
-    assert dict(drawn_texts(stepper)) == unfolded  # every block's boxes, labels as in the unfolded drawing
+    assert stepper.locator(".al-cardbox").inner_text().startswith("Opened layers.0 of layers.0-11 (x12): its blocks "
+                                                                  "drawn in full.")
+    drawn = dict(drawn_texts(stepper))
+    assert drawn == opened and drawn["f1"][0] == "layers.1-11 (x11)"
+    assert {k: v for k, v in drawn.items() if k.startswith("n")} == {k: v for k, v in unfolded.items() if k in drawn}
     outline_of = {g.path: g.id for g in states[1][1].groups}
     outline = stepper.locator(f".al-canvas #{outline_of['model.layers.0']}")  # opened: its name is in view
     assert outline.get_attribute("aria-expanded") == "true"
@@ -218,13 +254,20 @@ def check_open_and_fold(stepper, graph, click, press):
     assert stepper.get_attribute("data-fold-state") == "0"
     assert stepper.locator(".al-cardbox").inner_text() == "Folded layers.0-11 (x12) again."
     assert dict(drawn_texts(stepper)) == folded
-    # keyboard: the box takes focus, Enter opens; the opened outline has focus; Space on any block's outline folds
+    # keyboard: the box takes focus, Enter opens layers.0 (its outline has focus); Enter on layers.1-11 (x11) opens
+    # layers.1; Space on layers.0's outline folds both
     stepper.locator(".al-canvas #f1").focus()
     press("Enter")
     assert stepper.get_attribute("data-fold-state") == "1"
     focused = stepper.evaluate("(root) => root.ownerDocument.activeElement.id")
     assert focused == outline_of["model.layers.0"]
-    stepper.locator(f".al-canvas #{outline_of['model.layers.5']}").focus()
+    stepper.locator(".al-canvas #f1").focus()
+    press("Enter")
+    assert stepper.get_attribute("data-fold-state") == "2"
+    second = {g.path: g.id for g in states[2][1].groups}
+    assert stepper.evaluate("(root) => root.ownerDocument.activeElement.id") == second["model.layers.1"]
+    assert dict(drawn_texts(stepper))["f1"][0] == "layers.2-11 (x10)"
+    stepper.locator(f".al-canvas #{second['model.layers.0']}").focus()
     press(" ")
     assert stepper.get_attribute("data-fold-state") == "0"
     assert stepper.evaluate("(root) => root.ownerDocument.activeElement.id") == "f1"
@@ -242,7 +285,7 @@ def test_a_folded_box_opens_and_folds_in_the_static_page(browser, tmp_path):
     # opened, a block's node can still be found and selected (upstream / downstream follow the opened arrows)
     page.locator(".al-canvas #f1").press("Enter")
     shot(page, "graph-fold-opened.png")
-    page.fill("input.al-search", "layers.7")
+    page.fill("input.al-search", "layers.0.attn")
     assert int(stepper.get_attribute("data-found")) >= 1
     assert errors == []
     page.close()

@@ -58,16 +58,19 @@ class Folded:
 
 # ----------------------------------------------------------------------------- folding
 
-def fold(graph: Graph, groups: Sequence[ModuleGroup], expand: Iterable[str] = ()) -> Folded:
+def fold(graph: Graph, groups: Sequence[ModuleGroup], expand: Iterable[str] = (), _known=None) -> Folded:
     """Fold each run of two or more sibling groups of the same structure into one box.
 
     ``expand`` names blocks to keep drawn in full (a path or its end: ``"layers.3"``); ``"all"`` folds nothing.
+    ``_known``: the groups' ``(_inside, _signatures)`` already found (the same for every ``expand``: see ``plan``).
     """
     expand = tuple(expand)
     if not groups or "all" in expand:
         return Folded(graph, tuple(groups), ())
-    inside = _inside(groups)
-    signature = _signatures(graph, groups, inside)
+    inside, signature = _known or (None, None)
+    if inside is None:
+        inside = _inside(groups)
+        signature = _signatures(graph, groups, inside)
     children: dict[int | None, list[int]] = {}
     for index, group in enumerate(groups):
         children.setdefault(group.parent, []).append(index)
@@ -298,7 +301,14 @@ def plan(graph: Graph) -> Folded:
         return Folded(graph, (), ())
     known = graph.__dict__.get("_folded")  # graph(), to_dot and the navigator each plan the graph they draw
     if known is None:
-        known = fold(graph, groups_from_parameters(graph, dict(graph.modules)), options.expand)
+        # the groups and their structure do not depend on expand: found once for a graph and its expanded copies
+        base = graph.__dict__.get("_base", graph)
+        structure = base.__dict__.get("_structure")
+        if structure is None:
+            groups = groups_from_parameters(base, dict(base.modules))
+            inside = _inside(groups)
+            structure = base.__dict__["_structure"] = (groups, inside, _signatures(base, groups, inside))
+        known = fold(graph, structure[0], options.expand, structure[1:])
         graph.__dict__["_folded"] = known  # kept with the graph (frozen: it cannot go stale), like its _index
     return known
 
@@ -323,11 +333,19 @@ def folded_walk(walk_to, modules: tuple[tuple[str, str], ...], options) -> Graph
 # ----------------------------------------------------------------------------- drawings with folds opened
 
 VARIANT_LAYOUTS = 8  # drawings with folds opened, laid out in advance, per graph
-VARIANT_BOXES = 1_500  # boxes in all those drawings (each costs layout time at display and page size)
+VARIANT_BOXES = 400  # boxes in all those drawings: each costs layout time before the first picture, and page size
 
 
-Run = tuple[str, ...]  # the module paths of one run of folded blocks
+Run = tuple[str, ...]  # the module paths of blocks drawn in full together (one block, or a short run)
 State = tuple[Run, ...]  # the runs drawn in full, sorted
+
+
+def opened_run(paths: Run) -> Run:
+    """What a click on a folded box of these blocks draws in full: its first block alone when the box holds three
+    or more (the rest stay folded, "layers.1-11 (x11)", and a click on that opens the next), else all of them (two
+    blocks; one module called many times, whose calls a path cannot tell apart).  One block shows the run's
+    structure at a ninth of the layout time of twelve."""
+    return paths[:1] if len(paths) > 2 and len(set(paths)) == len(paths) else paths
 
 
 def expanded(graph: Graph, state: State) -> Graph:
@@ -337,6 +355,7 @@ def expanded(graph: Graph, state: State) -> Graph:
     if state not in made:
         extra = tuple(path for run in state for path in run)
         made[state] = replace(graph, options=graph.options.replace(expand=graph.options.expand + extra))
+        made[state].__dict__["_base"] = graph.__dict__.get("_base", graph)  # same nodes, edges and modules
     return made[state]
 
 
@@ -353,7 +372,7 @@ def fold_states(graph: Graph, layouts: int | None = None, boxes: int | None = No
         state, folded = states[at]
         at += 1
         for box in folded.folds:
-            child = tuple(sorted(set(state) | {box.paths}))
+            child = tuple(sorted(set(state) | {opened_run(box.paths)}))
             if child in known or len(states) > layouts:
                 continue
             drawn = plan(expanded(graph, child))

@@ -3,12 +3,15 @@ select it to see what is upstream and downstream, the root in view.  It runs the
 no step controls).  Where scripts do not run (an untrusted notebook, GitHub, nbconvert without JS) the output is
 the drawing as a picture — folded, so a readable overview — and the boxes as a table.
 
-A folded box ("layers.0-11 (x12)") opens on a click (or Enter / Space): Graphviz lays out in the kernel, not in the
-page, so the drawings with folds opened are laid out here, in advance, and stored in the page (compressed), which
-then works offline and without a kernel.  Each drawing is a *state*, the set of runs drawn in full; from the folded
-one, breadth first, at most ``VARIANT_LAYOUTS`` states holding at most ``VARIANT_BOXES`` boxes in all.  A box whose
-state is not stored says so when clicked, with the ``expand=`` call that draws it.  Clicking the outline of an
-opened block (or Enter / Space on it) folds its run again.
+A folded box ("layers.0-11 (x12)") opens on a click (or Enter / Space): its first block is drawn in full and the
+others stay folded ("layers.1-11 (x11)", which opens the next one; a box of two blocks opens both, see
+``fold.opened_run``).  Graphviz lays out in the kernel, not in the page, so the drawings with folds opened are laid
+out here, in advance, and stored in the page (compressed), which then works offline and without a kernel.  Each
+drawing is a *state*, the set of runs drawn in full; from the folded one, breadth first, at most ``VARIANT_LAYOUTS``
+states holding at most ``VARIANT_BOXES`` boxes in all (their layout comes before the first picture: one block
+rather than twelve keeps it within torchviz's time).  A box whose state is not stored says so when clicked, with the
+``expand=`` call that draws it.  Clicking the outline of an opened block (or Enter / Space on it) folds it again,
+with the blocks of its run opened after it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import hashlib
 import html
 
 from ..model import Graph
-from .fold import VARIANT_BOXES, VARIANT_LAYOUTS, Folded, Run, State, expanded, fold_label, fold_states  # noqa: F401
+from .fold import (VARIANT_BOXES, VARIANT_LAYOUTS, Folded, Run, State, expanded, fold_label, fold_states,  # noqa: F401
+                   opened_run)
+from .fold import _NUMBERED
 from .passview import base_css, slim_svg, svg_uri_text
 from .render import render_svg
 from .static_html import _data_script, classic_script, picture_html
@@ -30,6 +35,26 @@ def _short(path: str) -> str:
 
 def _nested(run: Run, other: Run) -> bool:
     return other == run or all(any(path.startswith(outer + ".") for outer in run) for path in other)
+
+
+def _folded_again(run: Run, state: State) -> State:
+    """The state after folding ``run`` again: without it, the blocks opened after it from the same folded box (the
+    opened blocks that follow it without a gap: ``layers.4`` after ``layers.3``; ``layer1.1``-``layer1.2`` after
+    ``layer1.0``), and what they hold."""
+    gone = [run]
+    first = _NUMBERED.match(run[0])
+    if len(run) == 1 and first:
+        numbered = {}  # the opened blocks of the same container, by number
+        for other in state:
+            for path in other:
+                match = _NUMBERED.match(path)
+                if match and match.group(1) == first.group(1):
+                    numbered[int(match.group(2))] = other
+        number = int(first.group(2)) + 1
+        while number in numbered:
+            gone.append(numbered[number])
+            number += 1
+    return tuple(r for r in state if not any(_nested(g, r) for g in gone))
 
 
 def _how(paths: Run, state: State) -> str:
@@ -49,23 +74,28 @@ def _state_data(index: int, states: list[tuple[State, Folded]], svg: str | None)
     drawn = folded.graph
     opening, notes, labels = {}, {}, {}
     for box in folded.folds:
-        target = where.get(tuple(sorted(set(state) | {box.paths})), -1)
+        run = opened_run(box.paths)
+        target = where.get(tuple(sorted(set(state) | {run})), -1)
         first = next((g.id for g in states[target][1].groups if g.path == box.paths[0]), box.id) if target >= 0 else box.id
-        opening[box.id] = [target, first, box.label]
+        one = len(run) < len(box.paths)  # its first block opens, the others stay folded
+        opening[box.id] = [target, first, f"{_short(run[0])} of {box.label}" if one else box.label]
         labels[box.id] = f"{box.label}: {len(box.paths)} blocks of the same structure folded into one box"
-        notes[box.id] = (f"{labels[box.id]}. " + ("Click it (or Enter) to draw them in full. " if target >= 0 else
+        click = (f"Click it (or Enter) to draw {_short(run[0])} in full (the others stay folded). " if one else
+                 "Click it (or Enter) to draw them in full. ")
+        notes[box.id] = (f"{labels[box.id]}. " + (click if target >= 0 else
                          f"This page stores at most {VARIANT_LAYOUTS} drawings with folds opened "
                          f"({VARIANT_BOXES:,} boxes in all), and not this one. ") + "To draw one in full: "
                          + _how(box.paths, state))
     closing = {}
     for run in state:
-        back = tuple(r for r in state if not _nested(run, r))
-        target = where.get(back, -1)
-        box = next((f.id for f in states[target][1].folds if f.paths == run), "") if target >= 0 else ""
+        target = where.get(_folded_again(run, state), -1)
+        box = next((f for f in states[target][1].folds if run[0] in f.paths), None) if target >= 0 else None
+        name = box.label if box else fold_label(run, "") if len(run) > 1 else _short(run[0])
         for group in folded.groups:
             if group.path in run:
-                closing[group.id] = [target, box, fold_label(run, "")]
-                labels[group.id] = f"{group.path}, one of {fold_label(run, '')} drawn in full: fold them again"
+                closing[group.id] = [target, box.id if box else "", name]
+                labels[group.id] = (f"{group.path}, one of {name} drawn in full: fold them again" if box else
+                                    f"{group.path} drawn in full: fold it again")
     return {"svg": svg, "links": [[edge.src, edge.dst, edge.id] for edge in drawn.edges],
             "roots": [node.id for node in drawn.nodes if node.kind == "output"], "notes": notes,
             "open": opening, "close": closing, "labels": labels}
