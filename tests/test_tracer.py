@@ -956,3 +956,49 @@ def test_a_leaf_with_its_own_hook_records_what_was_written_and_added():
     assert torch.equal(written.grad, torch.full((2,), 6.0)) and torch.equal(written.received, torch.full((2,), 6.0))
     assert torch.equal(backward_pass.added["x"], torch.full((2,), 6.0))
     assert torch.equal(backward_pass.added_without_hooks["x"], torch.full((2,), 3.0))
+
+
+def test_no_collection_while_the_lens_sets_up_or_builds_a_pass():
+    """The cyclic collector is paused while the lens sets a pass up and while it builds the model (no user code
+    runs there), never while the engine runs; it is left as it was found, on or off."""
+    import gc
+
+    from autograd_lens.capture import observe, tracer
+
+    lens_codes = {tracer.Lens._observer.__code__, observe.PassObserver.start.__code__, tracer.Lens._finish.__code__}
+    seen: list[str] = []
+
+    def on_collection(phase, info):
+        if phase == "start":
+            frame, part = sys._getframe(1), "user"
+            while frame is not None:
+                if frame.f_code in lens_codes:
+                    part = "lens"
+                elif frame.f_code is hook.__code__:
+                    part = "hook"
+                    break
+                frame = frame.f_back
+            seen.append(part)
+
+    def hook(grad):
+        junk = [[] for _ in range(50)]  # allocations: a collection at threshold 1
+        return None
+
+    net = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 1))
+    thresholds = gc.get_threshold()
+    gc.callbacks.append(on_collection)
+    try:
+        gc.set_threshold(1, 1, 1)
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            out = net(torch.ones(2, 3))
+            out.register_hook(hook)
+            with al.Lens(names={"net": net}) as lens:
+                out.sum().backward()
+            assert gc.isenabled() is enabled
+            assert lens.passes[-1].hook_calls and not lens.recording_notes
+    finally:
+        gc.enable()
+        gc.set_threshold(*thresholds)
+        gc.callbacks.remove(on_collection)
+    assert "lens" not in seen and "hook" in seen, seen  # collections ran, in the user's hook, none in the lens's parts

@@ -8,6 +8,7 @@ by :mod:`.unhooked`, and its model built by :mod:`.build` as soon as it ends, so
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import sys
@@ -66,6 +67,19 @@ def _check_options(names: Any, **numbers: Any) -> None:
                             f"not {value!r}")
         if value < lowest:
             raise ValueError(f"{keyword} must be at least {lowest}, not {value}")
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Any:
+    """No cyclic collection while the lens sets a pass up or builds its model (no user code runs there): it would go
+    through objects that live until the pass ends.  The collector is left as it was found."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _untraceable(args: tuple) -> bool:
@@ -268,7 +282,7 @@ class Lens(LensViews):
             return original(t_outputs, *args, **kwargs)
         failure: Exception | None = None
         try:
-            with _hidden_from_modes():
+            with _hidden_from_modes(), _collector_paused():
                 observer = self._observer(t_outputs, args, kwargs, sys._getframe(1))
         except Exception as problem:  # e.g. the roots need no grad: the engine says so in its own words
             failure = problem
@@ -279,9 +293,10 @@ class Lens(LensViews):
             self._say(f"could not trace a backward pass ({type(failure).__name__}: {failure}); it ran untraced")
             return result
         try:
-            # which leaves' .grad code wrote since their last pass (before this pass writes any)
-            observer.touched = {key: touched(entry) for key, entry in self._history.items()}
-            observer.start()
+            with _collector_paused():
+                # which leaves' .grad code wrote since their last pass (before this pass writes any)
+                observer.touched = {key: touched(entry) for key, entry in self._history.items()}
+                observer.start()
         except Exception as problem:
             observer.stop()
             observer.release()
@@ -303,7 +318,8 @@ class Lens(LensViews):
         finally:
             observer.stop()
             self._recording = False
-            self._finish(observer, result)
+            with _collector_paused():
+                self._finish(observer, result)
 
     def _observer(self, t_outputs: Any, args: tuple, kwargs: dict, caller: Any) -> PassObserver:
         roots = tuple(t_outputs) if isinstance(t_outputs, (tuple, list)) else (t_outputs,)
@@ -362,18 +378,12 @@ class Lens(LensViews):
     def _finish(self, observer: PassObserver, result: Any) -> None:
         """Build the pass's model now, then let go of everything torch (graph, hooks, variables)."""
         index = len(self._passes)
-        collecting = gc.isenabled()
-        try:
-            # The cyclic collector would scan every live object many times while the model's records are
-            # created; what it would free now it frees at its next run.
-            gc.disable()
+        try:  # with the collector paused (see _run): the model is made, then the pass's records die
             with _hidden_from_modes():
                 self._build(observer, index, result)
         except Exception as problem:
             self._say(f"could not record backward pass {index + 1} ({type(problem).__name__}: {problem})")
         finally:
-            if collecting:
-                gc.enable()
             observer.release()
             self._forget_dead_leaves()
 
