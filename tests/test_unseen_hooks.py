@@ -351,3 +351,39 @@ def test_checkpointing_s_weak_dictionaries_are_no_foreign_code():
     second = lens.passes[1]
     assert not any("not a gradient hook" in note for note in second.notes), second.notes
     assert [(c.hook, c.kind) for c in second.hook_calls] == [("<C hook>", "tensor")]
+
+
+def _grad_with_multi_hook_on_an_input(lens=None, seen=None):
+    """autograd.grad over two Linear layers; a multi-grad hook editing l2.weight's gradient in place (an input of
+    autograd.grad: its node does not run) and ``torch.neg`` on a0, made by the node that runs next.  ``seen``: a
+    Python hook registered before ``torch.neg`` appends what reached a0's hooks (the truth, from torch)."""
+    torch.manual_seed(5)
+    l1, l2 = torch.nn.Linear(6, 8), torch.nn.Linear(8, 1)
+    x = torch.randn(4, 6)
+    torch.autograd.graph.register_multi_grad_hook((l2.weight,), lambda grads: grads[0].mul_(0.5), mode="any")
+    a0 = l1(x)
+    loss = l2(a0).pow(2).mean()
+    if seen is not None:
+        a0.register_hook(lambda g: seen.append(g.clone()))
+    a0.register_hook(torch.neg)
+    with lens if lens is not None else contextlib.nullcontext():
+        return torch.autograd.grad(loss, [l1.weight, l2.weight])
+
+
+def test_a_multi_grad_hook_on_an_input_of_grad_is_no_neighbour_of_a_hook_in_c_on_the_next_node():
+    """The multi-grad hook's call is placed at the node that ran next (a0's): it was taken for the hook before
+    ``torch.neg`` on a0, whose card then said it received l2.weight's gradient, a [1, 8] tensor (model_programs
+    seed 932522)."""
+    truth: list = []
+    plain = _grad_with_multi_hook_on_an_input(seen=truth)
+    lens = al.Lens()
+    traced = _grad_with_multi_hook_on_an_input(lens)
+    assert all(torch.equal(a, b) for a, b in zip(plain, traced))
+    calls = {call.hook: call for call in lens.hook_calls}
+    multi, neg = calls["<lambda>"], calls["torch.neg"]
+    assert multi.kind == "multi_grad" and multi.target == "l2.weight" and tuple(multi.grad_in.shape) == (1, 8)
+    assert neg.kind == "tensor" and neg.target == "a0" and "written in C" in neg.unseen
+    # what reached torch.neg is a0's gradient, [4, 8]; the lens may not know it, never shows another tensor
+    assert tuple(truth[0].shape) == (4, 8)
+    assert neg.grad_in is None or torch.equal(neg.grad_in, truth[0])
+    assert neg.grad_in is not None or "not known" in neg.unseen

@@ -51,7 +51,10 @@ def arrange_before(observer: "PassObserver", fn: Any, before: list["HookRecord"]
         return before  # no hook in C here: the calls seen are all there were, in firing order
     # hooks of an input of autograd.grad fire when its gradient is captured (its node does not run), before this
     # node's: they are placed on their own tensor and are no neighbours of this node's hooks
-    elsewhere = [call for call in before if call.kind == "tensor" and call.node_fn is not None and call.node_fn is not fn]
+    # (so are the calls of a multi-grad hook watching no tensor this node made: placed here, as it ran next)
+    elsewhere = [call for call in before if call.kind == "tensor" and call.node_fn is not None and call.node_fn is not fn
+                 or call.kind == "multi_grad" and call.output_nr is None
+                 and not any(known.grad_fn is fn for known in call.candidates)]
     if elsewhere:
         mine = [call for call in before if not any(call is other for other in elsewhere)]
         return elsewhere + arrange_before(observer, fn, mine, arrived, captured)
