@@ -35,3 +35,36 @@ def test_events_are_what_their_dataclasses_make():
             made.step = -1
     linear = next(run for run in runs if run.name == "AddmmBackward0" and len(run.targets) == 3)
     assert linear.label == "addmm" and linear.targets[1] in ("x", "tanh") and len(linear.edges) == 3
+
+
+def test_node_events_read_from_the_kept_edges_are_those_read_from_torch():
+    """_node_event reads each node's targets from the edges structure() kept, and skips the output-arrow look-ups
+    for nodes with no tensor box of their own: the same events as read from torch's next_functions, for every node
+    of a pass with named, split and unnamed outputs."""
+    from autograd_lens.capture import build
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    x = torch.randn(5, 3, requires_grad=True)
+    h = net(x)
+    split = h.split(1, dim=1)
+    loss = (split[0] * 2 + split[1].exp()).sum()
+    compared = []
+    original = build._node_event
+
+    def both(walk, step, record, next_of=None, drawn_outputs=None):
+        made = original(walk, step, record, next_of, drawn_outputs)
+        general = original(walk, step, record)  # next_functions read from torch, every output arrow looked up
+        assert made == general and repr(made) == repr(general)
+        compared.append((next_of is not None and id(record.fn) in next_of, drawn_outputs is not None
+                         and id(record.fn) in drawn_outputs))
+        return made
+
+    build._node_event = both
+    try:
+        with al.Lens(names={"net": net, "x": x, "loss": loss, "h": h}) as lens:
+            loss.backward()
+    finally:
+        build._node_event = original
+    assert len(compared) == len(lens.passes[0].node_runs) >= 8 and all(kept for kept, _ in compared)
+    assert any(drawn for _, drawn in compared) and not all(drawn for _, drawn in compared)

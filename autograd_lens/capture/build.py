@@ -34,6 +34,8 @@ def build_pass(observer: PassObserver, walk: Walk, index: int, history: dict, in
     ordinals: dict[Any, int] = {}  # (hook, node) -> calls seen in this pass
     _name_hook_boundaries(walk, observer)
     retained = _retained(walk, observer)
+    next_of = walk.structure.next_of()  # each node's next_functions, as read before the pass
+    drawn_outputs = {fn_id for fn_id, _ in walk.output_edges}  # nodes with an arrow to a tensor box of theirs
     for record in observer.records:
         fn = record.fn if isinstance(record, NodeRecord) else getattr(record, "node_fn", None)
         if fn is not None and id(fn) in retained and not (isinstance(record, HookRecord) and record.kind == "tensor"):
@@ -45,7 +47,7 @@ def build_pass(observer: PassObserver, walk: Walk, index: int, history: dict, in
                                           grad=grad, received=value, by="retain_grad"))
         step = len(events)
         if isinstance(record, NodeRecord):
-            events.append(_node_event(walk, step, record))
+            events.append(_node_event(walk, step, record, next_of, drawn_outputs))
         elif isinstance(record, GradRecord):
             event = _new(GradWritten)  # as GradWritten(...), its fields in their order
             event.__dict__.update(step=step, node=walk.function_ids.get(id(record.fn)),
@@ -253,11 +255,15 @@ def _unhooked_input(observer: PassObserver, tensor: Any) -> Any:
 # ----------------------------------------------------------------------------- events
 
 
-def _node_event(walk: Walk, step: int, record: NodeRecord) -> NodeRun:
+def _node_event(walk: Walk, step: int, record: NodeRecord, next_of: dict | None = None,
+                drawn_outputs: set | None = None) -> NodeRun:
     fn = record.fn
     key, name, output_label = id(fn), fn.name(), walk.output_label
+    following = next_of.get(key) if next_of is not None else None
+    if following is None:  # a node made during the pass
+        following = fn.next_functions
     targets = tuple([output_label(next_fn, output_nr) if next_fn is not None else "(no grad needed)"
-                     for next_fn, output_nr in fn.next_functions])
+                     for next_fn, output_nr in following])
     received = record.received if isinstance(record.received, tuple) else ()
     sent = record.sent if isinstance(record.sent, tuple) else ()
     input_edges, output_edges = walk.input_edges, walk.output_edges
@@ -269,9 +275,10 @@ def _node_event(walk: Walk, step: int, record: NodeRecord) -> NodeRun:
         label=walk.labels.get(key, name),
         grad_in=received,
         grad_out=sent,
-        edges=tuple([input_edges.get((key, slot)) for slot in range(len(sent))]),
+        edges=tuple([input_edges.get((key, slot)) for slot in range(len(sent))]) if sent else (),
         targets=targets,
-        in_edges=tuple([output_edges.get((key, k)) for k in range(len(received))]),
+        in_edges=tuple([output_edges.get((key, k)) for k in range(len(received))])
+        if drawn_outputs is None or key in drawn_outputs else (None,) * len(received),
     )
     return event
 

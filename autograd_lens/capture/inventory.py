@@ -35,13 +35,18 @@ def inventory(observer: Any) -> tuple[InventoryEntry, ...]:
     labelled += [(shape.leaf_labels[id(fn)], fn.variable) for fn in leaf_nodes.values()]
     labelled += [(f"input {i}", t) for i, t in enumerate(observer.inputs) if isinstance(t, torch.Tensor)]
     for label, tensor in labelled:
+        backward_hooks = getattr(tensor, "_backward_hooks", None)
+        after_hooks = getattr(tensor, "_post_accumulate_grad_hooks", None)
+        grad_fn = tensor.grad_fn
+        if not backward_hooks and not after_hooks and (grad_fn is None or not tensor.retains_grad):
+            continue  # nothing to list (most parameters): as below, without the look-ups
         if id(tensor) in seen:
             continue
         seen.add(id(tensor))
-        node = tensor.grad_fn if tensor.grad_fn is not None else leaf_nodes.get(id(tensor))
+        node = grad_fn if grad_fn is not None else leaf_nodes.get(id(tensor))
         if node is None or id(node) not in in_graph:
             continue
-        hooks = list((getattr(tensor, "_backward_hooks", None) or {}).values())
+        hooks = list((backward_hooks or {}).values())
         plain = [hook for hook in hooks if multi_grad_user_fn(hook) is None]
         place = 0  # by registration: one function registered twice is two hooks, 1 of 2 and 2 of 2
         for hook in hooks:
@@ -57,11 +62,12 @@ def inventory(observer: Any) -> tuple[InventoryEntry, ...]:
                 entries.append(InventoryEntry("multi_grad", label, function_name(user), 1, 1))
         if tensor.grad_fn is not None and tensor.retains_grad:
             entries.append(InventoryEntry("retain_grad", label, "retain_grad", 1, 1))
-        after = list((getattr(tensor, "_post_accumulate_grad_hooks", None) or {}).values())
+        after = list((after_hooks or {}).values())
         for position, hook in enumerate(after, 1):
             entries.append(InventoryEntry("post_accumulate_grad", label, function_name(hook), position, len(after)))
-    for fn in shape.nodes:  # hooks on backward functions (grad_fn.register_prehook / register_hook)
-        pre, post = observer.node_hooks.get(id(fn), ((), ()))
+    node_hooks = observer.node_hooks  # nodes with hooks of the user's only
+    for fn in shape.nodes if node_hooks else ():  # hooks on backward functions (grad_fn.register_prehook / register_hook)
+        pre, post = node_hooks.get(id(fn), ((), ()))
         if not pre and not post:
             continue
         if id(fn) in shape.leaf_labels:
@@ -76,10 +82,10 @@ def inventory(observer: Any) -> tuple[InventoryEntry, ...]:
     for module in names.module_objects:
         label = names.modules[id(module)]
         legacy = module._is_full_backward_hook is False
+        if not getattr(module, "_backward_pre_hooks", None) and not getattr(module, "_backward_hooks", None):
+            continue
         kinds = (("_backward_pre_hooks", "module_full_pre"),
                  ("_backward_hooks", "module_legacy" if legacy else "module_full"))
-        if not any(getattr(module, attribute, None) for attribute, _ in kinds):
-            continue
         parameters = [id(parameter) for parameter in module.parameters()]
         if not parameters and legacy:  # torch put its hooks on the backward function of its output, or nowhere
             if not _legacy_hooks_in_graph(observer, module):
