@@ -82,6 +82,22 @@ def test_start_svg_gives_render_svgs_bytes_and_errors():
         render.start_svg(source, renderer="none")()
 
 
+def test_start_svgs_gives_each_layout_as_it_comes_and_none_after_a_failure():
+    """``wait(i)`` gives the i-th drawing's SVG (the caller slims it while the next is laid out); after a layout that
+    fails, none is laid out and ``wait(i)`` says so; ``wait()`` gives the list and leaves no thread."""
+    one, two = al.graph(mlp(2)[1]).to_dot(), al.graph(mlp(3)[1]).to_dot()
+    first, second = render.render_svg(one, renderer="wasm"), render.render_svg(two, renderer="wasm")
+    assert first != second
+    wait = render.start_svgs([one, "digraph { a -> }", two], renderer="wasm")
+    assert wait(0) == first
+    assert isinstance(wait(1), render.RenderError)
+    assert isinstance(wait(2), render.RenderError) and "not laid out" in str(wait(2))
+    assert len(wait()) == 2 and wait()[0] == first
+    assert [t.name for t in threading.enumerate() if t.name.startswith("autograd-lens")] == []
+    both = render.start_svgs([two, one], after=render.start_svg(one, renderer="wasm"), renderer="wasm")
+    assert both(1) == first and both(0) == second and both() == [second, first]
+
+
 @pytest.mark.parametrize("layers", [2, 40])  # an SVG; the navigator (past 60 boxes)
 def test_no_layout_outlives_a_display(layers):
     model, loss = mlp(layers)

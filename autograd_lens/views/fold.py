@@ -253,7 +253,7 @@ def _folded_graph(graph: Graph, owner: dict[str, str], folds: dict[str, Fold]) -
             continue
         seen.add((src, dst, edge.kind))
         merged = src != edge.src or dst != edge.dst
-        edges.append(Edge(edge.id, src, dst, edge.kind, "" if merged else edge.label))
+        edges.append(Edge(edge.id, src, dst, edge.kind, "") if merged else edge)  # kept: no copy (fewer objects)
     return Graph(tuple(nodes), tuple(edges), graph.hidden_nodes, graph.options)
 
 
@@ -355,7 +355,8 @@ def expanded(graph: Graph, state: State) -> Graph:
     if state not in made:
         extra = tuple(path for run in state for path in run)
         made[state] = replace(graph, options=graph.options.replace(expand=graph.options.expand + extra))
-        made[state].__dict__["_base"] = graph.__dict__.get("_base", graph)  # same nodes, edges and modules
+        base = made[state].__dict__["_base"] = graph.__dict__.get("_base", graph)  # same nodes, edges, modules
+        made[state].__dict__["_index"] = base._index  # so the same lookups (fewer objects kept: see fold_states)
     return made[state]
 
 

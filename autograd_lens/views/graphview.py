@@ -104,13 +104,16 @@ def _state_data(index: int, states: list[tuple[State, Folded]], svg: str | None)
 def fold_data(graph: Graph, states: list[tuple[State, Folded]], laid: list | None = None) -> dict | None:
     """What the page needs to open and close folds: every stored state's drawing and transitions.  A layout that
     fails ends the list there (``states`` is cut to what is stored).  ``laid``: the SVG of each state after the
-    first (or what its layout raised), laid out already (``display`` starts them early); else laid out here."""
+    first (or what its layout raised), laid out already (``display`` starts them early), as a list or as the
+    function that waits for each (``render.start_svgs``: each is slimmed while the next is laid out); else laid out
+    here."""
     if len(states) == 1 and not states[0][1].folds:
         return None
     svgs: list[str | None] = [None]  # the first drawing is the page's own picture
     for number, (state, _) in enumerate(states[1:]):
         try:
-            svg = laid[number] if laid is not None else render_svg(expanded(graph, state).to_dot())
+            svg = (render_svg(expanded(graph, state).to_dot()) if laid is None else
+                   laid(number) if callable(laid) else laid[number])
             if isinstance(svg, BaseException):
                 raise svg
             svgs.append("data:image/svg+xml," + svg_uri_text(slim_svg(svg)))
@@ -130,7 +133,7 @@ def graph_html(graph: Graph, svg: str, text: str, table_of, states: list | None 
     slim = slim_svg(svg)
     key = "al-g-" + hashlib.sha1(slim.encode("utf-8")).hexdigest()[:10]
     table = table_of(drawn)
-    folds = fold_data(graph, states, laid() if laid is not None else None)
+    folds = fold_data(graph, states, laid)
     first = folds["states"][0] if folds else _state_data(0, states, None)
     data = {
         "key": key,

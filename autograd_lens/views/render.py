@@ -149,31 +149,50 @@ def start_svg(source: str, renderer: str | None = None, timeout: float = DEFAULT
 
 def start_svgs(sources: list[str], after=None, renderer: str | None = None, timeout: float = DEFAULT_TIMEOUT):
     """Lay out ``sources`` one after the other on another thread, once ``after`` (a function from
-    :func:`start_svg`) has returned, and return the function that waits for them: each one's SVG or what its layout
-    raised, and none after the first that fails (nor any when ``after`` failed).  The caller's Python work
-    meanwhile costs no time."""
+    :func:`start_svg`) has returned, and return the function that waits for them: ``wait()`` gives each one's SVG
+    or what its layout raised, and none after the first that fails (nor any when ``after`` failed);
+    ``wait(index)`` waits for that one only (or for the end: then a ``RenderError`` when it was not laid out),
+    so that the caller can use the first ones while the next are laid out.  The caller's Python work meanwhile
+    costs no time."""
     results: list = []
+    ready = threading.Condition()
+    ended: list[bool] = []
 
     def run() -> None:
-        if after is not None:
-            try:
-                after()  # one layout at a time: the in-process renderer is free again
-            except BaseException as error:  # no renderer, or one still busy: the later layouts would fare no better
-                results.append(error)
-                return
-        for source in sources:
-            try:
-                results.append(render_svg(source, renderer, timeout))
-            except BaseException as error:
-                results.append(error)
-                break
+        try:
+            if after is not None:
+                try:
+                    after()  # one layout at a time: the in-process renderer is free again
+                except BaseException as error:  # no renderer, or one still busy: the later layouts would fare no better
+                    results.append(error)
+                    return
+            for source in sources:
+                try:
+                    svg = render_svg(source, renderer, timeout)
+                except BaseException as error:
+                    svg = error
+                with ready:
+                    results.append(svg)
+                    ready.notify_all()
+                if isinstance(svg, BaseException):
+                    break
+        finally:
+            with ready:
+                ended.append(True)
+                ready.notify_all()
 
     worker = threading.Thread(target=run, name="autograd-lens-render", daemon=True)
     worker.start()
 
-    def wait() -> list:
-        worker.join()  # each layout keeps to its time limit
-        return list(results)
+    def wait(index: int | None = None):
+        if index is None:
+            worker.join()  # each layout keeps to its time limit
+            return list(results)
+        with ready:
+            ready.wait_for(lambda: len(results) > index or ended)
+            if len(results) > index:
+                return results[index]
+        return RenderError("this drawing was not laid out (an earlier layout failed)")
 
     return wait
 
