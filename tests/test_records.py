@@ -109,3 +109,49 @@ def test_the_lens_own_node_hooks_run_unwatched_from_their_first_line(monkeypatch
     (call,) = backward_pass.hook_calls
     assert torch.equal(call.grad_in, 2 * 3 * x.detach()) and torch.equal(call.grad_out, 4 * 3 * x.detach())
     assert torch.equal(x.grad, 1 + 4 * 9 * x.detach())
+
+
+def _hooked_pass(everywhere: bool, monkeypatch) -> str:
+    """A pass with Python hooks of every kind the engine calls at a node (tensor hooks on a named and on one output of
+    a multi-output node, a node pre- and post-hook, a post-accumulate hook, a leaf with a .grad), as text; with
+    ``everywhere`` every node is taken for one with a hook written in C, so that each goes the general way
+    (order.arrange_before / arrange_after) the lens skips for nodes without one."""
+    import autograd_lens as al
+    from autograd_lens.capture.observe import PassObserver
+
+    if everywhere:
+        start = PassObserver.start
+
+        def start_everywhere(self):
+            start(self)
+            self.c_nodes.update(id(fn) for fn in self.shape.nodes)
+
+        monkeypatch.setattr(PassObserver, "start", start_everywhere)
+    torch.manual_seed(0)
+    w = torch.randn(3, 4, requires_grad=True)
+    b = torch.randn(4, requires_grad=True)
+    w.grad = torch.ones(3, 4)
+    b.register_post_accumulate_grad_hook(lambda leaf: None)
+    h = torch.tanh(torch.randn(2, 3) @ w + b)
+    h.register_hook(lambda g: g * 0.5)
+    left, right = h.split(2, dim=1)
+    right.register_hook(lambda g: g + 1)
+    z = left * right
+    z.grad_fn.register_prehook(lambda grads: (grads[0] * 3,))
+    z.grad_fn.register_hook(lambda sent, got: None)
+    with al.Lens(names={"w": w, "b": b, "h": h, "left": left, "right": right, "z": z}) as lens:
+        z.sum().backward()
+    if everywhere:
+        monkeypatch.undo()
+    backward_pass = lens.passes[0]
+    return "\n".join(map(repr, (backward_pass.node_runs, backward_pass.hook_calls, backward_pass.events,
+                               backward_pass.grads, backward_pass.grads_without_hooks, backward_pass.notes)))
+
+
+def test_nodes_without_hooks_in_c_record_what_the_general_way_records(monkeypatch):
+    """_record_node skips order.arrange_before/after (and _unexplained its set-up) at a node with no hook written in C
+    and no hook call (issue #24): what it records is what the general way records, hook for hook."""
+    fast = _hooked_pass(False, monkeypatch)
+    general = _hooked_pass(True, monkeypatch)
+    assert fast == general
+    assert "tensor([[" in fast and "'<lambda>'" in fast  # values and hooks are in the text compared

@@ -179,15 +179,19 @@ class NodeRecorder(UnexplainedChanges):
         return self._keep(grad)
 
     def _record_node(self, fn: Any, grad_inputs: tuple, grad_outputs: tuple) -> None:
-        pending, self.pending = self.pending, []
-        for call in pending:
-            self.place(call, fn, grad_outputs)
+        key = id(fn)
+        pending = self.pending
+        if pending:
+            self.pending = []
+            for call in pending:
+                self.place(call, fn, grad_outputs)
+            before = [call for call in pending if call.kind in BEFORE_NODE]
+            after = [call for call in pending if call.kind not in BEFORE_NODE]
+        else:  # no hook ran since the last node: the usual case
+            before, after = [], []
         records = self.records
-        before = [call for call in pending if call.kind in BEFORE_NODE]
-        after = [call for call in pending if call.kind not in BEFORE_NODE]
-        is_leaf = id(fn) in self.shape.leaves
+        is_leaf = key in self.shape.leaves
         if is_leaf:
-            key = id(fn)
             fresh = key not in self.written
             if fresh:  # no user code ran since the write
                 self.written[key] = self._written(fn.variable.grad, grad_outputs)
@@ -200,28 +204,33 @@ class NodeRecorder(UnexplainedChanges):
         else:
             record = NodeRecord(fn, self._keep(tuple(grad_outputs)), self._keep(tuple(grad_inputs)))
             arrived = record.received
-        # a backward run inside this node (reentrant checkpointing) may have edited what arrived, in place, after the
-        # hooks before it ran: what they passed on is then not what the node holds now
-        before = arrange_before(self, fn, before, arrived if id(fn) not in self.nested_nodes else NOT_KEPT * len(arrived))
+        nested = key in self.nested_nodes
+        c_hooks = key in self.c_nodes  # hooks written in C here: arrange_before/after put them in place
+        if c_hooks:
+            # a backward run inside this node (reentrant checkpointing) may have edited what arrived, in place, after
+            # the hooks before it ran: what they passed on is then not what the node holds now
+            before = arrange_before(self, fn, before, NOT_KEPT * len(arrived) if nested else arrived)
         if not self.hooks_hidden:
             before += self._unexplained(fn, before, arrived, grad_outputs)
-        after = arrange_after(self, fn, after, None if is_leaf else record.sent, is_leaf)
-        if id(fn) in self.nested_nodes and self.nested_hooks:
+        if c_hooks:
+            after = arrange_after(self, fn, after, None if is_leaf else record.sent, is_leaf)
+        if nested and self.nested_hooks:
             self.unhooked.unknown_from(fn, "hooks ran inside a backward that " + fn.name() + " ran (reentrant "
                                        "checkpointing, or a backward() inside a hook): they are not recorded")
-        elif id(fn) in self.nested_c and id(fn) in self.nested_nodes:
-            self.unhooked.unknown_from(fn, f"hooks written in C ({', '.join(sorted(set(self.nested_c[id(fn)])))}), "
+        elif nested and key in self.nested_c:
+            self.unhooked.unknown_from(fn, f"hooks written in C ({', '.join(sorted(set(self.nested_c[key])))}), "
                                        f"registered during the pass on tensors {fn.name()} made, may have run in "
                                        "the backward it ran: no Python frame shows whether they did or what they "
                                        "changed")
-        pending = before + after
-        records.extend(before)
+        if before:
+            records.extend(before)
         position = len(records)
         records.append(record)
-        records.extend(after)
-        self.ran[id(fn)] = position
+        if after:
+            records.extend(after)
+        self.ran[key] = position
         if self.unhooked.active:
-            self.unhooked.on_node(fn, grad_inputs, grad_outputs, pending, is_leaf)
+            self.unhooked.on_node(fn, grad_inputs, grad_outputs, before + after, is_leaf)
 
     def place(self, call: HookRecord, fn: Any, grad_outputs: tuple) -> None:
         """Decide what a hook call is attached to (tensor name, node, output index).

@@ -31,20 +31,30 @@ class UnexplainedChanges:
         found: list[HookRecord] = []
         # a backward ran inside this node (reentrant checkpointing): its hooks get the gradient that arrived here
         # itself and may edit it in place, which is no hook of this tensor (they are in the pass's note)
-        nested = id(fn) in self.nested_nodes
-        hooked = {_output_of_call(call) for call in before}
-        pre = next((call for call in before if call.kind == "node_pre"), None)
-        if pre is not None:  # what reached the node's pre-hooks is what the tensor hooks passed on
-            if pre.unseen or not isinstance(pre.grad_in, tuple) or len(pre.grad_in) != len(arrived):
-                return found
-            arrived = pre.grad_in
+        key = id(fn)
+        nested = key in self.nested_nodes
+        hooked: Any = ()  # outputs with a hook seen on them (none, the usual case)
+        if before:
+            hooked = {_output_of_call(call) for call in before}
+            pre = next((call for call in before if call.kind == "node_pre"), None)
+            if pre is not None:  # what reached the node's pre-hooks is what the tensor hooks passed on
+                if pre.unseen or not isinstance(pre.grad_in, tuple) or len(pre.grad_in) != len(arrived):
+                    return found
+                arrived = pre.grad_in
+        consumers, ran, records = self.shape.consumers, self.ran, self.records
         for output, received in enumerate(arrived):
             if output in hooked:
                 found += self._around_seen_hooks(fn, output, received, before, live, nested)
                 continue
-            if received is None and not self.shape.consumers.get((id(fn), output)):
+            users = consumers.get((key, output))
+            if received is None and not users:
                 continue
-            if self._sent_as_is(fn, output) is received:  # the usual case: one user, its copy reused as is
+            as_is = None  # _sent_as_is, inline: the copy of what the one user sent here, when it ran
+            if users is not None and len(users) == 1 and id(users[0][0]) in ran:
+                sent, slot = records[ran[id(users[0][0])]].sent, users[0][1]
+                if isinstance(sent, tuple) and slot < len(sent):
+                    as_is = sent[slot]
+            if as_is is received:  # the usual case: one user, its copy reused as is
                 continue
             sent = self.unhooked.input_of(fn, output, hooked=True)
             if not _changed(sent, received):
