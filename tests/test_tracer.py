@@ -1002,3 +1002,38 @@ def test_no_collection_while_the_lens_sets_up_or_builds_a_pass():
         gc.set_threshold(*thresholds)
         gc.callbacks.remove(on_collection)
     assert "lens" not in seen and "hook" in seen, seen  # collections ran, in the user's hook, none in the lens's parts
+
+
+def test_a_lens_block_puts_showwarning_back_and_the_lens_is_freed_with_its_last_reference():
+    """The block restores warnings.showwarning (it compared a new bound method with `is`, so it never did: every
+    Lens stayed reachable from warnings.showwarning, each wrapping the previous one), and nothing else keeps a Lens
+    alive once the user drops it: its passes are freed by reference counting, not left to the cyclic collector."""
+    import gc
+    import warnings
+    import weakref
+
+    x = torch.tensor(2.0, requires_grad=True)
+    before = warnings.showwarning
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        refs = []
+        for _ in range(3):
+            lens = al.Lens(names={"x": x})
+            with lens:
+                (x * 3).backward()
+            assert warnings.showwarning is before
+            refs.append(weakref.ref(lens))
+            del lens
+        assert [ref() for ref in refs] == [None, None, None]
+    finally:
+        if collecting:
+            gc.enable()
+    with warnings.catch_warnings(record=True) as caught:  # torch's non-leaf warning is still seen and still shown
+        warnings.simplefilter("always")
+        y = x * 2
+        with al.Lens(names={"x": x, "y": y}) as lens:
+            y.sum().backward()
+            assert y.grad is None
+    assert any("not a leaf" in str(w.message) for w in caught) and any(n.code == "nonleaf_grad" for n in lens.notes)
+    assert warnings.showwarning is before

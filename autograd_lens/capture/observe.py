@@ -246,6 +246,7 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         self.unhooked = Unhooked(self)
         self.error = None
         self.shape = None  # type: ignore[assignment]
+        self.nested = _not_nested  # the Lens's callable: the observer (in a cycle with its Unhooked) keeps no Lens
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -361,6 +362,10 @@ def _users(hook: Any) -> bool:
     """A hook of the user's, not one of torch's wrappers (module and legacy hooks, whose calls are seen inside)."""
     code = code_of(hook)
     return code is None or not code.co_filename.startswith(TORCH_DIR)
+
+
+def _not_nested() -> bool:
+    return False
 
 
 def _no_hook(grad_outputs: Any) -> None:

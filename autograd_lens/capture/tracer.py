@@ -215,7 +215,7 @@ class Lens(LensViews):
         if self.module_calls is not None:
             self.module_calls.__exit__()
         self._debug.stop()
-        if warnings.showwarning is self._showwarning_wrapper:
+        if warnings.showwarning == self._showwarning_wrapper:  # ==: each attribute read makes a new bound method
             warnings.showwarning = self._showwarning
         try:
             if exc is not None:
