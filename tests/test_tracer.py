@@ -1004,14 +1004,26 @@ def test_no_collection_while_the_lens_sets_up_or_builds_a_pass():
     assert "lens" not in seen and "hook" in seen, seen  # collections ran, in the user's hook, none in the lens's parts
 
 
-def test_a_lens_block_puts_showwarning_back_and_the_lens_is_freed_with_its_last_reference():
+def test_a_lens_block_puts_showwarning_back_and_the_lens_is_freed_with_its_last_reference(monkeypatch):
     """The block restores warnings.showwarning (it compared a new bound method with `is`, so it never did: every
     Lens stayed reachable from warnings.showwarning, each wrapping the previous one), and nothing else keeps a Lens
-    alive once the user drops it: its passes are freed by reference counting, not left to the cyclic collector."""
+    alive once the user drops it: its passes, and each pass's observer, are freed by reference counting, not left
+    to the cyclic collector."""
     import gc
     import warnings
     import weakref
 
+    from autograd_lens.capture import tracer
+
+    observers = []
+    observe = tracer.Lens._observer
+
+    def kept(self, *args):
+        observer = observe(self, *args)
+        observers.append(weakref.ref(observer))
+        return observer
+
+    monkeypatch.setattr(tracer.Lens, "_observer", kept)
     x = torch.tensor(2.0, requires_grad=True)
     before = warnings.showwarning
     collecting = gc.isenabled()
@@ -1024,8 +1036,10 @@ def test_a_lens_block_puts_showwarning_back_and_the_lens_is_freed_with_its_last_
                 (x * 3).backward()
             assert warnings.showwarning is before
             refs.append(weakref.ref(lens))
+            assert lens.passes[0].debug is not None  # the evidence is the pass's, not the observer's
             del lens
         assert [ref() for ref in refs] == [None, None, None]
+        assert len(observers) >= 3 and all(ref() is None for ref in observers)  # (the first Lens: its self-check too)
     finally:
         if collecting:
             gc.enable()

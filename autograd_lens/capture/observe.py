@@ -243,10 +243,11 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         self.old_grads, self.incoming, self.written = {}, {}, {}
         self.copies = {}
         self.post_dicts, self.registering, self.late_frame, self.tensor_registering = None, None, None, None
-        self.unhooked = Unhooked(self)
+        self.unhooked = Unhooked(None)  # type: ignore[arg-type]  # empty, and no cycle with this observer
         self.error = None
         self.shape = None  # type: ignore[assignment]
-        self.nested = _not_nested  # the Lens's callable: the observer (in a cycle with its Unhooked) keeps no Lens
+        self.debug = None  # the pass's model holds its evidence
+        self.nested = _not_nested  # the Lens's callable: a released observer keeps no Lens
 
     def note(self, text: str) -> None:
         if text not in self.notes:
