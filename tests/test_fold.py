@@ -267,7 +267,7 @@ def test_the_drawings_with_folds_opened_share_the_graphs_lookups_and_arrows():
     model, loss = transformer_loss()
     graph = al.graph(loss, names={"model": model})
     states = fold_states(graph)
-    assert len(states) == 4
+    assert len(states) == 3
     originals = {edge.id: edge for edge in graph.edges}
     for state, folded in states[1:]:
         drawn = expanded(graph, state)

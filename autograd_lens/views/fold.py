@@ -333,7 +333,7 @@ def folded_walk(walk_to, modules: tuple[tuple[str, str], ...], options) -> Graph
 # ----------------------------------------------------------------------------- drawings with folds opened
 
 VARIANT_LAYOUTS = 8  # drawings with folds opened, laid out in advance, per graph
-VARIANT_BOXES = 400  # boxes in all those drawings: each costs layout time before the first picture, and page size
+VARIANT_BOXES = 300  # boxes in all those drawings: each costs layout time before the first picture, and page size
 
 
 Run = tuple[str, ...]  # the module paths of blocks drawn in full together (one block, or a short run)
