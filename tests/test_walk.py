@@ -263,8 +263,8 @@ def test_every_budget_keeps_what_the_box_count_keeps():
     """The walk skips _within_budget when every box fits: for each max_nodes around the graph's size, the functions
     drawn are the first ones _within_budget keeps (leaves counted once per use), no more, no fewer."""
     from autograd_lens.capture.names import names_from
-    from autograd_lens.capture.structure import structure
-    from autograd_lens.capture.walk import _within_budget, walk
+    from autograd_lens.capture.structure import _within_budget, structure
+    from autograd_lens.capture.walk import walk
     from autograd_lens.model import GraphOptions
 
     w = torch.tensor(0.5, requires_grad=True)

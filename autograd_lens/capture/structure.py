@@ -155,3 +155,33 @@ def _reachable_with_depth(starts: list[Any], nexts: list[tuple] | None = None) -
                     following.append(next_fn)
         level = following
     return order, depth
+
+
+def _leaf_uses(nexts: list[tuple], leaf_labels: dict[int, str]) -> dict[int, int]:
+    """``id(AccumulateGrad)`` → how many inputs of these functions (their ``next_functions``) it is."""
+    uses: dict[int, int] = {}
+    for following in nexts:
+        for next_fn, _ in following:
+            if next_fn is not None:
+                key = id(next_fn)
+                if key in leaf_labels:
+                    uses[key] = uses.get(key, 0) + 1
+    return uses
+
+
+def _within_budget(reachable: list[Any], shape: Structure, max_nodes: int, nexts: list[tuple] | None = None) -> int:
+    """How many of the first backward functions (walk order) are drawn: those whose boxes, counting one box per use
+    of a leaf (a leaf may be drawn once per use), stay within ``max_nodes``."""
+    kept = 0
+    boxes = 0
+    leaves = shape.leaf_labels or shape.leaves
+    for fn, following in zip(reachable, nexts if nexts is not None else shape.edges()):
+        cost = 1 if id(fn) not in leaves else 0  # a leaf's boxes are counted at its uses
+        for next_fn, _ in following:
+            if next_fn is not None and id(next_fn) in leaves:
+                cost += 1
+        if kept and boxes + cost > max_nodes:
+            break
+        kept += 1
+        boxes += cost
+    return kept
