@@ -1,6 +1,9 @@
 """records.copy_tuple: the one-loop copy of what a node received or sent equals the general path (NodeRecorder._copy
 and held_bytes), reuses the same copies, and copies each tensor once."""
 
+import contextlib
+
+import pytest
 import torch
 
 from autograd_lens.capture.observe import PassObserver
@@ -155,3 +158,36 @@ def test_nodes_without_hooks_in_c_record_what_the_general_way_records(monkeypatc
     general = _hooked_pass(True, monkeypatch)
     assert fast == general
     assert "tensor([[" in fast and "'<lambda>'" in fast  # values and hooks are in the text compared
+
+
+@pytest.mark.parametrize("profiled", [False, True])
+def test_each_node_is_recorded_with_the_users_dispatch_modes_off(monkeypatch, profiled):
+    """_on_node enters torch's DisableTorchDispatch guard itself when no profiler is on (hidden_from_user's work
+    without its Python object, issue #24) and hidden_from_user when one is: either way every node is recorded with
+    the Python dispatch key excluded (no user TorchDispatchMode sees the lens's copies), and it is back on after."""
+    from torch.profiler import profile
+
+    import autograd_lens as al
+    from autograd_lens.capture.nodes import NodeRecorder
+
+    with al.Lens():  # the once-per-process self-check traces a pass of its own: before counting
+        torch.ones(1, requires_grad=True).sum().backward()
+    excluded: list = []
+    original = NodeRecorder._record_node
+
+    def checking(self, fn, grad_inputs, grad_outputs):
+        excluded.append(torch._C._dispatch_tls_is_dispatch_key_excluded(torch._C.DispatchKey.Python))
+        return original(self, fn, grad_inputs, grad_outputs)
+
+    monkeypatch.setattr(NodeRecorder, "_record_node", checking)
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    y = (x * 3).sin()
+    y.register_hook(lambda g: g * 2)
+    with contextlib.ExitStack() as stack:
+        if profiled:
+            stack.enter_context(profile())
+        with al.Lens(names={"x": x, "y": y}) as lens:
+            y.sum().backward()
+    assert len(lens.passes[0].node_runs) == 3 and excluded == [True] * 4  # and x's AccumulateGrad
+    assert not torch._C._dispatch_tls_is_dispatch_key_excluded(torch._C.DispatchKey.Python)
+    assert torch.equal(x.grad, 2 * 3 * torch.cos(3 * x.detach()))

@@ -14,6 +14,7 @@ from ..model import TensorSummary, values_equal
 from .order import _MISSING, arrange_after, arrange_before
 from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord, copy_tuple, snapshot_all
 from .snapshot import fast_snapshot, held_bytes, snapshot
+from .snapshot import _disable_dispatch, _enter_dispatch, _exit_dispatch, _profiler_enabled
 from .snapshot import hidden_from_user as _hidden_from_modes
 from .unexplained import UnexplainedChanges
 from .structure import gradient_edge
@@ -56,9 +57,17 @@ class NodeRecorder(UnexplainedChanges):
             if self.nested() or self.broken:
                 return None  # a backward run inside a hook: not this pass
             profiling = profiling or self._pause_profile()
-            with _hidden_from_modes():
-                fn = _current_node()
-                self._record_node(fn, grad_inputs, grad_outputs)
+            fn = _current_node()
+            if _profiler_enabled():  # hidden_from_user also switches record functions off
+                with _hidden_from_modes():
+                    self._record_node(fn, grad_inputs, grad_outputs)
+            else:  # hidden_from_user with no profiler on, inline: no user dispatch mode sees the lens's tensor work
+                guard = _disable_dispatch()
+                _enter_dispatch(guard)
+                try:
+                    self._record_node(fn, grad_inputs, grad_outputs)
+                finally:
+                    _exit_dispatch(guard, None, None, None)
         except Exception as problem:
             self._failed(f"node {fn.name() if fn is not None else '?'}", problem)
         finally:
