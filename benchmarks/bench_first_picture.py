@@ -6,7 +6,8 @@ the model and runs it forward, imports the tool, then the clock runs from the lo
 * lens: ``autograd_lens.graph(loss)``: an SVG, or past ~60 boxes the navigator (folded drawing, the drawings with
   folds opened laid out in advance, the table).
 * torchviz: ``make_dot(loss, params=dict(model.named_parameters()))``, whose display pipes the DOT through Graphviz's
-  ``dot`` (``pip install torchviz``). Without torchviz, the same walk and ``graphviz.Digraph`` written out here
+  ``dot`` (``pip install torchviz``, or ``pip install --target DIR torchviz==0.0.3`` and ``DIR`` on ``PYTHONPATH``,
+  which the kernels inherit). Without torchviz, the same walk and ``graphviz.Digraph`` written out here
   (``torchviz-like``: its node attributes, its ``resize_graph`` size, ``dot`` through ``pipe``).
 
 The import of each tool is timed apart (``import autograd_lens``; ``from torchviz import make_dot``). Runs alternate
