@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import warnings
 import weakref
 
 import torch
@@ -387,3 +388,41 @@ def test_a_multi_grad_hook_on_an_input_of_grad_is_no_neighbour_of_a_hook_in_c_on
     assert tuple(truth[0].shape) == (4, 8)
     assert neg.grad_in is None or torch.equal(neg.grad_in, truth[0])
     assert neg.grad_in is not None or "not known" in neg.unseen
+
+
+def test_a_hook_in_c_before_a_module_backward_hook_that_raises_is_a_step():
+    """A module's full backward hook runs as a post-hook of its boundary node (torch's wrapper): when it raises, the
+    node's pre-hooks have run, a ``list.append`` written in C among them; it was missing from the steps
+    (model_programs seed 933167). Torch is the oracle: what the list holds, and the error as plain code raises it."""
+
+    def run(lens=None):
+        torch.manual_seed(0)
+        emb, head = torch.nn.Embedding(11, 4), torch.nn.Linear(4, 1)
+
+        def module_hook(module, grad_input, grad_output):
+            raise ValueError("h1")
+
+        emb.register_full_backward_hook(module_hook)
+        out = emb(torch.randint(0, 11, (2, 3)))
+        appended: list = []
+        out.grad_fn.register_prehook(appended.append)
+        loss = head(out).sum()
+        with lens if lens is not None else contextlib.nullcontext(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's: the hook fires for outputs, no input needs a gradient
+            try:
+                loss.backward()
+            except ValueError as error:
+                return appended, str(error)
+        return appended, None
+
+    plain_appended, plain_error = run()
+    lens = al.Lens()
+    appended, error = run(lens)
+    assert plain_error == error == "h1" and len(plain_appended) == len(appended) == 1
+    assert torch.equal(plain_appended[0][0], appended[0][0])
+    calls = lens.hook_calls
+    assert [(call.hook, call.kind) for call in calls] == [("list.append", "node_pre"), ("module_hook", "module_full")]
+    append, raised = calls
+    assert "written in C" in append.unseen and raised.error == "ValueError: h1"
+    assert "stopped with an error in module_hook, which ran after this node's backward" in append.unseen
+    assert append.grad_in is None or torch.equal(append.grad_in[0], appended[0][0])

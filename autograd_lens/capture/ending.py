@@ -21,6 +21,10 @@ from .snapshot import hidden_from_user as _hidden_from_modes
 from .shared import span_of
 from .snapshot import snapshot
 
+AFTER_BACKWARD = ("node", "module_full", "module_pre", "legacy")  # calls made by a node's post-hooks (torch's
+# module-hook wrappers are post-hooks of the module's boundary nodes)
+
+
 def _distributed() -> bool:
     distributed = getattr(torch, "distributed", None)
     return distributed is not None and distributed.is_available() and distributed.is_initialized()
@@ -76,6 +80,12 @@ class PassEnd:
                 self._record_node(node, (), (self.incoming.get(id(node), written),))
             elif call.kind in BEFORE_NODE and node is not None and id(node) not in self.ran:
                 self._stopped_at(node, call)
+            elif call.kind in AFTER_BACKWARD and node is not None and id(node) not in self.ran \
+                    and id(node) not in self.shape.leaves:
+                # a post-hook of the node raised (a module's backward hooks are torch's post-hooks on its boundary
+                # node): its tensor hooks and pre-hooks ran before its backward, those in C included
+                self._stopped_at(node, None, f"; the pass stopped with an error in {function_name(call.function)}, "
+                                 "which ran after this node's backward")
 
     def check_write(self, fn: Any, incoming: Any, record: GradRecord, fresh: bool) -> Any:
         """AccumulateGrad of leaf ``fn`` added ``incoming`` to ``.grad`` (or stored it, when there was none).  When
@@ -117,7 +127,7 @@ class PassEnd:
                 return True
         return False
 
-    def _stopped_at(self, fn: Any, raised: HookRecord | None) -> None:
+    def _stopped_at(self, fn: Any, raised: HookRecord | None, where: str = "") -> None:
         """The pass stopped at ``fn`` before its backward ran: the hooks that ran there (those in C included, up
         to the one that raised) are steps; the node is not."""
         if fn is None or self.broken:
@@ -140,8 +150,8 @@ class PassEnd:
         else:
             for call in before:
                 if call.unseen and call.grad_in is None:
-                    call.unseen += ("; the pass stopped with an error at this node, raised by this hook, a hook "
-                                    "after it or the backward function")
+                    call.unseen += where or ("; the pass stopped with an error at this node, raised by this hook, a "
+                                             "hook after it or the backward function")
         self.records.extend(before + [call for call in pending if call.kind not in BEFORE_NODE])
 
     def _raising_node(self, error: BaseException) -> Any:
