@@ -8,9 +8,7 @@ by :mod:`.unhooked`, and its model built by :mod:`.build` as soon as it ends, so
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 import sys
 import threading
 import warnings
@@ -26,6 +24,7 @@ from ..notes import note
 from .build import build_pass, relabel
 from .counting import HookCounter
 from .ending import touched
+from .entry import _check_options, _collector_paused, _untraceable  # noqa: F401  (api.py reads _check_options)
 from .lines import CellLines
 from .modules import ModuleCalls
 from .names import caller_namespace, user_frame
@@ -47,55 +46,6 @@ _ACTIVE: list["Lens"] = []
 _NONLEAF_WARNING = "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed"
 _INPLACE_AFTER_HOOK = "of BackwardHookFunction is a view and is being modified inplace"
 _hidden_from_modes = hidden_from_user  # the lens's tensor ops never reach a user's dispatch mode or profile
-
-
-_EXAMPLES = {"store_limit": "4096", "max_elements": "16", "max_nodes": "300", "memory_budget": "256 * 2**20",
-             "split_leaf_uses": "4"}
-
-
-def _check_options(names: Any, **numbers: Any) -> None:
-    """Refuse bad arguments with a message that says what to pass."""
-    if names is not None and not isinstance(names, Mapping):
-        raise TypeError(
-            f"names must be a mapping from variable names to tensors or modules, e.g. names=globals() or "
-            f"names={{'x': x, 'model': model}}, not a {type(names).__name__}"
-        )
-    for keyword, (value, lowest) in numbers.items():
-        if isinstance(value, bool) or not isinstance(value, int):
-            example = _EXAMPLES.get(keyword, max(lowest, 1))
-            raise TypeError(f"{keyword} must be a whole number (at least {lowest}), e.g. {keyword}={example}, "
-                            f"not {value!r}")
-        if value < lowest:
-            raise ValueError(f"{keyword} must be at least {lowest}, not {value}")
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Any:
-    """No cyclic collection while the lens sets a pass up or builds its model (no user code runs there): it would go
-    through objects that live until the pass ends.  The collector is left as it was found."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
-
-
-def _untraceable(args: tuple) -> bool:
-    """Passes the lens leaves alone: vmap'ed grads (``is_grads_batched``), ``torch.func`` transforms,
-    and the autograd calls ``torch.compile`` makes on fake tensors while it compiles."""
-    grads = args[0] if args else None
-    functorch = torch._C._functorch
-    for grad in grads or ():
-        if isinstance(grad, torch.Tensor) and (functorch.is_legacy_batchedtensor(grad) or functorch.is_batchedtensor(grad)):
-            return True
-    if torch._C._are_functorch_transforms_active():
-        return True
-    modes = torch._C._TorchDispatchModeKey
-    if any(torch._C._get_dispatch_mode(key) is not None for key in (modes.FAKE, modes.PROXY, modes.FUNCTIONAL)):
-        return True
-    return bool(torch.compiler.is_compiling())
 
 
 class Lens(LensViews):
