@@ -242,8 +242,9 @@ def check_open_and_fold(stepper, graph, click, press):
     stepper.locator("button[data-go=fit]").click()  # the whole folded drawing in view
     click(box)
     assert stepper.get_attribute("data-fold-state") == "1"
-    assert stepper.locator(".al-cardbox").inner_text().startswith("Opened layers.0 of layers.0-11 (x12): its blocks "
-                                                                  "drawn in full.")
+    assert stepper.locator(".al-cardbox").inner_text() == ("Opened layers.0 of layers.0-11 (x12). Click an opened "
+                                                           "block's outline or name (or Enter / Space on it) to fold "
+                                                           "it again.")
     drawn = dict(drawn_texts(stepper))
     assert drawn == opened and drawn["f1"][0] == "layers.1-11 (x11)"
     assert {k: v for k, v in drawn.items() if k.startswith("n")} == {k: v for k, v in unfolded.items() if k in drawn}

@@ -157,8 +157,8 @@ function findParts(s) {
       s.topInView(target);
       if (fromKey && target.focus) { target.focus({ preventScroll: true }); }
     }
-    cardBox.textContent = id in state.open ? "Opened " + move[2] + ": its blocks drawn in full. Click a block's outline " +
-      "or name (or Enter / Space on it) to fold them again." : "Folded " + move[2] + " again.";
+    cardBox.textContent = id in state.open ? "Opened " + move[2] + ". Click an opened block's outline or name (or " +
+      "Enter / Space on it) to fold it again." : "Folded " + move[2] + " again.";
     return true;
   }
 
