@@ -255,11 +255,10 @@ def _unhooked_input(observer: PassObserver, tensor: Any) -> Any:
 # ----------------------------------------------------------------------------- events
 
 
-def _node_event(walk: Walk, step: int, record: NodeRecord, next_of: dict | None = None,
-                drawn_outputs: set | None = None) -> NodeRun:
+def _node_event(walk: Walk, step: int, record: NodeRecord, next_of: dict, drawn_outputs: set) -> NodeRun:
     fn = record.fn
     key, name, output_label = id(fn), fn.name(), walk.output_label
-    following = next_of.get(key) if next_of is not None else None
+    following = next_of.get(key)
     if following is None:  # a node made during the pass
         following = fn.next_functions
     targets = tuple([output_label(next_fn, output_nr) if next_fn is not None else "(no grad needed)"
@@ -278,7 +277,7 @@ def _node_event(walk: Walk, step: int, record: NodeRecord, next_of: dict | None 
         edges=tuple([input_edges.get((key, slot)) for slot in range(len(sent))]) if sent else (),
         targets=targets,
         in_edges=tuple([output_edges.get((key, k)) for k in range(len(received))])
-        if drawn_outputs is None or key in drawn_outputs else (None,) * len(received),
+        if key in drawn_outputs else (None,) * len(received),
     )
     return event
 

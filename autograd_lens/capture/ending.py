@@ -128,8 +128,8 @@ class PassEnd:
         return False
 
     def _stopped_at(self, fn: Any, raised: HookRecord | None, where: str = "") -> None:
-        """The pass stopped at ``fn`` before its backward ran: the hooks that ran there (those in C included, up
-        to the one that raised) are steps; the node is not."""
+        """The pass stopped at ``fn`` before its backward ran, or in one of its post-hooks (``where`` says so): the
+        hooks that ran there (those in C included, up to the one that raised) are steps; the node is not."""
         if fn is None or self.broken:
             return
         pending = [call for call in self.pending if call.current_fn is fn or call.current_fn is None]

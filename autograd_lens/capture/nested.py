@@ -8,6 +8,7 @@ the pass says so in a note.
 
 from __future__ import annotations
 
+import weakref
 from types import FrameType
 from typing import Any
 
@@ -28,16 +29,18 @@ def remember_grads(observer: Any) -> None:
     in_graph = {id(fn.variable) for fn in observer.shape.leaves.values()}
     for tensor in names.tensor_objects:
         if tensor.grad_fn is None and tensor.requires_grad and id(tensor) not in in_graph:
-            grad = tensor.grad
-            observer.nested_grads[id(tensor)] = (names.tensors[id(tensor)], tensor, grad,
+            grad = tensor.grad  # by weak reference: the old .grad lives no longer than without the lens
+            observer.nested_grads[id(tensor)] = (names.tensors[id(tensor)], tensor,
+                                                 weakref.ref(grad) if grad is not None else None,
                                                  grad._version if grad is not None else None)
 
 
 def grads_written(observer: Any) -> None:
     """As the outermost nested backward ends: the leaves whose ``.grad`` it wrote (another tensor, or the same one
     changed) join ``observer.nested_written``."""
-    for name, tensor, grad, version in (observer.nested_grads or {}).values():
+    for name, tensor, grad_ref, version in (observer.nested_grads or {}).values():
         now = tensor.grad
+        grad = grad_ref() if grad_ref is not None else None  # None once freed: then .grad is another tensor
         if (now is not grad or (isinstance(now, torch.Tensor) and now._version != version)) \
                 and name not in observer.nested_written:
             observer.nested_written.append(name)

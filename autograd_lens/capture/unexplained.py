@@ -41,20 +41,13 @@ class UnexplainedChanges:
                 if pre.unseen or not isinstance(pre.grad_in, tuple) or len(pre.grad_in) != len(arrived):
                     return found
                 arrived = pre.grad_in
-        consumers, ran, records = self.shape.consumers, self.ran, self.records
         for output, received in enumerate(arrived):
             if output in hooked:
                 found += self._around_seen_hooks(fn, output, received, before, live, nested)
                 continue
-            users = consumers.get((key, output))
-            if received is None and not users:
+            if received is None and not self.shape.consumers.get((key, output)):
                 continue
-            as_is = None  # _sent_as_is, inline: the copy of what the one user sent here, when it ran
-            if users is not None and len(users) == 1 and id(users[0][0]) in ran:
-                sent, slot = records[ran[id(users[0][0])]].sent, users[0][1]
-                if isinstance(sent, tuple) and slot < len(sent):
-                    as_is = sent[slot]
-            if as_is is received:  # the usual case: one user, its copy reused as is
+            if self._sent_as_is(fn, output) is received:  # the usual case: one user, its copy reused as is
                 continue
             sent = self.unhooked.input_of(fn, output, hooked=True)
             if not _changed(sent, received):

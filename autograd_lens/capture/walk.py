@@ -250,12 +250,9 @@ def walk(
                 value, grad = _small(variable, options, stats, shape_now), _small(variable.grad, options, stats)
             kind = "output" if (fn_key, 0) in root_label else "leaf"
             badges = _hook_badges(variable) + module_badges.get(id(variable), ())
-            if copies == 1:
-                ids = [node(kind=kind, label=label, op=name, shape=shape_now, value=value, grad=grad, hooks=badges,
-                            sequence_nr=None, detail="")]
-            else:
-                ids = [node(kind=kind, label=label, op=name, shape=shape_now, value=value, grad=grad, hooks=badges,
-                            sequence_nr=None, detail=f"use {copy + 1} of {copies}") for copy in range(copies)]
+            ids = [node(kind=kind, label=label, op=name, shape=shape_now, value=value, grad=grad, hooks=badges,
+                        sequence_nr=None, detail=f"use {copy + 1} of {copies}" if copies > 1 else "")
+                   for copy in range(copies)]
             leaf_copies[fn_key] = ids
             function_ids[fn_key] = ids[0]
             labels[fn_key] = label
