@@ -320,3 +320,36 @@ def test_a_factor_is_shown_only_when_sent_over_received_is_it():
             a, f, c = (torch.tensor(eval(text.replace("inf", "float('inf')").replace("nan", "float('nan')")))
                        for text in shown.groups())
             assert torch.allclose(a * f, c, equal_nan=True), line
+
+
+COMPLEX_OPS = [op for op in OPS if op[0] not in ("relu", "pow no-grad tensor ** tensor", "pow no-grad tensor ** one number")]
+
+
+@pytest.mark.parametrize("name, fn, values, backward_name", COMPLEX_OPS, ids=[op[0] for op in COMPLEX_OPS])
+def test_on_complex_tensors_a_card_writes_no_real_valued_formula(name, fn, values, backward_name):
+    """torch's gradients of complex tensors are conjugate Wirtinger derivatives (``mul``: g × conj(other)), not
+    the real formulas of the cards: a card there must not write them; what it sends must be what vjp gives."""
+    inputs = [torch.tensor(v, dtype=torch.complex128) * (1 + 0.5j) for v in values]
+    inputs = [i.requires_grad_() for i in inputs]
+    names = dict(zip(NAMES, inputs))
+    with al.Lens(names=names) as lens:
+        out = fn(*inputs)
+        g = torch.ones(out.shape, dtype=out.dtype) * (0.75 - 0.25j)
+        out.backward(g)
+    (step,) = [s for s in steps_for(lens.passes[0]) if s.kind == "node" and f"({backward_name})" in s.title]
+    text = "\n".join(step.lines)
+    _, expected = torch.autograd.functional.vjp(fn, tuple(i.detach() for i in inputs), g)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    for name_, want in zip(NAMES, expected):
+        assert torch.allclose(names[name_].grad, want)
+    if family(backward_name) in ("elementwise", "product"):
+        assert step.lines[-1] == (
+            f"This card has no hand-written formula for {backward_name} on complex tensors: torch's gradients "
+            "there follow its convention for complex numbers (for an op that is holomorphic in an input, g × "
+            "conj(the derivative)), which this card's real-valued formulas do not show; what it sends is what "
+            "its backward computed."), text
+        assert not any(line.startswith("Chain rule") or "∂" in line for line in step.lines), text
+    else:  # moving numbers around (or adding them up) is the same for complex numbers
+        assert any(line.startswith("Chain rule") for line in step.lines), text
+    if step.question is not None:
+        assert "∂" not in step.question.rule and " × conj " not in step.question.rule, step.question

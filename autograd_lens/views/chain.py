@@ -66,6 +66,11 @@ def _tensor(value: Any) -> bool:
         and value.dtype.is_floating_point
 
 
+def _complex(value: Any) -> bool:
+    is_complex = getattr(value, "is_complex", None)
+    return bool(is_complex()) if callable(is_complex) else False
+
+
 def _ratio(sent: Any, received: Any, limit: int) -> Any:
     """The local factor the engine applied, sent ÷ received, when it is well defined: every received number finite
     and not 0 (inf ÷ inf, or anything ÷ 0, says nothing of the factor)."""
@@ -168,6 +173,12 @@ def chain_rule(event: NodeRun, graph: Graph, limit: int = 16, computed: tuple | 
         return [f"This card has no hand-written formula for {event.name}: what it sends is what its backward "
                 "computed (torch's derivative formula, or the backward of your autograd.Function)."]
     values = event.grad_out if computed is True else computed
+    if rule.family in ("elementwise", "product") \
+            and any(_complex(value) for value in (*event.grad_in, *event.grad_out, *(values or ()))):
+        return [f"This card has no hand-written formula for {event.name} on complex tensors: torch's gradients "
+                "there follow its convention for complex numbers (for an op that is holomorphic in an input, g × "
+                "conj(the derivative)), which this card's real-valued formulas do not show; what it sends is what "
+                "its backward computed."]
     names = operands(event, graph)
     keys = _keys(event, graph, rule, names)
     reduced = graph.node(event.node).reduced if event.node and rule.family == "reduction" else None
