@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from ..format import format_value
 from ..model import GraphOptions
 from .names import Names
 
@@ -31,7 +32,15 @@ def saved_names(fn: Any) -> tuple[str, ...]:
 
 
 def _is_constant_name(attribute: str) -> bool:
-    return not _STRUCTURAL.search(attribute[len("_saved_"):])
+    constant = _constant_names.get(attribute)
+    if constant is None:
+        constant = not _STRUCTURAL.search(attribute[len("_saved_"):])
+        if len(_constant_names) < 4096:  # one entry per saved attribute's name seen
+            _constant_names[attribute] = constant
+    return constant
+
+
+_constant_names: dict[str, bool] = {}
 
 
 # A saved tensor that a saved-tensor hook packed (``saved_tensors_hooks``, checkpointing):
@@ -49,8 +58,8 @@ def packed_by_hook(raw: Any) -> bool:
 def saved_value(fn: Any, attribute: str) -> Any:
     """``fn._saved_<name>`` without running any user code: tensors are read through ``_raw_saved_<name>``
     and only when no saved-tensor hook packed them (``PACKED`` otherwise; ``None`` once freed)."""
-    raw_name = "_raw" + attribute
-    if hasattr(type(fn), raw_name):
+    raw_name = _raw_name(type(fn), attribute)
+    if raw_name is not None:
         raw = getattr(fn, raw_name)
         if packed_by_hook(raw):
             return PACKED
@@ -60,11 +69,31 @@ def saved_value(fn: Any, attribute: str) -> Any:
     return getattr(fn, attribute)  # sizes, scalars, flags: plain values, nothing to unpack
 
 
+def _raw_name(kind: type, attribute: str) -> str | None:
+    """``_raw_saved_<name>`` when node type ``kind`` has it (a saved tensor, read without unpacking it), else None:
+    looked up once per type (``hasattr`` on a type without it raises and catches an AttributeError)."""
+    raw_names = _raw_names.get(kind)
+    raw_name = _UNSEEN if raw_names is None else raw_names.get(attribute, _UNSEEN)
+    if raw_name is _UNSEEN:
+        raw_name = "_raw" + attribute
+        if not hasattr(kind, raw_name):
+            raw_name = None
+        if raw_names is None and len(_raw_names) < 4096:  # one entry per node type seen, as saved_names
+            raw_names = _raw_names[kind] = {}
+        if raw_names is not None:
+            raw_names[attribute] = raw_name
+    return raw_name
+
+
+_raw_names: dict[type, dict[str, str | None]] = {}
+_UNSEEN = object()
+
+
 def saved_tensors_packed(fn: Any) -> bool:
     """True when any tensor ``fn`` saved was packed by a saved-tensor hook (so running ``fn`` would unpack it)."""
     for attribute in saved_names(fn):
-        raw_name = "_raw" + attribute
-        if hasattr(type(fn), raw_name) and packed_by_hook(getattr(fn, raw_name)):
+        raw_name = _raw_name(type(fn), attribute)
+        if raw_name is not None and packed_by_hook(getattr(fn, raw_name)):
             return True
     return False
 
@@ -91,8 +120,6 @@ def _saved_summary(fn: Any, names: Names, storage_names: dict, options: GraphOpt
                    values: list[tuple[str, Any]] | None = None) -> str:
     """``saves self=y`` style text: which tensors this backward function keeps (``values``: its
     ``_saved_values``, when already read)."""
-    from ..format import format_value
-
     parts = []
     for name, value in _saved_values(fn) if values is None else values:
         if value is PACKED:
