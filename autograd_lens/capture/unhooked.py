@@ -59,6 +59,16 @@ def is_known(value: Any) -> bool:
     return not isinstance(value, (Unknown, TensorSummary))
 
 
+def _as_the_engine_takes(seed: Any, root: Any) -> Any:
+    """A ``gradient=`` tensor as the root's node receives it: the engine casts it to the root's dtype
+    (``out.backward(torch.tensor(2.0))`` on a float64 ``out`` starts from a float64 2.0)."""
+    if isinstance(seed, torch.Tensor) and isinstance(root, torch.Tensor) and seed.dtype != root.dtype \
+            and seed.dtype.is_floating_point and root.dtype.is_floating_point:
+        with torch.no_grad(), _hidden_from_modes():
+            return seed.to(root.dtype)
+    return seed
+
+
 def add(first: Any, second: Any, why_large: str = "") -> Any:
     """``first + second`` as the engine adds gradients (None is zero); Unknown wins."""
     for value in (first, second):
@@ -212,7 +222,9 @@ class Unhooked:
         seeds = observer.start_seeds if hooked else observer.seeds
         for index, (root_fn, root_nr) in enumerate(observer.shape.root_edges):
             if root_fn is fn and root_nr == output_nr:
-                total = add(total, seeds[index] if index < len(seeds) else None)
+                seed = seeds[index] if index < len(seeds) else None
+                total = add(total, _as_the_engine_takes(seed, observer.roots[index] if index < len(observer.roots)
+                                                        else None))
         with torch.no_grad(), _hidden_from_modes():
             for _, value in arrivals:
                 total = add(total, value)
