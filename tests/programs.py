@@ -155,11 +155,14 @@ class Program:
 
 
 class Generator:
-    """A random program: 1-3 leaves, 2-7 ops, 0-5 hooks, 1-3 passes."""
+    """A random program: 1-3 leaves, 2-7 ops, 0-5 hooks, 1-3 passes; its leaves float32 (most programs), float64
+    or complex64 (whose gradients torch defines by its own convention: the root is then ``abs()`` of a sum)."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, dtype: str | None = None) -> None:
         self.rng = random.Random(seed)
         self.seed = seed
+        # drawn apart, so that a float32 program of a seed is the program that seed always made
+        self.dtype = dtype or random.Random(seed * 7919 + 17).choice(["float32"] * 8 + ["float64", "complex64"])
         self.lines: list[str] = []
         self.tensors: list[tuple[str, tuple[int, ...]]] = []  # (name, shape) of tensors that require grad
         self.leaves: list[str] = []
@@ -179,10 +182,11 @@ class Generator:
         for index in range(rng.randint(1, 3)):
             shape = rng.choice([(), (2,), (3,), (2, 3)])
             name = f"x{index}"
-            self.lines.append(f"{name} = torch.randn({shape}, requires_grad=True)")
+            dtype = "" if self.dtype == "float32" else f", dtype=torch.{self.dtype}"
+            self.lines.append(f"{name} = torch.randn({shape}{dtype}, requires_grad=True)")
             self.tensors.append((name, shape))
             self.leaves.append(name)
-        if rng.random() < 0.25:
+        if rng.random() < 0.25 and self.dtype == "float32":
             self.lines.append("lin = torch.nn.Linear(3, 3)")
             self.modules.append("lin")
             self.leaves += ["lin.weight", "lin.bias"]
@@ -319,7 +323,8 @@ class Generator:
 
     def root(self) -> str:
         names = [name for name, _ in self.tensors[-3:]]
-        self.lines.append(f"out = ({' + '.join(f'{n}.sum()' for n in names)})")
+        real = "" if self.dtype != "complex64" else ".abs()"  # backward() starts from a real number
+        self.lines.append(f"out = ({' + '.join(f'{n}.sum()' for n in names)}){real}")
         return "out"
 
     def passes(self, root: str) -> None:
@@ -703,8 +708,8 @@ def shrink(program: Program, still_fails: Any) -> Program:
     return Program(lines, program.leaves, program.seed)
 
 
-def check(seed: int) -> tuple[Program, list[str]]:
-    program = Generator(seed).generate()
+def check(seed: int, dtype: str | None = None) -> tuple[Program, list[str]]:
+    program = Generator(seed, dtype).generate()
     return program, compare(program)
 
 
@@ -720,11 +725,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--programs", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--show", type=int, default=10, help="failures printed in full")
+    parser.add_argument("--dtype", choices=["float32", "float64", "complex64"],
+                        help="every program's leaves of this dtype (default: float32 mostly, some float64, complex64)")
     options = parser.parse_args(argv)
     failures = 0
     for seed in range(options.seed, options.seed + options.programs):
         try:
-            program, problems = check(seed)
+            program, problems = check(seed, options.dtype)
         except Exception:  # noqa: BLE001
             print(f"seed {seed}: the checker failed\n{traceback.format_exc()}")
             failures += 1

@@ -27,6 +27,52 @@ def test_generated_programs_show_only_what_torch_did(start):
     assert not failures, "\n\n".join(failures[:3])
 
 
+@pytest.mark.parametrize("dtype, start", [("float64", 520000), ("complex64", 530000)])
+def test_generated_programs_of_other_dtypes_show_only_what_torch_did(dtype, start):
+    """float64 leaves (a float32 ``gradient=`` is cast to the root's dtype by the engine), complex64 leaves
+    (torch's own convention for complex gradients; the root is a real ``abs()``)."""
+    failures = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for seed in range(start, start + CHUNK):
+            program, problems = programs.check(seed, dtype)
+            if problems:
+                failures.append(programs.report(program, problems))
+    assert not failures, "\n\n".join(failures[:3])
+
+
+def test_a_gradient_of_another_dtype_than_the_root_is_no_hook_call():
+    """The engine casts ``gradient=`` to the root's dtype: that is no hook written in C changing it."""
+    program = programs.Program([
+        "torch.manual_seed(0)",
+        "x0 = torch.randn((3,), dtype=torch.float64, requires_grad=True)",
+        "t1 = x0 * 2.0",
+        "REG(x0, 'register_hook', make_hook('h0', 'scale'))",
+        "out = (t1.sum())",
+        "PASS('backward', out, gradient=torch.tensor(-1.0), retain_graph=True)",
+        "PASS('backward', out, gradient=torch.tensor(2.0))",
+    ], ["x0"])
+    assert programs.compare(program) == []
+
+
+@pytest.mark.parametrize("method, maker", [("register_prehook", "make_pre"), ("register_hook", "make_post")])
+def test_two_closures_on_one_node_stay_two_hooks_after_one_is_removed(method, maker):
+    """Two node hooks made by one factory (one code): after the first is removed between passes, the second's
+    call in pass 2 is its call 2 of 2, not the removed hook's."""
+    program = programs.Program([
+        "torch.manual_seed(0)",
+        "x0 = torch.randn((2, 3), requires_grad=True)",
+        "t2 = x0.tanh()",
+        f"h1_handle = REG(t2.grad_fn, '{method}', {maker}('h1', 'observe'))",
+        f"h3_handle = REG(t2.grad_fn, '{method}', {maker}('h3', 'scale'))",
+        "out = ((t2 * 1.0).sum())",
+        "PASS('backward', out, retain_graph=True)",
+        "REMOVE(h1_handle)",
+        "PASS('backward', out)",
+    ], ["x0"])
+    assert programs.compare(program) == []
+
+
 # ----------------------------------------------------------------------------- the checker catches what it should
 
 
