@@ -16,11 +16,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import dataclasses
+
+from .evidence import Evidence, collect
 from .nonfinite import NonFinite
 from .paths import Path, PathSet
 from .unreached import REASONS, Reason
 
 __all__ = ["NonFinite", "Path", "PathSet", "REASONS", "Reason", "Unreached", "DebugRecording"]
+
+
+_NO_PATHS = "paths are followed while the graph is alive, in a Lens(why=True) or a %%lens --why cell"
 
 
 class Unreached(dict):
@@ -62,21 +68,16 @@ class DebugRecording:
 
     def before_pass(self, observer: Any) -> Any:
         """Evidence for the pass about to run (never raises)."""
-        import dataclasses
-
-        from .evidence import Evidence, collect
-
         try:
             names = observer.ensure_names()
-            evidence = collect(observer.shape, names, self.recorder)
+            evidence = collect(observer.shape, names, self.recorder, "" if self.recorder is not None else _NO_PATHS)
         except Exception as problem:
             return Evidence(forward_note=f"the evidence could not be collected ({type(problem).__name__}: {problem})",
                             saved_note="not looked at")
         if self.problem and not evidence.forward_note:
             evidence = dataclasses.replace(evidence, forward_note=self.problem)
         if self.recorder is None:
-            return dataclasses.replace(evidence, paths_note="paths are followed while the graph is alive, in a "
-                                                            "Lens(why=True) or a %%lens --why cell")
+            return evidence
         try:
             from .paths import compute
 

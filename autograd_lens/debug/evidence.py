@@ -12,7 +12,7 @@ unpacked.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -56,30 +56,36 @@ class Evidence:
     forward_nonfinite: Any = None  # the block's first forward call returning NaN or inf from finite inputs
 
 
-def collect(shape: Any, names: Any, recorder: Any = None) -> Evidence:
+def collect(shape: Any, names: Any, recorder: Any = None, paths_note: str = "") -> Evidence:
     """Evidence for one pass; ``shape`` is the pass's ``Structure``, ``names`` its ``Names``."""
     leaf_ids = {id(fn.variable) for fn in shape.leaves.values()}
-    consumed = set(shape.consumers) | {(id(fn), nr) for fn, nr in shape.root_edges}
+    consumers = shape.consumers
+    roots = {(id(fn), nr) for fn, nr in shape.root_edges}
     missing: list[tuple[str, torch.Tensor]] = []
     candidates: list[Candidate] = []
+    tensors = names.tensors
     for tensor in names.tensor_objects:
-        name = names.tensors[id(tensor)]
-        frozen = isinstance(tensor, torch.nn.Parameter) and not tensor.requires_grad
-        if not (tensor.requires_grad or frozen):
+        requires_grad = tensor.requires_grad
+        if not requires_grad and not isinstance(tensor, torch.nn.Parameter):  # neither requiring grad nor frozen
             continue
         fn = tensor.grad_fn
         if fn is None:
             reachable = id(tensor) in leaf_ids
         else:
-            reachable = (id(fn), tensor.output_nr) in consumed
+            key = (id(fn), tensor.output_nr)
+            reachable = key in consumers or key in roots
         if reachable:
-            node = None if fn is None else _key(fn)
-            candidates.append(Candidate(name, fn is None, True, True, node, tensor.output_nr))
+            candidate = _new(Candidate)  # Candidate(name, ...) without a frozen dataclass's setattr per field
+            candidate.__dict__.update(_CANDIDATE_DEFAULTS, name=tensors[id(tensor)], leaf=fn is None,
+                                      requires_grad=True, reachable=True, node=None if fn is None else _key(fn),
+                                      output_nr=tensor.output_nr)
+            candidates.append(candidate)
         else:
-            missing.append((name, tensor))
+            missing.append((tensors[id(tensor)], tensor))
     nonfinite = recorder.nonfinite if recorder is not None else None
     if not missing:
-        return Evidence(tuple(candidates), forward=recorder is not None, forward_nonfinite=nonfinite)
+        return Evidence(tuple(candidates), forward=recorder is not None, forward_nonfinite=nonfinite,
+                        paths_note=paths_note)
     saved, saved_note = [], ""
     if any(tensor.requires_grad for _, tensor in missing):  # a frozen parameter's clue needs no saved tensor
         saved, saved_note = _saved_tensors(shape)
@@ -96,7 +102,13 @@ def collect(shape: Any, names: Any, recorder: Any = None) -> Evidence:
     elif recorder is not None and (recorder.forgot or len(recorder.cuts) > CUT_SCAN_LIMIT):
         forward_note = "the forward record is too long to look at in full (its oldest cuts were not looked at)"
     return Evidence(tuple(candidates), forward=recorder is not None, forward_note=forward_note,
-                    saved_note=saved_note, forward_nonfinite=nonfinite)
+                    saved_note=saved_note, forward_nonfinite=nonfinite, paths_note=paths_note)
+
+
+# Each field of a Candidate with its default, in field order: tests/test_perf_evidence.py checks that what collect
+# makes equals what the dataclass makes.
+_CANDIDATE_DEFAULTS = {item.name: item.default for item in fields(Candidate)}
+_new = object.__new__
 
 
 def _key(fn: Any) -> tuple[int, str]:
