@@ -55,16 +55,22 @@ def test_a_gradient_of_another_dtype_than_the_root_is_no_hook_call():
     assert programs.compare(program) == []
 
 
-@pytest.mark.parametrize("method, maker", [("register_prehook", "make_pre"), ("register_hook", "make_post")])
-def test_two_closures_on_one_node_stay_two_hooks_after_one_is_removed(method, maker):
-    """Two node hooks made by one factory (one code): after the first is removed between passes, the second's
-    call in pass 2 is its call 2 of 2, not the removed hook's."""
+@pytest.mark.parametrize("target, method, first, second", [
+    ("t2.grad_fn", "register_prehook", "make_pre('h1', 'observe')", "make_pre('h3', 'scale')"),
+    ("t2.grad_fn", "register_hook", "make_post('h1', 'observe')", "make_post('h3', 'scale')"),
+    ("t2", "register_hook", "CHOOK('h1', 'neg')", "CHOOK('h3', 'neg')"),  # one function object, torch.neg, twice
+    ("t2.grad_fn", "register_prehook", "CHOOK('h1', 'append')", "CHOOK('h3', 'append')"),
+])
+def test_two_hooks_of_one_code_stay_two_hooks_after_one_is_removed(target, method, first, second):
+    """Two hooks with one code on one node or tensor (closures of one factory, or one function written in C
+    registered twice): after the first is removed between passes, the second's call in pass 2 is its call 2 of
+    2, not the removed hook's."""
     program = programs.Program([
         "torch.manual_seed(0)",
         "x0 = torch.randn((2, 3), requires_grad=True)",
         "t2 = x0.tanh()",
-        f"h1_handle = REG(t2.grad_fn, '{method}', {maker}('h1', 'observe'))",
-        f"h3_handle = REG(t2.grad_fn, '{method}', {maker}('h3', 'scale'))",
+        f"h1_handle = REG({target}, '{method}', {first})",
+        f"h3_handle = REG({target}, '{method}', {second})",
         "out = ((t2 * 1.0).sum())",
         "PASS('backward', out, retain_graph=True)",
         "REMOVE(h1_handle)",

@@ -176,8 +176,9 @@ class HookCalls(NestedCalls):
                     received, context = (args[1], args[2]) if len(args) > 2 else ((), ())
             limit = self.store_limit
             node = _current_node()
+            key = None
             if function is None and kind in ("node", "node_pre") and node is not None:
-                function = self._node_hook_function(node, kind == "node_pre", frame.f_code)
+                function, key = self._node_hook_function(node, kind == "node_pre", frame.f_code)
             if kind in ("post_accumulate_grad", "node") and node is not None and id(node) in self.shape.leaves \
                     and id(node) not in self.written:
                 # user code is about to run after AccumulateGrad wrote .grad: keep the value it wrote
@@ -203,29 +204,32 @@ class HookCalls(NestedCalls):
                 slot=wrapper.frame.f_locals.get("idx") if wrapper is not None and wrapper.family == "multi_grad" else None,
                 present=_present(candidates) if kind not in ("node", "node_pre") else
                 self.node_hook_ids(node, kind == "node_pre") if node is not None and id(node) in self.c_nodes else None,
+                key=key,
             )
 
-    def _node_hook_function(self, node: Any, pre: bool, code: Any) -> Any:
-        """Which of ``node``'s own (pre-)hooks runs ``code``, or None.  torch calls them in the order of their dict,
-        once each: the k-th call with this code at this node is the k-th function with it there, while the dict
-        holds the functions with this code it held when the pass began (a hook removing or adding one with the
-        same code mid-pass leaves it not known).  So two closures of one factory on one node are two hooks across
-        passes too: after one is removed, the other's calls are not counted as the removed one's."""
+    def _node_hook_function(self, node: Any, pre: bool, code: Any) -> tuple[Any, Any]:
+        """Which of ``node``'s own (pre-)hooks runs ``code``: (function, its key in the hook dict), or (None, None).
+        torch calls them in the order of their dict, once each: the k-th call with this code at this node is the
+        k-th entry with it there, while the dict holds the entries with this code it held when the pass began (a
+        hook removing or adding one mid-pass leaves it not known).  So two closures of one factory (or one function
+        registered twice) on one node are two hooks across passes too: after one is removed, the other's calls are
+        not counted as the removed one's."""
         dicts = self.hook_dicts.get(id(node))
         hooks = dicts[0 if pre else 1] if dicts is not None else None
         start = self.node_hooks.get(id(node))
         if not hooks or start is None:
-            return None
+            return None, None
         try:
-            found = [hook for hook in tuple(hooks.values()) if code_of(hook) is code]
+            found = [(key, hook) for key, hook in tuple(hooks.items()) if code_of(hook) is code]
         except Exception:  # noqa: BLE001 - changed while read: not known
-            return None
+            return None, None
         at_start = [hook for hook in start[0 if pre else 1] if code_of(hook) is code]
-        key = (id(node), pre, code)
-        calls = self.node_hook_calls[key] = self.node_hook_calls.get(key, 0) + 1
-        if len(found) != len(at_start) or any(a is not b for a, b in zip(found, at_start)) or calls > len(found):
-            return None
-        return found[calls - 1]
+        index = (id(node), pre, code)
+        calls = self.node_hook_calls[index] = self.node_hook_calls.get(index, 0) + 1
+        if len(found) != len(at_start) or any(a is not b for (_, a), b in zip(found, at_start)) or calls > len(found):
+            return None, None
+        key, function = found[calls - 1]
+        return function, key
 
     def _boundary(self, wrapper: Wrapper) -> None:
         """torch's wrapper of a module's backward hooks runs at the module's hook boundary even when no hook of

@@ -61,6 +61,8 @@ class HookCounter:
             where = ("target", call.target)
         if call.kind == "multi_grad" and call.state is not None:
             ordinal = 0  # its wrapper's state names the registration, wherever it fires
+        elif call.key is not None and call.kind != "multi_grad":
+            ordinal = ("key", call.key)  # its handle's id names the registration: hooks removed before it do not count
         function = id(call.function) if call.function is not None else None  # guarded in count()
         return (call.kind, _function_key(call), where, function, ordinal), holder
 

@@ -271,7 +271,7 @@ class NodeRecorder(UnexplainedChanges):
             if chosen is not None:
                 self.claimed.add(id(chosen))  # a tensor hook fires once per pass
                 call.target, call.node_fn, call.output_nr = chosen.target, chosen.grad_fn, chosen.output_nr
-                call.position = chosen.position
+                call.position, call.key = chosen.position, chosen.key
                 return
             if fn is None:  # fired after the last node ran and matches no known tensor
                 call.target = "an unnamed tensor"

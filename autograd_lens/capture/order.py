@@ -33,11 +33,11 @@ NOT_RETURNED: Any = object()  # autograd.grad raised: what it would have returne
 
 
 def unseen_call(function: Any, kind: str, target: str | None, fn: Any, output_nr: int | None, what: str,
-                position: int | None = None) -> "HookRecord":
+                position: int | None = None, key: Any = None) -> "HookRecord":
     """The call of a hook written in C, placed at ``fn``; ``what`` of it is not known (yet)."""
     return HookRecord(code=None, function=function, kind=kind, received=None, grad_in=None, frame=None,
                       target=target, node_fn=fn, output_nr=output_nr, position=position,
-                      unseen=f"{UNSEEN}, so {what} is not known")
+                      unseen=f"{UNSEEN}, so {what} is not known", key=key)
 
 
 def arrange_before(observer: "PassObserver", fn: Any, before: list["HookRecord"],
@@ -167,7 +167,7 @@ def _with_c_entries(seen: list["HookRecord"], known: list["KnownHook"], fn: Any,
     tensor's dict, in registration order."""
     c_entries = [entry for entry in known if _is_c(entry.function) and entry.kind in ("tensor", "post_accumulate_grad")
                  and _ran(entry, seen)]
-    pending = [unseen_call(entry.function, entry.kind, entry.target, fn, output, what, entry.position)
+    pending = [unseen_call(entry.function, entry.kind, entry.target, fn, output, what, entry.position, entry.key)
                for entry in c_entries]
     result: list = []
     for call in seen:

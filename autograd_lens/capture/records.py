@@ -62,6 +62,7 @@ class HookRecord:
     state: int | None = None  # id of the per-registration state of torch's wrapper (multi-grad hooks)
     slot: int | None = None  # a multi-grad hook (mode="all"): which watched tensor's hook called it
     present: frozenset | None = None  # the keys of its tensor's hook dict when it started (hooks removed meanwhile)
+    key: Any = None  # its registration's key in its hook dict (the handle's id), when known: tensor and node hooks
 
 
 @dataclass
