@@ -26,8 +26,12 @@ AFTER_BACKWARD = ("node", "module_full", "module_pre", "legacy")  # calls made b
 
 
 def _distributed() -> bool:
-    distributed = getattr(torch, "distributed", None)
-    return distributed is not None and distributed.is_available() and distributed.is_initialized()
+    return _DISTRIBUTED is not None and _DISTRIBUTED.is_initialized()
+
+
+_DISTRIBUTED = getattr(torch, "distributed", None)  # torch.distributed when this build has it (is_available() is
+if _DISTRIBUTED is not None and not _DISTRIBUTED.is_available():  # the build's: it does not change)
+    _DISTRIBUTED = None
 
 
 class PassEnd:
@@ -92,12 +96,14 @@ class PassEnd:
         ``.grad`` is not what the write made although no Python ran since (``fresh``), C++ code
         changed it after the write (DistributedDataParallel's hook on AccumulateGrad, with gradient_as_bucket_view):
         the write is recorded as what it made.  Returns what arrived."""
+        if not fresh or not _distributed():  # asked first: every leaf of every pass comes here
+            return record.received  # only torch.distributed's reducers hook AccumulateGrad in C++ and rewrite .grad
         grad = fn.variable.grad
         old = self.old_grads.get(id(fn))
         if not isinstance(incoming, torch.Tensor) or not isinstance(grad, torch.Tensor):
             return record.received
-        if not fresh or isinstance(record.grad, TensorSummary) or not _distributed():
-            return record.received  # only torch.distributed's reducers hook AccumulateGrad in C++ and rewrite .grad
+        if isinstance(record.grad, TensorSummary):
+            return record.received
         arrived = self._keep(incoming) if old is None else record.received
         made = arrived
         if old is not None:

@@ -30,17 +30,30 @@ def _check_options(names: Any, **numbers: Any) -> None:
             raise ValueError(f"{keyword} must be at least {lowest}, not {value}")
 
 
-@contextlib.contextmanager
-def _collector_paused() -> Any:
+def _pause_collector() -> bool:
     """No cyclic collection while the lens sets a pass up or builds its model (no user code runs there): it would go
-    through objects that live until the pass ends.  The collector is left as it was found."""
+    through objects that live until the pass ends.  Returns whether the collector was on, for
+    :func:`_resume_collector` in a ``finally`` (a plain try/finally: no generator made per use, as a contextmanager
+    would)."""
     collecting = gc.isenabled()
     gc.disable()
+    return collecting
+
+
+def _resume_collector(collecting: bool) -> None:
+    """The collector left as :func:`_pause_collector` found it."""
+    if collecting:
+        gc.enable()
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Any:
+    """``_pause_collector`` / ``_resume_collector`` around a ``with`` block."""
+    collecting = _pause_collector()
     try:
         yield
     finally:
-        if collecting:
-            gc.enable()
+        _resume_collector(collecting)
 
 
 def _untraceable(args: tuple) -> bool:

@@ -25,6 +25,7 @@ from .build import build_pass, relabel
 from .counting import HookCounter
 from .ending import touched
 from .entry import _check_options, _collector_paused, _untraceable  # noqa: F401  (api.py reads _check_options)
+from .entry import _pause_collector, _resume_collector
 from .lines import CellLines
 from .modules import ModuleCalls
 from .names import caller_namespace, user_frame
@@ -232,8 +233,12 @@ class Lens(LensViews):
             return original(t_outputs, *args, **kwargs)
         failure: Exception | None = None
         try:
-            with _hidden_from_modes(), _collector_paused():
-                observer = self._observer(t_outputs, args, kwargs, sys._getframe(1))
+            collecting = _pause_collector()
+            try:
+                with _hidden_from_modes():
+                    observer = self._observer(t_outputs, args, kwargs, sys._getframe(1))
+            finally:
+                _resume_collector(collecting)
         except Exception as problem:  # e.g. the roots need no grad: the engine says so in its own words
             failure = problem
         if failure is not None:
@@ -243,10 +248,13 @@ class Lens(LensViews):
             self._say(f"could not trace a backward pass ({type(failure).__name__}: {failure}); it ran untraced")
             return result
         try:
-            with _collector_paused():
+            collecting = _pause_collector()
+            try:
                 # which leaves' .grad code wrote since their last pass (before this pass writes any)
                 observer.touched = {key: touched(entry) for key, entry in self._history.items()}
                 observer.start()
+            finally:
+                _resume_collector(collecting)
         except Exception as problem:
             observer.stop()
             observer.release()
@@ -268,8 +276,11 @@ class Lens(LensViews):
         finally:
             observer.stop()
             self._recording = False
-            with _collector_paused():
+            collecting = _pause_collector()
+            try:
                 self._finish(observer, result)
+            finally:
+                _resume_collector(collecting)
 
     def _observer(self, t_outputs: Any, args: tuple, kwargs: dict, caller: Any) -> PassObserver:
         roots = tuple(t_outputs) if isinstance(t_outputs, (tuple, list)) else (t_outputs,)
