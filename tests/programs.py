@@ -163,6 +163,7 @@ class Generator:
         self.seed = seed
         # drawn apart, so that a float32 program of a seed is the program that seed always made
         self.dtype = dtype or random.Random(seed * 7919 + 17).choice(["float32"] * 8 + ["float64", "complex64"])
+        self.between = random.Random(seed * 7919 + 29)  # edits of .grad between passes (drawn apart, likewise)
         self.lines: list[str] = []
         self.tensors: list[tuple[str, tuple[int, ...]]] = []  # (name, shape) of tensors that require grad
         self.leaves: list[str] = []
@@ -349,6 +350,14 @@ class Generator:
             if not last and rng.random() < 0.3:
                 leaf = rng.choice(self.leaves)
                 self.lines.append(f"{leaf}.grad = None")
+            if not last and self.between.random() < 0.25:  # code of the user's that edits a .grad between passes
+                leaf = self.between.choice(self.leaves)
+                self.lines.append(self.between.choice([
+                    f"if {leaf}.grad is not None: {leaf}.grad.mul_(0.5)",  # clip_grad_norm_ scales in place
+                    f"if {leaf}.grad is not None: {leaf}.grad.zero_()",  # zero_grad(set_to_none=False)
+                    f"{leaf}.grad = torch.full_like({leaf}, 0.25)",  # a .grad set by hand
+                    f"if {leaf}.grad is not None: {leaf}.grad = {leaf}.grad * 2",  # replaced by a new tensor
+                ]))
             if not last and rng.random() < 0.2:  # a hook registered between passes
                 self.hook()
             if not last and self.handles and rng.random() < 0.15:  # one removed between passes
