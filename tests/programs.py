@@ -590,7 +590,7 @@ def compare(program: Program, runner: Any = None) -> list[str]:
                 problems.append(f"pass {index + 1}: {label} without hooks {shown_value} shown, it is {expected} "
                                 f"(no reason given)")
     # 5. views: "call i of n", "already held", the drawing's last .grad
-    problems += _views(passes, truth_calls, lens_run, shown)
+    problems += _views(passes, truth_calls, lens_run, shown, truth.nodes)
     return problems
 
 
@@ -664,7 +664,67 @@ class _Skip:
 _SKIP = _Skip()
 
 
-def _views(passes: list, truth_calls: list, lens_run: Run, shown_calls: list) -> list[str]:
+def _flat(value: Any) -> tuple[float, ...] | None:
+    """A gradient as a predict question's answer holds it (one tensor of a tuple: the one that is not None)."""
+    if isinstance(value, (tuple, list)):
+        present = [item for item in value if item is not None]
+        value = present[0] if len(present) == 1 else None
+    if not isinstance(value, torch.Tensor):
+        return None
+    return tuple(float(v) for v in value.detach().reshape(-1).tolist())
+
+
+def _question_problems(index: int, p: Any, step: Any, event: Any, truth_by_call: dict, truth_nodes: list,
+                       lens_run: Run) -> list[str]:
+    """A predict question's answer (and its second part) against what torch did."""
+    from autograd_lens.model import GradWritten, HookCall, NodeRun
+    from autograd_lens.views.operands import card_targets, input_keys
+
+    question = step.question
+    where = f"pass {index + 1}: question {question.prompt[:70]!r}"
+    if isinstance(event, HookCall) and id(event) in truth_by_call:
+        _, received, passed = truth_by_call[id(event)]
+        if event.kind == "post_accumulate_grad":
+            expected = [_flat(passed)]
+        else:
+            expected = [_flat(received), _flat(passed)]
+        asked = [question.answer] + [part.answer for part in question.more]
+        for got, want in zip(asked, expected):
+            if want is not None and got != want:
+                return [f"{where}: answer {got}, torch's {want}"]
+        return []
+    if isinstance(event, NodeRun):
+        position = next((i for i, run in enumerate(p.node_runs) if run is event), None)
+        true_runs = [node for node in truth_nodes if node[0] != "torch::autograd::AccumulateGrad"]
+        if position is None or position >= len(true_runs) or true_runs[position][0] != event.name:
+            return []
+        sent = true_runs[position][2]
+        if "before the hooks on this node change it" in question.prompt:
+            return []  # what the backward computed before the node's hooks: what its first hook received (asked there)
+        targets, keys = card_targets(event, p.graph), input_keys(event, p.graph)
+        for slot, target in enumerate(targets):
+            if f"What does {target} receive" not in question.prompt:
+                continue
+            parts = [sent[other] for other, key in enumerate(keys) if key == keys[slot] and other < len(sent)
+                     and sent[other] is not None]
+            if not parts:
+                return [f"{where}: torch sent {target} nothing"]
+            total = parts[0]
+            for part in parts[1:]:
+                total = total + part
+            if _flat(total) != question.answer:
+                return [f"{where}: answer {question.answer}, torch's {_flat(total)}"]
+            return []
+        return [f"{where}: no input of {event.name} is named in it"]
+    if isinstance(event, GradWritten) and not p.error:
+        later = [call for call in p.hook_calls if call.kind == "post_accumulate_grad" and call.target == event.name]
+        real = lens_run.passes[index]["grads"].get(event.name)
+        if not later and real is not None and _flat(real) != question.answer:
+            return [f"{where}: answer {question.answer}, {event.name}.grad is {_flat(real)} after the pass"]
+    return []
+
+
+def _views(passes: list, truth_calls: list, lens_run: Run, shown_calls: list, truth_nodes: list) -> list[str]:
     import autograd_lens as al
     from autograd_lens.model import GradWritten
     from autograd_lens.views.steps import frame, hook_totals, steps_for
@@ -675,6 +735,7 @@ def _views(passes: list, truth_calls: list, lens_run: Run, shown_calls: list) ->
         totals_by_tag[tag] = totals_by_tag.get(tag, 0) + 1
     totals = hook_totals(passes)
     tag_of = {id(call): tag for call, (tag, _, _) in zip(shown_calls, truth_calls)}
+    truth_of = {id(call): truth for call, truth in zip(shown_calls, truth_calls)}
     for index, p in enumerate(passes):
         steps = steps_for(p, totals)
         for step_index, step in enumerate(steps):
@@ -684,6 +745,8 @@ def _views(passes: list, truth_calls: list, lens_run: Run, shown_calls: list) ->
                 expected = f"call {event.invocation} of {totals_by_tag[tag]} in this recording"
                 if expected not in step.title:
                     problems.append(f"pass {index + 1}: card {step.title!r}, expected {expected!r}")
+            if step.question is not None and event is not None:
+                problems += _question_problems(index, p, step, event, truth_of, truth_nodes[index], lens_run)
             if "already held" in (step.note or "") and isinstance(event, GradWritten):
                 before = lens_run.before[index].get(event.name)
                 if before is None:

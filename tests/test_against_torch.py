@@ -130,6 +130,26 @@ def test_the_checker_sees_a_wrong_value_without_hooks(monkeypatch):
     assert any("without hooks" in problem for problem in programs.compare(TWO_PASSES))
 
 
+@pytest.mark.parametrize("kind", ["node", "grad", "hook"])
+def test_the_checker_sees_a_wrong_predict_answer(monkeypatch, kind):
+    """Predict mode's answers are statements too: each kind of question is checked against torch."""
+    import dataclasses
+
+    from autograd_lens.views import steps as steps_module
+
+    original = steps_module.steps_for
+
+    def wrong(backward_pass, totals=None):
+        made = original(backward_pass, totals)
+        return [dataclasses.replace(step, question=dataclasses.replace(
+            step.question, answer=tuple(v + 1 for v in step.question.answer)))
+            if step.question is not None and step.kind == kind else step for step in made]
+
+    monkeypatch.setattr(steps_module, "steps_for", wrong)
+    problems = programs.compare(TWO_PASSES)
+    assert any("question" in problem and "answer" in problem for problem in problems), problems
+
+
 def test_a_failure_prints_a_minimal_program(monkeypatch):
     monkeypatch.setattr(build.HookCounter, "count", lambda self, call, ordinal: (1, 1))
     text = programs.report(TWO_PASSES, programs.compare(TWO_PASSES))
