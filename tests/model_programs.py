@@ -181,6 +181,7 @@ class ModelGenerator:
         self.forward_lines: list[Any] = []  # callables (k) -> lines of one forward
         self.tags = 0
         self.inputs_leaf = False
+        self.c_catchers: set[str] = set()  # modules whose output a forward hook hooks with torch.neg
         self.kind = ""
 
     def tag(self) -> str:
@@ -373,6 +374,11 @@ class ModelGenerator:
         else:  # a forward hook that hooks the layer's output, every forward
             mode = self.mode(MODES)  # drawn either way: the programs of every seed stay as they were but this line
             in_c = zlib.crc32(f"{self.seed}:{tag}".encode()) % 10 < 3  # torch.neg: seen from the gradients around it
+            # ...but two on one output cancel out: a hook in C on a tensor with no name that leaves the gradient as
+            # it was cannot be seen (torch gives no access to a node's tensor pre-hooks; the lens says so)
+            in_c = in_c and module not in self.c_catchers
+            if in_c:
+                self.c_catchers.add(module)
             catcher = f"grad_catcher({tag!r}, 'neg', True)" if in_c else f"grad_catcher({tag!r}, {mode!r})"
             self.lines.append(f"{module_path.replace('.', '_')}_fh = {module}.register_forward_hook({catcher})")
 
