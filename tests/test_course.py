@@ -9,7 +9,6 @@ Regenerate the table with ``python tests/test_course.py``.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest

@@ -13,7 +13,6 @@ import math
 import random
 import warnings
 
-import numpy as np
 import pytest
 import torch
 import torch.nn as nn

@@ -17,7 +17,6 @@ from ..model import BackwardPass
 from .passview import PassView, stepper_data, views_for
 from .static_html import fragment_key, module_source, stepper_fragment
 from .steps import Frame, Step, check_answers, frame, question_frame, question_rule, reveal_text
-from .trace_display import lens_text
 
 _live_ids = itertools.count(1)
 
