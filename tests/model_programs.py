@@ -175,6 +175,8 @@ class ModelGenerator:
         self.rng = random.Random(seed)
         self.seed = seed
         self.lines: list[str] = [f"torch.manual_seed({seed})"]
+        if random.Random(seed * 7919 + 17).random() < 0.15:  # drawn apart: the other programs of a seed unchanged
+            self.lines.append("torch.set_default_dtype(torch.float64)")  # a model in double precision (gradcheck's)
         self.modules: list[str] = []  # every module path (submodules included), for module hooks
         self.params: list[str] = []  # every parameter path, first name of a tied one only
         self.tops: list[str] = []  # top-level modules, in definition order
@@ -210,7 +212,10 @@ class ModelGenerator:
         """Module and parameter paths as the lens names them (first name of a shared object wins)."""
         scratch: dict = {"torch": torch, "nn": nn, "F": F, "math": math}
         exec(compile(PRELUDE, "<prelude>", "exec"), scratch)
-        exec("\n".join(self.lines), scratch)
+        try:
+            exec("\n".join(self.lines), scratch)
+        finally:
+            torch.set_default_dtype(torch.float32)
         seen: set[int] = set()
         for top in self.tops:
             for path, module in scratch[top].named_modules(prefix=top, remove_duplicate=False):
@@ -678,6 +683,7 @@ def run(program: Program, mode: str) -> Run:
     except Exception as problem:  # noqa: BLE001  (the program's own failure is compared, not judged)
         result.error = f"{type(problem).__name__}: {problem}"
     finally:
+        torch.set_default_dtype(torch.float32)  # a program in float64 set it for itself only
         for handle in handles:  # global hooks outlive the program otherwise
             handle.remove()
     kept = [index for index, entry in enumerate(e for e in log if not e[0].endswith(" out"))
