@@ -28,13 +28,14 @@ import torch
 
 from .snapshot import hidden_from_user
 from ..model import TensorSummary, values_equal
-from .saved import saved_tensors_packed
+from .saved import packed_by_hook, saved_names
 
 if TYPE_CHECKING:
     from .observe import PassObserver
 
 _hidden_from_modes = hidden_from_user  # the lens's tensor ops never reach a user's dispatch mode or profile
 _PYTHON_NODE = torch.autograd.function.BackwardCFunction
+_set_grad_enabled = torch._C._set_grad_enabled  # what torch.no_grad() calls
 _IDENTITY_NODES = ("BackwardHookFunctionBackward",)  # torch's module-hook boundary: backward returns its input
 
 
@@ -90,29 +91,47 @@ def _too_large(summary: TensorSummary) -> str:
 
 def run_node(fn: Any, grads: list[Any]) -> tuple[Any, ...] | Unknown:
     """What ``fn`` sends for ``grads`` with no hook, reduced to what each receiver expects; or Unknown."""
-    name = fn.name()
+    with torch.no_grad(), _hidden_from_modes():
+        return _run(fn, grads)
+
+
+def _run(fn: Any, grads: list[Any]) -> tuple[Any, ...] | Unknown:
+    """``run_node`` for a caller that has grad mode off and the lens's work hidden already (``Unhooked.on_node``)."""
     if isinstance(fn, _PYTHON_NODE):
         if type(fn).__name__ not in _IDENTITY_NODES:
-            return Unknown(f"{name}'s backward is Python code (a custom autograd.Function or torch's own, "
+            return Unknown(f"{fn.name()}'s backward is Python code (a custom autograd.Function or torch's own, "
                            "e.g. reentrant checkpointing); running it again could change your program")
+        outputs: Any = tuple(grads)
     elif type(fn).__module__ != "builtins":
-        return Unknown(f"{name} is not one of torch's C++ backward functions, so it is not run again")
-    elif saved_tensors_packed(fn):
-        return Unknown(f"{name}'s saved tensors were packed by a saved-tensor hook (e.g. checkpointing); "
+        return Unknown(f"{fn.name()} is not one of torch's C++ backward functions, so it is not run again")
+    elif _packed(fn):
+        return Unknown(f"{fn.name()}'s saved tensors were packed by a saved-tensor hook (e.g. checkpointing); "
                        "unpacking them again would run that hook")
-    with torch.no_grad(), _hidden_from_modes():
-        if isinstance(fn, _PYTHON_NODE):
-            outputs: Any = tuple(grads)
-        else:
-            try:
-                outputs = fn(*grads)
-            except Exception as problem:
-                return Unknown(f"{name} could not be run again ({type(problem).__name__}: {problem})")
-        outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
+    else:
         try:
-            return _reduce(fn, outputs)
+            outputs = fn(*grads)
         except Exception as problem:
-            return Unknown(f"the result of {name} could not be reduced to its inputs' shapes ({problem})")
+            return Unknown(f"{fn.name()} could not be run again ({type(problem).__name__}: {problem})")
+    outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
+    try:
+        return _reduce(fn, outputs)
+    except Exception as problem:
+        return Unknown(f"the result of {fn.name()} could not be reduced to its inputs' shapes ({problem})")
+
+
+_RAW_NAMES: dict[type, tuple[str, ...]] = {}  # node type -> its ``_raw_saved_*`` attributes (saved tensors)
+
+
+def _packed(fn: Any) -> bool:
+    """``saved.saved_tensors_packed``, with the names of a node type's saved tensors found once per type."""
+    kind = type(fn)
+    raw_names = _RAW_NAMES.get(kind)
+    if raw_names is None:
+        raw_names = _RAW_NAMES[kind] = tuple("_raw" + name for name in saved_names(fn) if hasattr(kind, "_raw" + name))
+    for raw_name in raw_names:
+        if packed_by_hook(getattr(fn, raw_name)):
+            return True
+    return False
 
 
 def _reduce(fn: Any, outputs: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -184,7 +203,19 @@ class Unhooked:
             )
         if not diverged and not self.edited_in_place:
             return  # what reached fn is what would have: nothing to compute
-        unhooked = [self.input_of(fn, output_nr) for output_nr in range(len(grad_outputs))]
+        # the caller (nodes.py, _record_node) has hidden the lens's work already; grad mode off once for the node
+        grad_mode = torch.is_grad_enabled()
+        if grad_mode:
+            _set_grad_enabled(False)
+        try:
+            self._diverged(fn, grad_outputs, diverged, is_leaf)
+        finally:
+            if grad_mode:
+                _set_grad_enabled(True)
+
+    def _diverged(self, fn: Any, grad_outputs: tuple, diverged: bool, is_leaf: bool) -> None:
+        """``on_node`` past its first checks, with grad mode off and the lens's work hidden."""
+        unhooked = [self._input_of(fn, output_nr, False) for output_nr in range(len(grad_outputs))]
         if not diverged:
             diverged = not all(_same(value, received) for value, received in zip(unhooked, grad_outputs))
             if not diverged:
@@ -197,11 +228,16 @@ class Unhooked:
             self.out[id(fn)] = unknown
         else:
             large = next((value for value in unhooked if isinstance(value, TensorSummary)), None)
-            self.out[id(fn)] = Unknown(_too_large(large)) if large is not None else run_node(fn, unhooked)
+            self.out[id(fn)] = Unknown(_too_large(large)) if large is not None else _run(fn, unhooked)
 
     def input_of(self, fn: Any, output_nr: int, hooked: bool = False) -> Any:
         """What output ``output_nr`` of ``fn`` would have received with no hook anywhere; ``hooked``: what
         reached it in this pass before its own tensor hooks ran (what its users really sent, added up)."""
+        with torch.no_grad(), _hidden_from_modes():
+            return self._input_of(fn, output_nr, hooked)
+
+    def _input_of(self, fn: Any, output_nr: int, hooked: bool) -> Any:
+        """``input_of`` with grad mode off and the lens's work hidden by the caller."""
         observer = self.observer
         arrivals = []
         for user, slot in observer.shape.consumers.get((id(fn), output_nr), ()):
@@ -225,9 +261,8 @@ class Unhooked:
                 seed = seeds[index] if index < len(seeds) else None
                 total = add(total, _as_the_engine_takes(seed, observer.roots[index] if index < len(observer.roots)
                                                         else None))
-        with torch.no_grad(), _hidden_from_modes():
-            for _, value in arrivals:
-                total = add(total, value)
+        for _, value in arrivals:
+            total = add(total, value)
         return total
 
     def added(self, fn: Any, received: Any) -> Any:
