@@ -57,22 +57,45 @@ class Names:
             self.leaves.setdefault(id(tensor), name)
 
     def add_module(self, name: str, module: torch.nn.Module) -> None:
-        """Name a module, its submodules (``model.0``) and their parameters (``model.0.weight``)."""
-        if id(module) in self.modules:
+        """Name a module, its submodules (``model.0``) and their parameters (``model.0.weight``).
+
+        Each parameter is named as ``add_tensor`` would name it, inlined (one call fewer per parameter; a name
+        that is all ASCII is printable as it is): tests/test_perf_names.py compares the two."""
+        modules = self.modules
+        if id(module) in modules:
             return
+        tensors, keep, module_objects = self.tensors, self._keep, self.module_objects
+        tensor_objects, outputs, leaves = self.tensor_objects, self.outputs, self.leaves
         stack = [(printable(name), module)]
         while stack:  # iterative, in the order named_modules() would give
             prefix, current = stack.pop()
-            if id(current) in self.modules:
+            key = id(current)
+            if key in modules:
                 continue
-            self.modules[id(current)] = prefix
-            self._keep.append(current)
-            self.module_objects.append(current)
-            for key, param in current._parameters.items():
-                if param is not None:
-                    self.add_tensor(f"{prefix}.{key}", param)
-            children = [(f"{prefix}.{key}", child) for key, child in current._modules.items() if child is not None]
-            stack.extend(reversed(children))
+            modules[key] = prefix
+            keep.append(current)
+            module_objects.append(current)
+            for attribute, param in current._parameters.items():
+                if param is None or id(param) in tensors:
+                    continue
+                try:
+                    grad_fn = param.grad_fn
+                except RuntimeError:  # as add_tensor: torch refuses to say; not a name
+                    continue
+                label = f"{prefix}.{attribute}"
+                if not label.isascii():
+                    label = printable(label)
+                tensors[id(param)] = label
+                tensor_objects.append(param)
+                if grad_fn is not None:
+                    outputs.setdefault((id(grad_fn), param.output_nr), label)
+                    keep.append(grad_fn)
+                elif param.requires_grad:
+                    leaves.setdefault(id(param), label)
+            children = current._modules
+            if children:
+                stack.extend([(f"{prefix}.{attribute}", child) for attribute, child in reversed(children.items())
+                              if child is not None])
 
     def module_badges(self) -> dict[int, tuple[str, ...]]:
         """``id(parameter)`` → badges for the backward hooks of the module that owns it."""
