@@ -15,7 +15,10 @@ and the medians are printed, with their ratio. The lens's bytecode is compiled f
 matters where PYTHONDONTWRITEBYTECODE is set).
 
 ``--baseline DIR`` also times the package in DIR (an earlier commit's ``autograd_lens/``, unpacked with ``git archive``)
-in the same rounds, so that a change is measured side by side under the same load.
+in the same rounds, so that a change is measured side by side under the same load.  ``--lens DIR`` times the package
+in DIR instead of the installed one: on 2026-11-26 the same code ran slower from a directory put first on
+``sys.path`` than installed (mlp-50: 0.239 s vs 0.149 s, medians of 9; 0.302 s vs 0.241 s, medians of 5), so
+compare two unpacked copies.  ``--model`` picks one model.
 
 ``--bare`` runs each in a plain ``python -c`` instead of a kernel. There the timed code also pays a full garbage
 collection over torch's heap (0.1-0.2 s): right after ``import torch`` in a bare interpreter that collection is due
@@ -184,19 +187,23 @@ def main() -> None:
     parser.add_argument("--bare", action="store_true", help="a plain `python -c` per run instead of a kernel")
     parser.add_argument("--baseline", metavar="DIR", help="also time the autograd_lens package in DIR (say, an "
                         "earlier commit: git archive COMMIT autograd_lens | tar -x -C DIR), in the same rounds")
+    parser.add_argument("--model", action="append", choices=list(MODELS), help="only this model (repeatable)")
+    parser.add_argument("--lens", metavar="DIR", help="time the autograd_lens package in DIR (as --baseline) instead "
+                        "of the installed one")
     options = parser.parse_args()
     compiled()
-    if options.baseline:
-        import compileall
+    for directory in (options.baseline, options.lens):
+        if directory:
+            import compileall
 
-        compileall.compile_dir(options.baseline, quiet=1)
+            compileall.compile_dir(directory, quiet=1)
     where = "python -c" if options.bare else "a fresh kernel"
     print(f"in {where}; medians of {options.rounds}; seconds from the loss to the display bundle (import apart)")
     print(f"{'model':<16}{'lens':>14}{'other':>28}{'ratio':>8}{'ratio with imports':>20}")
-    for model in MODELS:
+    for model in options.model or MODELS:
         lens, other, base = [], [], []
         for _ in range(options.rounds):
-            lens.append(once(model, "lens", options.bare))
+            lens.append(once(model, "lens", options.bare, options.lens))
             other.append(once(model, "torchviz", options.bare))
             if options.baseline:
                 base.append(once(model, "lens", options.bare, options.baseline))

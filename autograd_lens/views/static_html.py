@@ -16,8 +16,12 @@ import math
 import re
 import zlib
 from importlib import resources
+from typing import TYPE_CHECKING
 
-from .passview import PassView, pass_title, stepper_data, svg_uri_text, views_for
+from .svgslim import svg_uri_text
+
+if TYPE_CHECKING:  # the steps' modules load with the stepper, not with a graph's navigator
+    from .passview import PassView
 
 _MODULE: str | None = None
 # The stepper's module is kept in parts a reader can hold; page and widget get them joined, in this order, as one.
@@ -139,8 +143,8 @@ def overview_svg(backward_pass) -> str | None:
     from .dot import to_dot
     from .fold import fold
     from .groups import groups_from_parameters
-    from .passview import slim_svg
     from .render import render_svg
+    from .svgslim import slim_svg
 
     graph = backward_pass.graph
     try:
@@ -164,6 +168,8 @@ def overview_svg(backward_pass) -> str | None:
 def stepper_fragment(views: list[PassView], predict: bool = False) -> str:
     """An HTML fragment (for a notebook output) stepping through the given passes.  With ``predict``,
     each step that reveals a gradient first asks the student for it."""
+    from .passview import pass_title, stepper_data
+
     if not views:
         return "<p>No backward pass was recorded.</p>"
     key = fragment_key(views, predict)
@@ -311,5 +317,7 @@ def page(body: str, title: str = "autograd_lens") -> str:
 
 def lens_page(lens, predict: bool = False) -> str:
     """A standalone page for everything a Lens recorded."""
+    from .passview import views_for
+
     views = views_for(lens.passes, predict)
     return page(stepper_fragment(views, predict=predict), title="autograd_lens: backward pass")
