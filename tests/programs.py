@@ -62,6 +62,15 @@ def REMOVE(handle):
     if handle is not None:  # None: the run without hooks registered nothing
         handle.remove()
 
+class DoubleInPlace(torch.autograd.Function):  # its backward edits what it received, in place
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.mul_(2)
+
 def block(a):
     return (a * 2).sin()
 
@@ -227,7 +236,8 @@ class Generator:
         elif kind == "self":
             self.new(f"{a} * {a}", shape)
         elif kind == "double":
-            self.new(f"Double.apply({a})", shape)
+            function = "DoubleInPlace" if self.between.random() < 0.3 else "Double"  # drawn apart, likewise
+            self.new(f"{function}.apply({a})", shape)
         elif kind == "split" and shape == (2, 3):
             name = f"t{len(self.tensors)}"
             self.lines.append(f"{name}, {name}b = {a}.split(2, dim=1)")
@@ -431,9 +441,11 @@ def run(program: Program, mode: str) -> Run:
         nodes: list = []
         handles = []
         if mode == "truth":
+            received: dict = {}  # what each node got, read before its backward runs (one may edit it in place)
             for fn in _nodes(root):
+                handles.append(fn.register_prehook(lambda go, fn=fn: received.__setitem__(id(fn), clone(go))))
                 handles.append(fn.register_hook(
-                    lambda gi, go, fn=fn: nodes.append((fn.name(), clone(go), clone(gi)))))
+                    lambda gi, go, fn=fn: nodes.append((fn.name(), received.pop(id(fn), clone(go)), clone(gi)))))
         error = None
         returned = None
         try:

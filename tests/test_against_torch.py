@@ -79,6 +79,73 @@ def test_two_hooks_of_one_code_stay_two_hooks_after_one_is_removed(target, metho
     assert programs.compare(program) == []
 
 
+CUSTOM = '''
+class Two(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.set_materialize_grads(False)
+        return x * 2, x * 3
+
+    @staticmethod
+    def backward(ctx, ga, gb):
+        return (ga * 2 if ga is not None else 0) + (gb * 3 if gb is not None else 0)
+
+class Boxed(torch.autograd.Function):  # its grads come in one list (torch's apply_boxed), freed one by one
+    boxed_grads_call = True
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grads):
+        g = grads[0]
+        grads[0] = None
+        return g.mul_(2)
+
+class NonDiff(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        index = x.argmax().reshape(1).float()
+        ctx.mark_non_differentiable(index)
+        return x.exp(), index
+
+    @staticmethod
+    def backward(ctx, g, g_index):  # g_index: zeros torch made for the output that needs no gradient
+        return g * 1.5
+'''
+
+# custom autograd.Functions whose backward edits what it received in place (DoubleInPlace, in programs.PRELUDE), gets
+# None or zeros for an output: each was false before (an invented hook written in C, "without hooks" wrong)
+CUSTOM_PROGRAMS = {
+    "edits its gradient, hooks before and after it": [
+        "c = DoubleInPlace.apply(x0 * 1.0)", "t = c.tanh()", "REG(c, 'register_hook', make_hook('h1', 'observe'))",
+        "REG(t, 'register_hook', make_hook('h2', 'keep'))", "out = (t.sum())"],
+    "edits a gradient another branch holds too": [
+        "t1 = x0.sin()", "t2 = x0.tanh()", "t3 = DoubleInPlace.apply(t1)", "out = (t1.sum() + t2.sum() + t3.sum())"],
+    "edits a shared gradient, no hook at all": [
+        "t3 = x0.tanh()", "t4 = x0 + t3", "t7 = t4 - t3", "t8 = DoubleInPlace.apply(t3)", "out = (t7.sum() + t8.sum())"],
+    "edits a shared gradient, a hook edits in place": [
+        "t2 = x0.tanh()", "t3 = x0 * 2.0", "REG(t2, 'register_hook', make_hook('h1', 'inplace'))",
+        "t4 = DoubleInPlace.apply(t2)", "out = (t2.sum() + t3.sum() + t4.sum())"],
+    "boxed, edits its gradient": ["c = Boxed.apply(x0 * 1.0)", "t = c.tanh()",
+                                  "REG(c, 'register_hook', make_hook('h1', 'observe'))", "out = (t.sum())"],
+    "two outputs, one used": ["a, b = Two.apply(x0)", "REG(a, 'register_hook', make_hook('h1', 'scale'))",
+                              "out = (a.sum())"],
+    "an output that needs no gradient": ["e, i = NonDiff.apply(x0)", "REG(e, 'register_hook', make_hook('h1', 'scale'))",
+                                         "out = (e.sum() + i.sum())"],
+}
+
+
+@pytest.mark.parametrize("name", list(CUSTOM_PROGRAMS))
+@pytest.mark.parametrize("passes", [["PASS('backward', out)"],
+                                    ["PASS('backward', out, retain_graph=True)", "PASS('grad', out, [x0])"]])
+def test_custom_functions_are_shown_as_they_ran(name, passes):
+    program = programs.Program(["torch.manual_seed(0)", CUSTOM, "x0 = torch.randn((3,), requires_grad=True)"]
+                               + CUSTOM_PROGRAMS[name] + passes, ["x0"])
+    assert programs.compare(program) == []
+
+
 # ----------------------------------------------------------------------------- the checker catches what it should
 
 

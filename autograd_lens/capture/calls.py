@@ -27,6 +27,10 @@ from .shared import edited_spans
 
 _current_node = torch._C._current_autograd_node
 TENSOR_REGISTER_CODE = getattr(torch.Tensor.register_hook, "__code__", None)  # Python in torch 2.x
+# the engine calling a custom autograd.Function's backward (torch/autograd/function.py), with what the node received
+APPLY_CODE = getattr(torch.autograd.function.BackwardCFunction.apply, "__code__", None)
+# ... or with them in one list (a Function with boxed_grads_call = True, whose backward may free them one by one)
+APPLY_BOXED_CODE = getattr(getattr(torch.autograd.function.BackwardCFunction, "apply_boxed", None), "__code__", None)
 
 class HookCalls(NestedCalls):
     """Part of :class:`~autograd_lens.capture.observe.PassObserver`: the profile function and the hook calls it sees."""
@@ -62,6 +66,8 @@ class HookCalls(NestedCalls):
                     # where the version counter does not see it (``.data``, numpy), so no earlier copy is reused
                     # after it starts (a hook's own call first reads what it got: nothing has run yet).
                     if code.co_filename.startswith(TORCH_DIR):
+                        if code is APPLY_CODE or code is APPLY_BOXED_CODE:
+                            self._python_backward(frame, boxed=code is APPLY_BOXED_CODE)
                         self.copies.clear()
                         self.wrapper = Wrapper(frame, wrapper_family(code))
                         if self.wrapper.family in ("module_full", "module_pre"):
@@ -206,6 +212,18 @@ class HookCalls(NestedCalls):
                 self.node_hook_ids(node, kind == "node_pre") if node is not None and id(node) in self.c_nodes else None,
                 key=key,
             )
+
+    def _python_backward(self, frame: FrameType, boxed: bool) -> None:
+        """A custom Function's backward is about to run: what its node received, copied now (the copies of what its
+        users sent are reused when unchanged), since that backward may edit its arguments in place (``g.mul_(3)``),
+        and what the node's own post-hook would read afterwards is then not what it received."""
+        local = frame.f_locals
+        node, grads = local.get("self"), local.get("args")
+        if boxed and isinstance(grads, tuple) and len(grads) == 1 and isinstance(grads[0], list):
+            grads = tuple(grads[0])
+        if node is not None and isinstance(grads, tuple):
+            with _hidden_from_modes():
+                self.python_received[id(node)] = (tuple(map(id, grads)), self._keep(grads))
 
     def _node_hook_function(self, node: Any, pre: bool, code: Any) -> tuple[Any, Any]:
         """Which of ``node``'s own (pre-)hooks runs ``code``: (function, its key in the hook dict), or (None, None).

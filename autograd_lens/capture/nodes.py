@@ -17,6 +17,7 @@ from .snapshot import fast_snapshot, held_bytes, snapshot
 from .snapshot import _disable_dispatch, _enter_dispatch, _exit_dispatch, _profiler_enabled
 from .snapshot import hidden_from_user as _hidden_from_modes
 from .unexplained import UnexplainedChanges
+from .shared import edited_spans
 from .structure import gradient_edge
 
 _current_node = torch._C._current_autograd_node
@@ -187,6 +188,25 @@ class NodeRecorder(UnexplainedChanges):
                     return earlier
         return self._keep(grad)
 
+    def _received(self, key: int, grad_outputs: tuple) -> tuple:
+        """Copies of what a node received.  A custom Function's backward may have edited its arguments in place
+        (``g.mul_(3)``): for the gradients it was called with (the same objects; torch gives it zeros in place of a
+        None), the copies taken as it was called (``calls._python_backward``)."""
+        called = self.python_received.pop(key, None)
+        now = self._keep(tuple(grad_outputs))
+        if called is None or len(called[0]) != len(now):
+            return now
+        ids, copies = called
+        same = [isinstance(value, torch.Tensor) and id(value) == ids[slot] for slot, value in enumerate(grad_outputs)]
+        edited = [slot for slot, kept in enumerate(same) if kept and copies[slot] is not now[slot]
+                  and not values_equal(copies[slot], now[slot])]
+        if edited:  # the edit reaches every branch holding that tensor: no hook call is made of what it changed there
+            spans = edited_spans(tuple(grad_outputs[slot] for slot in edited))
+            self.edits.append((spans, tuple(copies[slot] for slot in edited)))
+            self.python_edits.extend(spans)  # part of the program, hooks or not: see Unhooked._diverged
+            self.edited_in_place = True
+        return tuple(copies[slot] if kept else now[slot] for slot, kept in enumerate(same))
+
     def _record_node(self, fn: Any, grad_inputs: tuple, grad_outputs: tuple) -> None:
         key = id(fn)
         pending = self.pending
@@ -211,7 +231,8 @@ class NodeRecorder(UnexplainedChanges):
                 received = self.check_write(fn, grad_outputs[0], record, fresh)
             arrived: tuple = (received,)
         else:
-            record = NodeRecord(fn, self._keep(tuple(grad_outputs)), self._keep(tuple(grad_inputs)))
+            record = NodeRecord(fn, self._received(key, grad_outputs) if self.python_received
+                                else self._keep(tuple(grad_outputs)), self._keep(tuple(grad_inputs)))
             arrived = record.received
         nested = key in self.nested_nodes
         c_hooks = key in self.c_nodes  # hooks written in C here: arrange_before/after put them in place
