@@ -439,9 +439,15 @@ def run(program: Program, mode: str) -> Run:
         names = program.leaves
         result.before.append({name: clone(_value_of(namespace, name).grad) for name in names})
         nodes: list = []
+        written: dict = {}
         handles = []
         if mode == "truth":
             received: dict = {}  # what each node got, read before its backward runs (one may edit it in place)
+            for name in names:  # .grad right after each write (aliased .grads change later)
+                leaf = _value_of(namespace, name)
+                if isinstance(leaf, torch.Tensor) and leaf.is_leaf and leaf.requires_grad:
+                    handles.append(leaf.register_post_accumulate_grad_hook(
+                        lambda p, name=name: written.__setitem__(name, clone(p.grad))))
             for fn in _nodes(root):
                 handles.append(fn.register_prehook(lambda go, fn=fn: received.__setitem__(id(fn), clone(go))))
                 handles.append(fn.register_hook(
@@ -460,7 +466,7 @@ def run(program: Program, mode: str) -> Run:
                 handle.remove()
         result.nodes.append(nodes)
         result.passes.append({"grads": {name: clone(_value_of(namespace, name).grad) for name in names},
-                              "error": error, "result": returned,
+                              "error": error, "result": returned, "written": written,
                               "inputs": [_name_of(namespace, t) for t in inputs] if kind == "grad" else None})
 
     namespace.update(REG=reg, CHOOK=chook, PASS=do_pass)
@@ -602,7 +608,7 @@ def compare(program: Program, runner: Any = None) -> list[str]:
                 problems.append(f"pass {index + 1}: {label} without hooks {shown_value} shown, it is {expected} "
                                 f"(no reason given)")
     # 5. views: "call i of n", "already held", the drawing's last .grad
-    problems += _views(passes, truth_calls, lens_run, shown, truth.nodes)
+    problems += _views(passes, truth_calls, lens_run, shown, truth.nodes, truth.passes)
     return problems
 
 
@@ -687,7 +693,7 @@ def _flat(value: Any) -> tuple[float, ...] | None:
 
 
 def _question_problems(index: int, p: Any, step: Any, event: Any, truth_by_call: dict, truth_nodes: list,
-                       lens_run: Run) -> list[str]:
+                       truth_written: dict) -> list[str]:
     """A predict question's answer (and its second part) against what torch did."""
     from autograd_lens.model import GradWritten, HookCall, NodeRun
     from autograd_lens.views.operands import card_targets, input_keys
@@ -728,15 +734,18 @@ def _question_problems(index: int, p: Any, step: Any, event: Any, truth_by_call:
                 return [f"{where}: answer {question.answer}, torch's {_flat(total)}"]
             return []
         return [f"{where}: no input of {event.name} is named in it"]
-    if isinstance(event, GradWritten) and not p.error:
+    if isinstance(event, GradWritten):
+        # .grad right after the write, as a post-accumulate hook of the checker's saw it (registered last: after the
+        # user's own, so only where none of theirs ran on that leaf)
         later = [call for call in p.hook_calls if call.kind == "post_accumulate_grad" and call.target == event.name]
-        real = lens_run.passes[index]["grads"].get(event.name)
-        if not later and real is not None and _flat(real) != question.answer:
-            return [f"{where}: answer {question.answer}, {event.name}.grad is {_flat(real)} after the pass"]
+        written = truth_written.get(event.name)
+        if not later and written is not None and _flat(written) != question.answer:
+            return [f"{where}: answer {question.answer}, {event.name}.grad right after the write is {_flat(written)}"]
     return []
 
 
-def _views(passes: list, truth_calls: list, lens_run: Run, shown_calls: list, truth_nodes: list) -> list[str]:
+def _views(passes: list, truth_calls: list, lens_run: Run, shown_calls: list, truth_nodes: list,
+           truth_passes: list) -> list[str]:
     import autograd_lens as al
     from autograd_lens.model import GradWritten
     from autograd_lens.views.steps import frame, hook_totals, steps_for
@@ -758,7 +767,8 @@ def _views(passes: list, truth_calls: list, lens_run: Run, shown_calls: list, tr
                 if expected not in step.title:
                     problems.append(f"pass {index + 1}: card {step.title!r}, expected {expected!r}")
             if step.question is not None and event is not None:
-                problems += _question_problems(index, p, step, event, truth_of, truth_nodes[index], lens_run)
+                problems += _question_problems(index, p, step, event, truth_of, truth_nodes[index],
+                                               truth_passes[index].get("written", {}) if index < len(truth_passes) else {})
             if "already held" in (step.note or "") and isinstance(event, GradWritten):
                 before = lens_run.before[index].get(event.name)
                 if before is None:

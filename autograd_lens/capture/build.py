@@ -152,6 +152,13 @@ def _not_leaves(observer: PassObserver, built: BackwardPass) -> tuple:
 # ----------------------------------------------------------------------------- values with and without hooks
 
 
+# AccumulateGrad adopts the tensor that reaches a leaf whose .grad is None when nothing else holds it (a hook that
+# keeps it decides that), and a custom backward's edit in place then reaches .grad, or not
+ADOPTED_EDIT = ("a custom autograd.Function's backward edited a gradient in place in this pass; without hooks (which "
+                "may hold a gradient) AccumulateGrad might have adopted that tensor as .grad, so that the edit reached "
+                "it: not known")
+
+
 def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, dict]:
     """Per leaf (backward) or per input (autograd.grad): real values, values without hooks, reasons."""
     limit = observer.store_limit
@@ -230,6 +237,8 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
         base = carry(entry, old, others, touched_leaves.get(id(variable)), any_touched)
         if shared:
             without: Any = Unknown(SHARED)
+        elif hooked and old is None and observer.python_edits:
+            without = Unknown(ADOPTED_EDIT)
         elif base is SAME and not diverged:
             without = SAME
         else:

@@ -250,6 +250,9 @@ class Unhooked:
     def _input_of(self, fn: Any, output_nr: int, hooked: bool) -> Any:
         """``input_of`` with grad mode off and the lens's work hidden by the caller."""
         observer = self.observer
+        if observer.python_edits and not hooked:  # what the users sent was copied before such an edit reached it
+            return Unknown("a custom autograd.Function's backward edited in place a gradient it received, earlier in "
+                           f"this pass; what reached {fn.name()} without hooks is not followed through that")
         arrivals = []
         for user, slot in observer.shape.consumers.get((id(fn), output_nr), ()):
             position = observer.ran.get(id(user))
