@@ -64,9 +64,11 @@ def shared_leaves(observer: Any, adopted: set[int]) -> set[int]:
         span = span_of(grad) if isinstance(grad, torch.Tensor) else None
         if span is not None:
             spans[key] = span
-    found = {key for key, (ptr, start, end) in spans.items()
-             for other, (ptr2, start2, end2) in spans.items()
-             if other != key and ptr == ptr2 and start < end2 and start2 < end}
+    by_storage: dict[int, list] = {}  # compared within one storage only (all pairs: quadratic in the leaves)
+    for key, (ptr, start, end) in spans.items():
+        by_storage.setdefault(ptr, []).append((key, start, end))
+    found = {key for group in by_storage.values() if len(group) > 1 for key, start, end in group
+             for other, start2, end2 in group if other != key and start < end2 and start2 < end}
     if not adopted:
         return found
     consumers = observer.shape.consumers
