@@ -110,6 +110,31 @@ def _saved_values(fn: Any) -> list[tuple[str, Any]]:
     return values
 
 
+def _drawn_saved_values(fn: Any) -> list[tuple[str, Any]]:
+    """What the walk draws of ``_saved_values(fn)``: the same list without the values it never shows (an attribute
+    whose name is structural and that is no saved tensor: no summary, no constant), left unread.
+    tests/test_perf_walk.py compares the drawings made with each."""
+    kind = type(fn)
+    wanted = _drawn_names.get(kind)
+    if wanted is None:
+        wanted = tuple(attribute for attribute in saved_names(fn)
+                       if _is_constant_name(attribute) or _raw_name(kind, attribute) is not None)
+        if len(_drawn_names) < 4096:  # one entry per node type seen, as saved_names
+            _drawn_names[kind] = wanted
+    values = []
+    for attribute in wanted:
+        try:
+            value = saved_value(fn, attribute)
+        except Exception:  # freed by an earlier backward(), or not readable
+            continue
+        if value is not None:
+            values.append((attribute[len("_saved_"):], value))
+    return values
+
+
+_drawn_names: dict[type, tuple[str, ...]] = {}
+
+
 def _number(number: Any) -> str:
     from ..format import format_number
 
@@ -131,7 +156,7 @@ def _saved_summary(fn: Any, names: Names, storage_names: dict, options: GraphOpt
         if known is not None:
             parts.append(f"{name}={known}")
         elif value.numel() <= options.max_elements:
-            parts.append(f"{name}={format_value(value.detach(), 24)}")
+            parts.append(f"{name}={format_value(value, 24)}")  # format_value detaches
         else:
             parts.append(f"{name}=[{'x'.join(map(str, value.shape))}]")
     return ("saves " + ", ".join(parts)) if parts else ""

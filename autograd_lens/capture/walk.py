@@ -18,7 +18,7 @@ import torch
 
 from ..model import Edge, Graph, GraphOptions, Node, TensorSummary, Value
 from .names import Names, hook_name  # hook_name: also imported from here
-from .saved import _is_constant_name, _number, _saved_summary, _saved_values, _storage_names
+from .saved import _drawn_saved_values, _is_constant_name, _number, _saved_summary, _storage_names
 from .snapshot import dtype_name, snapshot
 from .structure import Structure, _leaf_uses, _within_budget, structure
 
@@ -264,7 +264,7 @@ def walk(
         if label in user_names:  # the user has a tensor of that name (a target ``t``): not this op, say it's a call
             label += "()"
         metadata = _metadata(fn)
-        saved = _saved_values(fn) if show_saved else []  # read once: the summary and the constants
+        saved = _drawn_saved_values(fn) if show_saved else []  # read once: the summary and the constants
         node_id = node(
             kind="function",
             label=label,
