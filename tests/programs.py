@@ -449,7 +449,10 @@ def run(program: Program, mode: str) -> Run:
                     handles.append(leaf.register_post_accumulate_grad_hook(
                         lambda p, name=name: written.__setitem__(name, clone(p.grad))))
             for fn in _nodes(root):
-                handles.append(fn.register_prehook(lambda go, fn=fn: received.__setitem__(id(fn), clone(go))))
+                if not getattr(getattr(fn, "_forward_cls", None), "__module__", "").startswith("torch."):
+                    # (torch's own Functions run the module hooks inside their node: what they edit there is
+                    # what reached the node, after its hooks, as for any node)
+                    handles.append(fn.register_prehook(lambda go, fn=fn: received.__setitem__(id(fn), clone(go))))
                 handles.append(fn.register_hook(
                     lambda gi, go, fn=fn: nodes.append((fn.name(), received.pop(id(fn), clone(go)), clone(gi)))))
         error = None

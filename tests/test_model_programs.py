@@ -544,3 +544,13 @@ def test_a_c_hook_registered_in_a_reentrant_recompute_makes_values_past_it_unkno
     assert backward_pass.grads_without_hooks["x"] is None
     assert backward_pass.unknown["x"].startswith(f"hooks written in C ({name}), registered during the pass")
     assert backward_pass.hook_calls == ()
+
+
+@pytest.mark.parametrize("seed", [936236])
+def test_a_module_pre_hook_editing_in_place_is_after_what_its_boundary_node_received(seed):
+    """Seed 936236: a module full backward pre-hook editing grad_output in place runs inside
+    torch's hook-boundary node (BackwardHookFunctionBackward); what that node received is shown after its hooks,
+    as for every node, not as the engine handed it over (the lens's copy of what a custom Function's backward gets
+    is for users' Functions only)."""
+    program, problems = model_programs.check(seed)
+    assert problems == [], problems
