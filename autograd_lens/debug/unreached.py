@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import BackwardPass, GradWritten, HookCall, NodeRun
+from ..model import BackwardPass, GradWritten, NodeRun
 
 REASONS = {
     "detached": "detached (.detach(), .data, .item(), .tolist(), NumPy)",
