@@ -146,6 +146,24 @@ def test_custom_functions_are_shown_as_they_ran(name, passes):
     assert programs.compare(program) == []
 
 
+def test_a_custom_backward_editing_a_shared_gradient_leaves_values_without_hooks_unknown_once_a_hook_changed_one():
+    """Seed 630704: a hook on t3 returns a new tensor, so DoubleInPlace's edit no longer reaches the gradient the
+    other branches hold; without the hook it would have: x1 without hooks was shown as what it got with it."""
+    program = programs.Program([
+        "torch.manual_seed(630704)",
+        "x0 = torch.randn((), requires_grad=True)",
+        "x1 = torch.randn((2,), requires_grad=True)",
+        "t2 = Double.apply(x1)",
+        "t3 = DoubleInPlace.apply(x0)",
+        "t4 = (x1 * 0.5).exp()",
+        "out = (t2.sum() + t3.sum() + t4.sum())",
+        "PASS('backward', out, gradient=torch.tensor(-1.0), retain_graph=True)",
+        "h0_handle = REG(t3, 'register_hook', make_hook('h0', 'scale'))",
+        "PASS('backward', out, retain_graph=True)",
+    ], ["x0", "x1"])
+    assert programs.compare(program) == []
+
+
 # ----------------------------------------------------------------------------- the checker catches what it should
 
 

@@ -159,6 +159,13 @@ ADOPTED_EDIT = ("a custom autograd.Function's backward edited a gradient in plac
                 "it: not known")
 
 
+# a hook changed a gradient and a custom backward edited one in place: whether that edit reached a tensor other
+# branches hold (an edit of the hook's new tensor does not; of the one torch passed to several, it does) depends on
+# the hooks
+CHANGED_AND_EDITED = ("a hook changed a gradient and a custom autograd.Function's backward edited one in place in this "
+                      "pass; without hooks that edit may have reached other branches' gradients, or not: not known")
+
+
 def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, dict]:
     """Per leaf (backward) or per input (autograd.grad): real values, values without hooks, reasons."""
     limit = observer.store_limit
@@ -237,6 +244,8 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
         base = carry(entry, old, others, touched_leaves.get(id(variable)), any_touched)
         if shared:
             without: Any = Unknown(SHARED)
+        elif observer.python_edits and unhooked.active:
+            without = Unknown(CHANGED_AND_EDITED)
         elif hooked and old is None and observer.python_edits:
             without = Unknown(ADOPTED_EDIT)
         elif base is SAME and not diverged:
