@@ -181,7 +181,7 @@ def test_the_self_check_fails_when_a_saved_constant_is_not_drawn(monkeypatch):
     """What torch 2.9 does to the lens: constants vanish from the drawing."""
     from autograd_lens.capture import walk
 
-    monkeypatch.setattr(walk, "_saved_values", lambda fn: [])
+    monkeypatch.setattr(walk, "_drawn_saved_values", lambda fn: [])
     results = selfcheck.run_checks()
     assert [(status, feature) for status, feature, _ in results if status == selfcheck.WRONG] == [
         (selfcheck.WRONG, "graph drawing")]
