@@ -10,28 +10,10 @@ from .numbers import format_number, format_shape  # noqa: F401  (re-exported: th
 
 def _nested(values: Any, limit: int | None = None) -> str:
     """``[1.0, [2.0, 3.0]]`` text of nested lists; with ``limit``, text may stop once it is longer than
-    ``limit`` characters (what is written is the same as the start of the whole text)."""
+    ``limit`` characters (what is written is the same as the start of the whole text).  A float is written without
+    a call where ``format_number`` would give the same text (tests/test_perf_walk.py compares the two)."""
     if not isinstance(values, list):
         return format_number(values)
-    if not values or not isinstance(values[0], list):  # a row of numbers (tolist() nests evenly): no call per number
-        return _row(values, limit)
-    parts = ["["]
-    length = 1
-    for index, item in enumerate(values):
-        if index:
-            parts.append(", ")
-            length += 2
-        text = _nested(item, None if limit is None else limit - length)
-        parts.append(text)
-        length += len(text)
-        if limit is not None and length > limit:
-            return "".join(parts)
-    parts.append("]")
-    return "".join(parts)
-
-
-def _row(values: list, limit: int | None) -> str:
-    """``_nested`` of a list of numbers (tests/test_perf_walk.py compares the two)."""
     parts = ["["]
     length = 1
     for index, item in enumerate(values):

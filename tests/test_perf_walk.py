@@ -2,7 +2,7 @@
 
 - ``_drawn_saved_values`` leaves unread the saved values the walk never shows (structural names that are no saved
   tensor): the drawing equals the one made from every saved value (``_saved_values``).
-- ``format._row`` writes a row of numbers as ``_nested`` did, one call per number fewer.
+- ``format._nested`` writes a float without a call per number where ``format_number`` gives the same text.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def _nested_general(values, limit=None):
     return "".join(parts)
 
 
-def test_row_writes_what_nested_wrote():
+def test_nested_writes_what_it_wrote_with_a_call_per_number():
     rng = random.Random(5)
     specials = [0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1e-5, 123456.0, 20.0, -3.0, 1e16, 3, True, -7]
     for _ in range(400):

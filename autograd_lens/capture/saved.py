@@ -98,9 +98,10 @@ def saved_tensors_packed(fn: Any) -> bool:
     return False
 
 
-def _saved_values(fn: Any) -> list[tuple[str, Any]]:
+def _saved_values(fn: Any, names: Any = None) -> list[tuple[str, Any]]:
+    """(name, value) of each saved value of ``fn`` that can be read (``names``: those attributes only)."""
     values = []
-    for attribute in saved_names(fn):
+    for attribute in saved_names(fn) if names is None else names:
         try:
             value = saved_value(fn, attribute)
         except Exception:  # freed by an earlier backward(), or not readable
@@ -121,15 +122,7 @@ def _drawn_saved_values(fn: Any) -> list[tuple[str, Any]]:
                        if _is_constant_name(attribute) or _raw_name(kind, attribute) is not None)
         if len(_drawn_names) < 4096:  # one entry per node type seen, as saved_names
             _drawn_names[kind] = wanted
-    values = []
-    for attribute in wanted:
-        try:
-            value = saved_value(fn, attribute)
-        except Exception:  # freed by an earlier backward(), or not readable
-            continue
-        if value is not None:
-            values.append((attribute[len("_saved_"):], value))
-    return values
+    return _saved_values(fn, wanted)
 
 
 _drawn_names: dict[type, tuple[str, ...]] = {}

@@ -220,17 +220,6 @@ class Unhooked:
             diverged = not all(_same(value, received) for value, received in zip(unhooked, grad_outputs))
             if not diverged:
                 return
-        if self.observer.python_edits:
-            # a custom Function's backward edited in place a gradient it received, earlier in this pass: it would
-            # have without hooks too, and the edit reaches every branch holding that tensor, through memory the
-            # lens does not follow
-            reason = Unknown("a custom autograd.Function's backward edited in place a gradient it received, earlier "
-                             "in this pass; what reached " + fn.name() + " without hooks is not followed through that")
-            if is_leaf:
-                self.leaf[id(fn)] = reason
-            else:
-                self.out[id(fn)] = reason
-            return
         if is_leaf:
             self.leaf[id(fn)] = unhooked[0] if unhooked else None
             return
