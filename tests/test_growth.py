@@ -113,3 +113,64 @@ def test_drawing_a_long_model_with_its_groups_grows_linearly():
     # linear is 4 (3.9 measured); every module path tested for every function (views/groups._assign) and every
     # group scanned for each group's children (views/fold._signatures) made it 5.4 here, and worse the longer the model
     assert large / small < 4.6, (small, large)
+
+
+def training_steps(lens: al.Lens, steps: int, hook_pass: bool, reenter: bool) -> list[int]:
+    """Lines of the lens run by each of ``steps`` training steps (forward, backward, SGD step) recorded by one
+    ``lens``; with ``hook_pass``, the first step's backward has a hook that halves a gradient (so each later pass
+    carries the note that the parameters moved since it); with ``reenter``, each step in its own ``with lens:``
+    (a loop that enters the Lens per step), else all of them in one."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
+    x = torch.randn(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    lens.names = {"model": model, "x": x}
+    counts = []
+
+    def step(index: int) -> None:
+        optimizer.zero_grad()
+        out = model(x)
+        handle = out.register_hook(lambda g: g * 0.5) if hook_pass and index == 0 else None
+        out.sum().backward()
+        if handle is not None:
+            handle.remove()
+        optimizer.step()
+
+    for index in range(steps):
+        if reenter:
+            counts.append(lines_run(lambda: [lens.__enter__(), step(index), lens.__exit__(None, None, None)]))
+        else:
+            counts.append(lines_run(lambda: step(index)))
+    return counts
+
+
+def test_a_pass_costs_the_same_after_many_passes():
+    """A training loop inside one Lens: the 30th to 40th passes run no more lines of the lens than the 3rd to 14th (before, each pass
+    re-read every earlier pass's events: moved_leaves, and the module-hook check at each exit)."""
+    for hook_pass in (False, True):
+        for reenter in (False, True):
+            lens = al.Lens()
+            if reenter:
+                counts = training_steps(lens, 40, hook_pass, reenter)
+            else:
+                with lens:
+                    counts = training_steps(lens, 40, hook_pass, reenter)
+            # the same, but for a few lines that come back now and then (every ~10 passes), at any pass count
+            assert max(counts[28:40]) <= max(counts[2:14]), (hook_pass, reenter, counts)
+            if hook_pass:  # the note the scan exists for is still made, naming the first pass
+                assert any("changed since pass 1, whose hooks changed gradients" in note
+                           for note in lens.passes[-1].notes), lens.passes[-1].notes
+            else:
+                assert not any("changed since pass" in note for note in lens.passes[-1].notes)
+
+
+def test_the_first_moving_pass_is_found_again_after_passes_are_cleared():
+    """``lens.passes`` is the Lens's own list: after the user clears it, no note names a pass that is gone."""
+    lens = al.Lens()
+    with lens:
+        training_steps(lens, 3, True, False)
+        assert any("changed since pass 1" in note for note in lens.passes[-1].notes)
+        lens.passes.clear()
+        training_steps(lens, 2, False, False)
+    assert [p.index for p in lens.passes] == [0, 1]
+    assert not any("changed since pass" in note for p in lens.passes for note in p.notes), [p.notes for p in lens.passes]

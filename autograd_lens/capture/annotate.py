@@ -80,38 +80,46 @@ def _module_hooks(namespace: dict) -> set[tuple[str, int]]:
     return found
 
 
-def moved_leaves(passes: list, built: Any) -> dict:
+def leaves_may_move(earlier: Any) -> tuple[bool, bool, bool] | None:
+    """``(changed, stopped, maybe)`` when ``earlier``'s hooks changed gradients, stopped it before it reached every
+    leaf, or may have changed gradients (hooks in C whose values are not known, hooks in a nested backward); None
+    when none of these: an optimizer step after that pass moved the leaves as a run without the hooks would have."""
+    changed = any(call.modified or call.edited_in_place for call in earlier.hook_calls)
+    # a hook in C whose values are not known may have changed one, or a hook in a nested backward (not steps)
+    maybe = any(call.unseen and call.grad_in is None for call in earlier.hook_calls) or any(
+        note.startswith("hooks ran inside a nested backward") or "ran these hooks written in C if it reached" in note
+        for note in earlier.notes)
+    # a hook that raised stopped the pass: leaves it had yet to reach got nothing, which they would have got
+    stopped = any(call.error is not None for call in earlier.hook_calls) or earlier.error is not None and any(
+        note.startswith("hooks ran inside a nested backward") for note in earlier.notes)
+    return (changed, stopped, maybe) if changed or stopped or maybe else None
+
+
+def moved_leaves(moving: tuple[Any, tuple[bool, bool, bool]] | None, built: Any) -> dict:
     """A note when leaves (parameters) hold other values than in an earlier pass whose hooks changed gradients
     (an optimizer step used them): "without hooks" is then this pass's graph with its hooks removed, on the values
-    the leaves hold now, not what a run that never had the hooks would reach (its leaves would differ)."""
+    the leaves hold now, not what a run that never had the hooks would reach (its leaves would differ).
+    ``moving`` is the first earlier pass for which :func:`leaves_may_move` says something, with what it says (the
+    Lens keeps it, so that a pass costs the same after a thousand passes as after one)."""
+    if moving is None:
+        return {}
     now = {node.label: node.value for node in built.graph.nodes if node.kind == "leaf"}
-    for earlier in passes:
-        changed = any(call.modified or call.edited_in_place for call in earlier.hook_calls)
-        # a hook in C whose values are not known may have changed one, or a hook in a nested backward (not steps)
-        maybe = any(call.unseen and call.grad_in is None for call in earlier.hook_calls) or any(
-            note.startswith("hooks ran inside a nested backward") or "ran these hooks written in C if it reached" in note
-            for note in earlier.notes)
-        # a hook that raised stopped the pass: leaves it had yet to reach got nothing, which they would have got
-        stopped = any(call.error is not None for call in earlier.hook_calls) or earlier.error is not None and any(
-            note.startswith("hooks ran inside a nested backward") for note in earlier.notes)
-        if not changed and not stopped and not maybe:
-            continue
-        before = {node.label: node.value for node in earlier.graph.nodes if node.kind == "leaf"}
-        moved = [name for name, value in now.items() if name in before and value is not None
-                 and before[name] is not None and not values_equal(value, before[name])]
-        if not moved and stopped:  # nothing moved here; without the hooks that pass would have gone on
-            note = (f"pass {earlier.index + 1} stopped at a hook's error before it reached every leaf: if code used "
-                    ".grad since (an optimizer step), a run that never had the hooks would have other parameters and "
-                    "other values here, which the lens does not compute")
-            return {"notes": tuple(built.notes) + (note,)}
-        if not moved:  # as at the first pass a hook changed: what a run without the hooks would have had too
-            return {}
-        shown = ", ".join(moved[:3]) + (f" and {len(moved) - 3} more" if len(moved) > 3 else "")
-        why = "changed gradients" if changed else "stopped it before it reached every leaf" if stopped else \
-            "may have changed gradients (hooks in C, or in a nested backward)"
-        note = (f"{shown} changed since pass {earlier.index + 1}, whose hooks {why} (an optimizer step "
-                "used them?): 'without hooks' here is this pass with its hooks removed, on the values the leaves "
-                "hold now; a run that never had the hooks would have reached other values, which the lens does "
-                "not compute")
+    earlier, (changed, stopped, maybe) = moving
+    before = {node.label: node.value for node in earlier.graph.nodes if node.kind == "leaf"}
+    moved = [name for name, value in now.items() if name in before and value is not None
+             and before[name] is not None and not values_equal(value, before[name])]
+    if not moved and stopped:  # nothing moved here; without the hooks that pass would have gone on
+        note = (f"pass {earlier.index + 1} stopped at a hook's error before it reached every leaf: if code used "
+                ".grad since (an optimizer step), a run that never had the hooks would have other parameters and "
+                "other values here, which the lens does not compute")
         return {"notes": tuple(built.notes) + (note,)}
-    return {}
+    if not moved:  # as at the first pass a hook changed: what a run without the hooks would have had too
+        return {}
+    shown = ", ".join(moved[:3]) + (f" and {len(moved) - 3} more" if len(moved) > 3 else "")
+    why = "changed gradients" if changed else "stopped it before it reached every leaf" if stopped else \
+        "may have changed gradients (hooks in C, or in a nested backward)"
+    note = (f"{shown} changed since pass {earlier.index + 1}, whose hooks {why} (an optimizer step "
+            "used them?): 'without hooks' here is this pass with its hooks removed, on the values the leaves "
+            "hold now; a run that never had the hooks would have reached other values, which the lens does "
+            "not compute")
+    return {"notes": tuple(built.notes) + (note,)}

@@ -35,7 +35,7 @@ from .snapshot import hidden_from_user, snapshot
 from .unhooked import Unknown
 from .structure import structure
 from .walk import leaf_state, walk
-from .annotate import _groups, _module_hooks, _sources, moved_leaves
+from .annotate import _groups, _module_hooks, _sources, leaves_may_move, moved_leaves
 from .selfcheck_run import _SELF_CHECK, _self_check  # noqa: F401  (tests read tracer._SELF_CHECK)
 from .shared import own_seeds
 from .showing import LensViews
@@ -97,6 +97,7 @@ class Lens(LensViews):
         self._history: dict[int, Any] = {}  # per leaf, across passes (see unhooked.LeafHistory)
         self._edited_seeds: dict[int, tuple] = {}  # id(gradient= tensor) -> (weakref, value now, value without hooks)
         self._invocations = HookCounter()  # calls of each registered hook, over the passes
+        self._scanned: tuple = (0, None, None)  # passes checked by leaves_may_move, the last one, the first it named
         self._original: Any = None
         self._thread: int | None = None
         self._recording = False
@@ -202,8 +203,11 @@ class Lens(LensViews):
         """Module backward hooks registered in this block on a named module that no pass went through."""
         if not self._passes or self._hooks_before is None:
             return
+        added = _module_hooks(namespace) - self._hooks_before
+        if not added:  # (the usual case: no pass's calls are read, however many passes the Lens holds)
+            return
         fired = {call.target for call in self.hook_calls if "module" in call.kind}
-        for name, key in _module_hooks(namespace) - self._hooks_before:
+        for name, key in added:
             if name not in fired and not any(n.code == "old_model_hook" and name in n.message for n in self._notes):
                 self._notes.append(note("old_model_hook", target=name))
 
@@ -360,7 +364,25 @@ class Lens(LensViews):
         relabel(graph_walk, grouped.pop("relabel", {}))  # before the steps are made: they use the same names
         built = build_pass(observer, graph_walk, index, self._history, self._invocations, result)
         self._passes.append(dataclasses.replace(built, **_sources(built.graph, self.cell_lines), **grouped,
-                                                **moved_leaves(self._passes, built), debug=observer.debug))
+                                                **moved_leaves(self._first_moving(), built), debug=observer.debug))
+
+    def _first_moving(self) -> tuple | None:
+        """The first pass whose hooks changed gradients (or may have, or stopped it), with leaves_may_move's flags.
+        Each pass is checked once, when the next one is built; ``lens.passes`` is the list itself, so a list
+        changed from outside (cleared, say) is checked again from its start."""
+        passes = self._passes
+        checked, last, found = self._scanned
+        if checked > len(passes) or (checked and passes[checked - 1] is not last) or (
+                found is not None and passes[found[0]] is not found[1]):
+            checked, found = 0, None
+        if found is None:
+            for index in range(checked, len(passes)):
+                flags = leaves_may_move(passes[index])
+                if flags is not None:
+                    found = (index, passes[index], flags)
+                    break
+        self._scanned = (len(passes), passes[-1] if passes else None, found)
+        return None if found is None else (found[1], found[2])
 
     def _forget_dead_leaves(self) -> None:
         if len(self._history) > 64:

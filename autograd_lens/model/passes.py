@@ -192,10 +192,10 @@ class BackwardPass:
         """The gradients this pass produced: ``.grad`` of leaves, or what ``autograd.grad`` returned."""
         return self.leaf_grads if self.kind == "backward" else self.input_grads
 
-    @property
+    @cached_property  # events never change: read once (a Lens of many passes reads each pass's often)
     def hook_calls(self) -> tuple[HookCall, ...]:
         return tuple(event for event in self.events if isinstance(event, HookCall))
 
-    @property
+    @cached_property
     def node_runs(self) -> tuple[NodeRun, ...]:
         return tuple(event for event in self.events if isinstance(event, NodeRun))
