@@ -637,7 +637,7 @@ def run(program: Program, mode: str) -> Run:
         if mode == "truth":
             for fn in programs._nodes(root):
                 observers.append(fn.register_hook(
-                    lambda gi, go, fn=fn: nodes.append((fn.name(), clone(go), clone(gi)))))
+                    lambda gi, go, fn=fn: nodes.append((fn.name(), clone(go), clone(gi), programs._links(fn)))))
         error = None
         returned = None
         try:

@@ -454,7 +454,8 @@ def run(program: Program, mode: str) -> Run:
                     # what reached the node, after its hooks, as for any node)
                     handles.append(fn.register_prehook(lambda go, fn=fn: received.__setitem__(id(fn), clone(go))))
                 handles.append(fn.register_hook(
-                    lambda gi, go, fn=fn: nodes.append((fn.name(), received.pop(id(fn), clone(go)), clone(gi)))))
+                    lambda gi, go, fn=fn: nodes.append((fn.name(), received.pop(id(fn), clone(go)), clone(gi),
+                                                        _links(fn)))))
         error = None
         returned = None
         try:
@@ -695,6 +696,12 @@ def _flat(value: Any) -> tuple[float, ...] | None:
     return tuple(float(v) for v in value.detach().reshape(-1).tolist())
 
 
+def _links(fn: Any) -> tuple:
+    """Where each gradient a node sends goes: (the next node, its input), as torch's graph says (ids are read while
+    the pass runs, so they name live nodes); None where nothing goes."""
+    return tuple((id(next_fn), number) if next_fn is not None else None for next_fn, number in fn.next_functions)
+
+
 def _question_problems(index: int, p: Any, step: Any, event: Any, truth_by_call: dict, truth_nodes: list,
                        truth_written: dict) -> list[str]:
     """A predict question's answer (and its second part) against what torch did."""
@@ -723,9 +730,16 @@ def _question_problems(index: int, p: Any, step: Any, event: Any, truth_by_call:
         if "before the hooks on this node change it" in question.prompt:
             return []  # what the backward computed before the node's hooks: what its first hook received (asked there)
         targets, keys = card_targets(event, p.graph), input_keys(event, p.graph)
+        links = true_runs[position][3] if len(true_runs[position]) > 3 else ()  # (a runner may log no links)
         for slot, target in enumerate(targets):
             if f"What does {target} receive" not in question.prompt:
                 continue
+            if slot < len(links) and links[slot] is not None:  # the slots added up are those torch sends to one input
+                added = sorted(other for other, key in enumerate(keys) if key == keys[slot] and other < len(links))
+                same = sorted(other for other, link in enumerate(links) if link == links[slot])
+                if added != same:
+                    return [f"{where}: the answer adds what {event.name} sends from slots {added}; torch sends slots "
+                            f"{same} to that input"]
             parts = [sent[other] for other, key in enumerate(keys) if key == keys[slot] and other < len(sent)
                      and sent[other] is not None]
             if not parts:

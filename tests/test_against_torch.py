@@ -235,6 +235,36 @@ def test_the_checker_sees_a_wrong_predict_answer(monkeypatch, kind):
     assert any("question" in problem and "answer" in problem for problem in problems), problems
 
 
+TWO_INPUTS = programs.Program([
+    "torch.manual_seed(0)",
+    "x0 = torch.randn((2,), requires_grad=True)",
+    "x1 = torch.randn((2,), requires_grad=True)",
+    "out = ((x0 * x1).sum())",
+    "PASS('backward', out)",
+], ["x0", "x1"])
+
+
+def test_the_checker_sees_a_node_answer_that_adds_the_wrong_slots(monkeypatch):
+    """A node question's answer adds what the node sends on the slots the lens takes for one input. The checker
+    groups the slots by torch's own next_functions, so a wrong grouping is seen even where the lens's answer and
+    its own sum of the same slots agree (here: x0 and x1 taken for one input of mul)."""
+    from autograd_lens.views import chain, operands, steps as steps_module
+
+    assert programs.compare(TWO_INPUTS) == []
+
+    original = operands.input_keys
+
+    def merged(event, graph):  # every slot taken for the first one's input
+        keys = original(event, graph)
+        return keys[:1] * len(keys)
+
+    for module in (operands, chain, steps_module):
+        monkeypatch.setattr(module, "input_keys", merged)
+    problems = programs.compare(TWO_INPUTS)
+    assert any("torch sends slots [0] to that input" in problem or "torch sends slots [1] to that input" in problem
+               for problem in problems), problems
+
+
 def test_a_failure_prints_a_minimal_program(monkeypatch):
     monkeypatch.setattr(build.HookCounter, "count", lambda self, call, ordinal: (1, 1))
     text = programs.report(TWO_PASSES, programs.compare(TWO_PASSES))

@@ -419,3 +419,26 @@ def test_an_op_named_like_a_tensor_of_the_user_is_drawn_and_carded_as_a_call(tar
         assert not any(line.startswith("Chain rule: t = ") for line in lines)
     else:  # no clash: the op keeps its short name
         assert "Chain rule: t = model.2.weight.t()." in lines
+
+
+@pytest.mark.parametrize("uses", [2, 5, 9])
+def test_a_leaf_drawn_once_per_use_is_one_tensor_on_a_card(uses):
+    """A leaf used many times is drawn as one box per use; ``x * x`` still sends both gradients to the one tensor
+    x. The card once called the two boxes "x₁ and x₂ ... 2 different unnamed x results" and asked what x₁
+    receives (half of it; found by the differential suite's check of node answers against next_functions)."""
+    x = torch.tensor([0.5, -1.5, 2.0], dtype=torch.float64, requires_grad=True)
+    with al.Lens() as lens:
+        out = x.sum() + sum((x * x).sum() for _ in range(uses - 1))
+        out.backward()
+    p = lens.passes[0]
+    split = sum(1 for node in p.graph.nodes if node.label == "x" and node.kind == "leaf") > 1
+    cards = [s for s in steps_for(p) if s.kind == "node" and s.title.startswith("mul")]
+    assert len(cards) == uses - 1
+    expected = tuple((2 * x).tolist())  # what x receives from one x * x, whose output got g = 1: g * x + g * x
+    for card in cards:
+        text = " ".join(card.lines)
+        assert "different" not in text and "x₁" not in text, text
+        assert "x is used 2 times by this op" in text, text
+        assert card.question is not None and "What does x receive" in card.question.prompt
+        assert card.question.answer == expected, (card.question.answer, expected)
+    assert split == (uses > 2) or uses == 2  # the large cases do draw copies (the case this guards)

@@ -24,8 +24,18 @@ def input_keys(event: NodeRun, graph: Graph) -> list[Any]:
     keys: list[Any] = []
     for slot, target in enumerate(event.targets):
         edge_id = event.edges[slot] if slot < len(event.edges) else None
-        keys.append(graph.edge(edge_id).src if edge_id else ("slot", slot))
+        keys.append(_one_leaf(graph, graph.edge(edge_id).src) if edge_id else ("slot", slot))
     return keys
+
+
+def _one_leaf(graph: Graph, node_id: str) -> str:
+    """A leaf used many times is drawn once per use ("use 2 of 5"): each of those boxes is the same tensor, known
+    by its first box (``x * x`` sends both gradients to x, not to two different tensors)."""
+    node = graph.node(node_id)
+    if node.kind in ("leaf", "output") and node.op.endswith("AccumulateGrad") and node.detail.startswith("use "):
+        return next((n.id for n in graph.nodes_labelled(node.label) if n.kind == node.kind
+                     and n.op == node.op and n.detail.startswith("use ")), node_id)
+    return node_id
 
 
 def output_name(event: NodeRun, graph: Graph) -> str:
