@@ -90,8 +90,10 @@ def load_ipython_extension(ipython: Any) -> None:
 
         refused_in_ipython(_REFUSED)
     from .magics import load
+    from .views.display import start_warm_up
 
     load(ipython)
+    start_warm_up()  # the first picture's renderer and modules, loaded on a thread while the next cells run
 
 
 def unload_ipython_extension(ipython: Any) -> None:

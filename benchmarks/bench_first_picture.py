@@ -25,6 +25,15 @@ collection over torch's heap (0.1-0.2 s): right after ``import torch`` in a bare
 within the next ~9,000 objects kept, and importing wasmtime (the in-process Graphviz) alone keeps 12,000. A kernel
 has made its own full collections before the user's cells run, and had ~45,000 to go after this model in the
 measurements of 2026-11-26, so the kernel figures are the ones the issue asks about.
+
+Three orders of cells (``--order``, repeatable; all three by default, ``--bare`` only the first):
+* ``one cell``: the model, then one cell that imports the tool and draws (the import timed apart);
+* ``run all``: as the README and the course do, cell 1 loads the tool (``import torch`` and ``%load_ext
+  autograd_lens``; torchviz: ``from torchviz import make_dot``, its time is the "+import" figure), cell 2 builds the
+  model and the loss, cell 3 is timed; the three sent at once, as "Run All" does (the next cell starts as soon as the
+  last ends: the conservative case for the lens's warm-up, which ``%load_ext`` starts on a thread);
+* ``reader``: the same with a 1 s pause before cell 3 (someone reading between cells).
+For the lens in the last two, the table also counts the runs where the warm-up was still running when cell 3 began.
 """
 
 from __future__ import annotations
@@ -81,15 +90,39 @@ def _bundle(obj):
 """
 
 LENS = """
-import time
+import time, threading
+warming = any(thread.name == "autograd-lens-warm-up" for thread in threading.enumerate())
 started = time.perf_counter()
 import autograd_lens as al
 imported = time.perf_counter()
 bundle = _bundle(al.graph(loss, names={"model": model}))
 elapsed = time.perf_counter() - imported
 assert "image/svg+xml" in bundle or "data:image/svg+xml," in bundle["text/html"], bundle  # SVG, or the navigator
-print(elapsed, imported - started, "lens")
+print(elapsed, globals().get("_load_time", imported - started), "lens", int(warming))
 """
+
+# cell 1 of the notebook orders: each tool loaded as a reader's first cell does (its time is the "+import" figure)
+LOAD = {
+    "lens": """
+import time
+import torch
+_started = time.perf_counter()
+%load_ext autograd_lens
+_load_time = time.perf_counter() - _started
+""",
+    "torchviz": """
+import time
+import torch
+_started = time.perf_counter()
+try:
+    from torchviz import make_dot
+except ImportError:
+    import graphviz
+_load_time = time.perf_counter() - _started
+""",
+}
+ORDERS = ("one cell", "run all", "reader")
+PAUSE = 1.0  # seconds before cell 3 in the "reader" order
 
 TORCHVIZ = """
 import time
@@ -129,44 +162,62 @@ else:  # torchviz 0.0.3's make_dot(loss, params) without its recursion, and its 
 bundle = _bundle(dot)
 elapsed = time.perf_counter() - imported
 assert "<svg" in bundle["image/svg+xml"]
-print(elapsed, imported - started, tool)
+print(elapsed, globals().get("_load_time", imported - started), tool, 0)
 """
 
 
-def _in_kernel(cells: list[str]) -> str:
+def _in_kernel(groups: list[list[str]], pause: float = 0.0) -> str:
+    """Run ``groups`` of cells in a new kernel: the cells of a group sent at once (as "Run All" queues them), each
+    group after the last has ended and ``pause`` seconds; what they printed."""
+    import time
+
     from jupyter_client.manager import start_new_kernel
 
     manager, client = start_new_kernel(kernel_name="python3")
     printed: list[str] = []
-
-    def output(message: dict) -> None:
-        if message["msg_type"] == "stream":
-            printed.append(message["content"]["text"])
-        elif message["msg_type"] == "error":
-            raise RuntimeError(message["content"]["ename"] + ": " + message["content"]["evalue"])
-
     try:
-        for cell in cells:
-            reply = client.execute_interactive(cell, output_hook=output, timeout=300)
-            if reply["content"]["status"] != "ok":
-                raise RuntimeError(json.dumps(reply["content"])[:2000])
+        for number, cells in enumerate(groups):
+            if number and pause:
+                time.sleep(pause)
+            ids = [client.execute(cell) for cell in cells]
+            while True:  # the group's output, until the kernel is idle after its last cell
+                message = client.get_iopub_msg(timeout=300)
+                kind, parent = message["msg_type"], message["parent_header"].get("msg_id")
+                if parent not in ids:
+                    continue
+                if kind == "stream":
+                    printed.append(message["content"]["text"])
+                elif kind == "error":
+                    raise RuntimeError(message["content"]["ename"] + ": " + message["content"]["evalue"])
+                elif kind == "status" and message["content"]["execution_state"] == "idle" and parent == ids[-1]:
+                    break
+            for _ in ids:
+                reply = client.get_shell_msg(timeout=300)
+                if reply["content"]["status"] != "ok":
+                    raise RuntimeError(json.dumps(reply["content"])[:2000])
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)
     return "".join(printed)
 
 
-def once(model: str, tool: str, bare: bool, lens_from: str | None = None) -> tuple[float, float, str]:
-    """(seconds from the loss to the display bundle, seconds of the tool's import, the tool's name); ``lens_from``:
-    the directory holding another copy of the package to import instead (``--baseline``)"""
+def once(model: str, tool: str, bare: bool, lens_from: str | None = None,
+         order: str = "one cell") -> tuple[float, float, str, int]:
+    """(seconds from the loss to the display bundle, seconds of the tool's import or its load cell, the tool's name,
+    1 if the lens's warm-up was still running when the timed cell began); ``lens_from``: the directory holding
+    another copy of the package to import instead (``--baseline``)"""
     first = f"import sys\nsys.path.insert(0, {lens_from!r})\n" if lens_from else ""
-    cells = [MODELS[model], first + FORMAT + (LENS if tool == "lens" else TORCHVIZ)]  # the model, then the picture
+    picture = FORMAT + (LENS if tool == "lens" else TORCHVIZ)
     if bare:
+        cells = [MODELS[model], first + picture]
         out = subprocess.run([sys.executable, "-c", "\n".join(cells)], capture_output=True, text=True, check=True).stdout
+    elif order == "one cell":
+        out = _in_kernel([[MODELS[model]], [first + picture]])  # the model, then the picture
     else:
-        out = _in_kernel(cells)
-    elapsed, imported, name = out.strip().splitlines()[-1].split()
-    return float(elapsed), float(imported), name
+        cells = [first + LOAD[tool], MODELS[model], picture]
+        out = _in_kernel([cells] if order == "run all" else [cells[:2], cells[2:]], PAUSE if order == "reader" else 0)
+    elapsed, imported, name, warming = out.strip().splitlines()[-1].split()
+    return float(elapsed), float(imported), name, int(warming)
 
 
 def compiled() -> None:
@@ -182,12 +233,15 @@ def compiled() -> None:
 
 
 def main() -> None:
+    import os
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--bare", action="store_true", help="a plain `python -c` per run instead of a kernel")
     parser.add_argument("--baseline", metavar="DIR", help="also time the autograd_lens package in DIR (say, an "
                         "earlier commit: git archive COMMIT autograd_lens | tar -x -C DIR), in the same rounds")
     parser.add_argument("--model", action="append", choices=list(MODELS), help="only this model (repeatable)")
+    parser.add_argument("--order", action="append", choices=ORDERS, help="only this order of cells (repeatable)")
     parser.add_argument("--lens", metavar="DIR", help="time the autograd_lens package in DIR (as --baseline) instead "
                         "of the installed one")
     options = parser.parse_args()
@@ -197,24 +251,33 @@ def main() -> None:
             import compileall
 
             compileall.compile_dir(directory, quiet=1)
+    orders = ["one cell"] if options.bare else (options.order or list(ORDERS))
     where = "python -c" if options.bare else "a fresh kernel"
-    print(f"in {where}; medians of {options.rounds}; seconds from the loss to the display bundle (import apart)")
-    print(f"{'model':<16}{'lens':>14}{'other':>28}{'ratio':>8}{'ratio with imports':>20}")
+    print(f"in {where}; medians of {options.rounds}; seconds from the loss to the display bundle (the tool's import "
+          f"or load cell apart); load average {os.getloadavg()[0]:.1f}")
+    print(f"{'model':<16}{'order':<10}{'lens':>16}{'other':>28}{'ratio':>8}{'with imports':>14}{'warming':>9}")
     for model in options.model or MODELS:
-        lens, other, base = [], [], []
-        for _ in range(options.rounds):
-            lens.append(once(model, "lens", options.bare, options.lens))
-            other.append(once(model, "torchviz", options.bare))
-            if options.baseline:
-                base.append(once(model, "lens", options.bare, options.baseline))
-        b, b_import = (statistics.median(run[i] for run in other) for i in (0, 1))
-        name = other[0][2]
-        for label, runs in ((model, lens), ("  baseline", base)):
-            if not runs:
-                continue
-            a, a_import = (statistics.median(run[i] for run in runs) for i in (0, 1))
-            print(f"{label:<16}{a:>7.3f} (+{a_import:.3f}){name:>16} {b:.3f} (+{b_import:.3f}){a / b:>8.2f}"
-                  f"{(a + a_import) / (b + b_import):>20.2f}")
+        runs: dict[tuple[str, str], list] = {}
+        for _ in range(options.rounds):  # the tools and orders alternate within each round
+            for order in orders:
+                for tool, lens_from in (("lens", options.lens), ("torchviz", None), ("baseline", options.baseline)):
+                    if tool == "baseline" and not lens_from:
+                        continue
+                    kind = "torchviz" if tool == "torchviz" else "lens"
+                    runs.setdefault((order, tool), []).append(once(model, kind, options.bare, lens_from, order))
+        for order in orders:
+            other = runs[(order, "torchviz")]
+            b, b_import = (statistics.median(run[i] for run in other) for i in (0, 1))
+            for tool in ("lens", "baseline"):
+                if (order, tool) not in runs:
+                    continue
+                mine = runs[(order, tool)]
+                a, a_import = (statistics.median(run[i] for run in mine) for i in (0, 1))
+                label = model if tool == "lens" else "  baseline"
+                warming = f"{sum(run[3] for run in mine)}/{len(mine)}" if order != "one cell" else ""
+                print(f"{label:<16}{order:<10}{a:>7.3f} (+{a_import:.3f}){other[0][2]:>16} {b:.3f} (+{b_import:.3f})"
+                      f"{a / b:>8.2f}{(a + a_import) / (b + b_import):>14.2f}{warming:>9}")
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

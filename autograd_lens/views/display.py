@@ -7,10 +7,11 @@ nothing.  Rendering problems become a short hint above a table of the graph.
 from __future__ import annotations
 
 import html
+import threading
 
 from ..format import format_shape, format_value
 from ..model import Graph
-from .render import GraphvizUnavailableError, RenderError, RenderTimeoutError, start_svg, start_svgs
+from .render import GraphvizUnavailableError, RenderError, RenderTimeoutError, start_svg, start_svgs, warm_wasm, wasm_wanted
 
 RENDER_PROBLEMS = (GraphvizUnavailableError, RenderError, RenderTimeoutError)
 
@@ -105,6 +106,43 @@ def _waited(svg_of) -> tuple[str, Exception | None]:
         return svg_of(), None
     except Exception as error:
         return "", error
+
+
+_WARMING: list[threading.Thread] = []  # the warm-up's thread: started at most once per process
+_warming_lock = threading.Lock()
+# what a first picture imports after the renderer: the navigator (past FOLD_OVER boxes) and what it loads
+WARM_MODULES = ("fold", "gradsize", "groups", "svgslim", "pagecss", "static_html", "graphview")
+
+
+def start_warm_up() -> threading.Thread | None:
+    """``%load_ext autograd_lens``: load what a first picture needs (the in-process Graphviz, compiled module
+    instantiated; the navigator's modules) on a daemon thread, so that the picture, cells later, does not wait for
+    it.  At most once per process; nothing when wasm would not draw; the thread ends when done (about 0.1-0.3 s;
+    the first time on a machine, compiling the wasm, about a second).  Never prints, warns or raises: what fails is
+    left for the first picture to meet and say, as without it.  The pictures are the same bytes either way."""
+    try:
+        with _warming_lock:
+            if _WARMING or not wasm_wanted():
+                return None
+            thread = threading.Thread(target=_warm_up, name="autograd-lens-warm-up", daemon=True)
+            _WARMING.append(thread)
+        thread.start()
+        return thread
+    except BaseException:
+        return None
+
+
+def _warm_up() -> None:
+    try:
+        if not warm_wasm():
+            return
+        from importlib import import_module
+
+        for name in WARM_MODULES:
+            import_module(f"{__package__}.{name}")
+        import_module(f"{__package__}.static_html").module_source()
+    except BaseException:  # a thread's exception would be printed: the first picture meets it and says it
+        pass
 
 
 def safe_bundle(what: str, error: Exception) -> dict[str, str]:
