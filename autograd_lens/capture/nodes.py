@@ -158,12 +158,16 @@ class NodeRecorder(UnexplainedChanges):
             kept = self._copy(value)
             size = held_bytes(kept) if self.memory_budget is not None else 0
         if self.memory_budget is not None:
-            self.bytes_held += size
-            if self.bytes_held > self.memory_budget:
-                self.over_budget = True
-                self.note(f"values not kept past {self.memory_budget} bytes (memory_budget): later gradients are "
-                          "shown as summaries")
+            self._held(size)
         return kept
+
+    def _held(self, size: int) -> None:
+        """``size`` more bytes kept: past the memory budget, later values are kept as summaries (said once)."""
+        self.bytes_held += size
+        if self.bytes_held > self.memory_budget:
+            self.over_budget = True
+            self.note(f"values not kept past {self.memory_budget} bytes (memory_budget): later gradients are "
+                      "shown as summaries")
 
     def _written(self, grad: Any, grad_outputs: tuple) -> Any:
         """A copy of a leaf's ``.grad`` right after AccumulateGrad wrote it.  When autograd adopted the gradient
@@ -210,30 +214,71 @@ class NodeRecorder(UnexplainedChanges):
     def _record_node(self, fn: Any, grad_inputs: tuple, grad_outputs: tuple) -> None:
         key = id(fn)
         pending = self.pending
-        if pending:
-            self.pending = []
-            for call in pending:
-                self.place(call, fn, grad_outputs)
-            before = [call for call in pending if call.kind in BEFORE_NODE]
-            after = [call for call in pending if call.kind not in BEFORE_NODE]
-        else:  # no hook ran since the last node: the usual case
-            before, after = [], []
+        shape = self.shape
+        is_leaf = key in shape.leaves
         records = self.records
-        is_leaf = key in self.shape.leaves
-        if is_leaf:
-            fresh = key not in self.written
-            if fresh:  # no user code ran since the write
-                self.written[key] = self._written(fn.variable.grad, grad_outputs)
-            # a leaf without a .grad before the pass: .grad is exactly what arrived
-            received = self.incoming.pop(key) if key in self.incoming else self.written[key]
-            record: Any = GradRecord(fn, received, self.written[key])
-            if grad_outputs:  # what the write was, when C++ code changed .grad after it
-                received = self.check_write(fn, grad_outputs[0], record, fresh)
-            arrived: tuple = (received,)
+        if not (pending or is_leaf or self.python_received or self.over_budget) and self.profiling \
+                and type(grad_outputs) is tuple and type(grad_inputs) is tuple and key not in self.c_nodes:
+            # the usual node (no hook call to place, no custom backward's own copies, no hook in C): _keep of both
+            # tuples, inline
+            arrived, size = copy_tuple(self, grad_outputs)
+            if self.memory_budget is not None:
+                self._held(size)
+            if self.over_budget:
+                sent = snapshot_all(grad_inputs, -1)
+            else:
+                sent, size = copy_tuple(self, grad_inputs)
+                if self.memory_budget is not None:
+                    self._held(size)
+            record: Any = NodeRecord(fn, arrived, sent)
+            before: list = []
+            after: list = []
         else:
-            record = NodeRecord(fn, self._received(key, grad_outputs) if self.python_received
-                                else self._keep(tuple(grad_outputs)), self._keep(tuple(grad_inputs)))
-            arrived = record.received
+            if pending:
+                self.pending = []
+                for call in pending:
+                    self.place(call, fn, grad_outputs)
+                before = [call for call in pending if call.kind in BEFORE_NODE]
+                after = [call for call in pending if call.kind not in BEFORE_NODE]
+            else:  # no hook ran since the last node: the usual case
+                before, after = [], []
+            if is_leaf:
+                fresh = key not in self.written
+                if fresh:  # no user code ran since the write
+                    self.written[key] = self._written(fn.variable.grad, grad_outputs)
+                # a leaf without a .grad before the pass: .grad is exactly what arrived
+                received = self.incoming.pop(key) if key in self.incoming else self.written[key]
+                record = GradRecord(fn, received, self.written[key])
+                if grad_outputs:  # what the write was, when C++ code changed .grad after it
+                    received = self.check_write(fn, grad_outputs[0], record, fresh)
+                arrived = (received,)
+            else:
+                record = NodeRecord(fn, self._received(key, grad_outputs) if self.python_received
+                                    else self._keep(tuple(grad_outputs)), self._keep(tuple(grad_inputs)))
+                arrived = record.received
+        if not (pending or key in self.c_nodes or key in self.nested_nodes):
+            # no hook call here: _unexplained finds nothing when each gradient that arrived is the copy of what its
+            # one user sent (the copy reused as is), or a None no function sends to.  Its first steps, inline.
+            consumers, ran = shape.consumers, self.ran
+            for output, received in enumerate(() if self.hooks_hidden else arrived):
+                users = consumers.get((key, output))
+                if received is None and not users:
+                    continue
+                as_sent = None
+                if users and len(users) == 1:
+                    position = ran.get(id(users[0][0]))
+                    if position is not None:
+                        sent, slot = records[position].sent, users[0][1]
+                        if isinstance(sent, tuple) and slot < len(sent):
+                            as_sent = sent[slot]
+                if as_sent is not received:
+                    break
+            else:
+                ran[key] = len(records)
+                records.append(record)
+                if self.unhooked.active:
+                    self.unhooked.on_node(fn, grad_inputs, grad_outputs, [], is_leaf)
+                return
         nested = key in self.nested_nodes
         c_hooks = key in self.c_nodes  # hooks written in C here: arrange_before/after put them in place
         if c_hooks:

@@ -11,9 +11,11 @@ import weakref
 import torch
 
 from ..model import Value
-from .snapshot import fast_snapshot, held_bytes, snapshot
+from .snapshot import copy_exactly, held_bytes, snapshot
 
 BEFORE_NODE = ("tensor", "node_pre", "multi_grad")  # hook kinds that run before their node's backward
+_Tensor = torch.Tensor
+_strided = torch.strided
 
 
 @dataclass
@@ -95,6 +97,9 @@ def copy_tuple(observer: Any, values: tuple) -> tuple[tuple, int]:
     kept_items: list = []
     size = 0
     for item in values:
+        if item is None:
+            kept_items.append(None)
+            continue
         if not isinstance(item, torch.Tensor):
             kept = observer._copy(item) if isinstance(item, (tuple, list)) else None
             size += held_bytes(kept)
@@ -109,7 +114,14 @@ def copy_tuple(observer: Any, values: tuple) -> tuple[tuple, int]:
             if hit is not None and hit[0]() is item and hit[1] == version:
                 kept = hit[2]
             else:
-                kept = fast_snapshot(item, limit)
+                # snapshot.fast_snapshot, inline: a plain dense CPU tensor within the limit, in a graph that records
+                # nothing (what autograd hands over at almost every node), is cloned; anything else is snapshot()'s
+                if type(item) is _Tensor and item.is_cpu and item.layout == _strided and not item.requires_grad \
+                        and not item.is_nested and not item.is_quantized and not item._is_zerotensor() \
+                        and item.numel() <= limit:
+                    kept = item.clone() if item.is_contiguous() else copy_exactly(item)
+                else:
+                    kept = snapshot(item, limit)
                 try:
                     copies[id(item)] = (weakref.ref(item), version, kept)
                 except TypeError:
