@@ -173,6 +173,7 @@ class Generator:
         # drawn apart, so that a float32 program of a seed is the program that seed always made
         self.dtype = dtype or random.Random(seed * 7919 + 17).choice(["float32"] * 8 + ["float64", "complex64"])
         self.between = random.Random(seed * 7919 + 29)  # edits of .grad between passes (drawn apart, likewise)
+        self.forget = random.Random(seed * 7919 + 41)  # a tensor's name given to another between passes (likewise)
         self.lines: list[str] = []
         self.tensors: list[tuple[str, tuple[int, ...]]] = []  # (name, shape) of tensors that require grad
         self.leaves: list[str] = []
@@ -372,6 +373,10 @@ class Generator:
                 self.hook()
             if not last and self.handles and rng.random() < 0.15:  # one removed between passes
                 self.lines.append(f"REMOVE({rng.choice(self.handles)})")
+            unnamed = [name for name, _ in self.tensors if not self.is_leaf(name)]
+            if not last and unnamed and self.forget.random() < 0.2:  # its name now holds another tensor (a notebook
+                name = self.forget.choice(unnamed)                   # reusing a name): the retained graph still has it
+                self.lines.append(self.forget.choice([f"{name} = {name} * 1.0", f"{name} = {name}.detach()"]))
 
 
 def _broadcastable(a: tuple[int, ...], b: tuple[int, ...]) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from .hooks import code_of
 from .records import HookRecord
 
 
@@ -28,20 +29,126 @@ class HookCounter:
 
     def __init__(self) -> None:
         self.counts: dict[tuple, list] = {}  # key -> [calls, registration number, function guard, holder guard]
+        # (where) -> a weak reference to the hook dict of a tensor that had a name in an earlier pass: its node keeps
+        # it (and its hooks) alive, so in a later pass where the tensor has no name (``del t``, or the name now
+        # holds another tensor) its registrations are still told apart by their handles' ids
+        self.dicts: dict[tuple, Any] = {}
+        self._unnamed: dict[tuple, int] = {}  # (node id, output, code) -> calls of this pass from a tensor with no name
+        self._matched: dict[tuple, int] = {}  # the same, counted so far
+        # (where, code) -> the first pass that counted calls there from a tensor with no name: the keys it counted
+        # them under, in call order, how many, the first handle id of that pass (registrations older than it were
+        # there), and whether every later such pass had as many (else nothing is matched there)
+        self._first_unnamed: dict[tuple, dict] = {}
+        self._seen_unnamed: set = set()  # (where, code) counted in this pass
+        self._handles_before = 0
+        self._registrations = 0
+        self._passes = 0  # passes begun
+
+    def begin(self, chains: dict, records: list, handles_before: int = 0) -> None:
+        """Before a pass's calls are counted: remember the hook dicts of the pass's named non-leaf tensors
+        (``chains``, the observer's known hooks by place), and count the calls whose tensor has no name.
+        ``handles_before``: torch's next handle id when the pass started."""
+        self._handles_before = handles_before
+        self._seen_unnamed = set()
+        self._passes += 1
+        for known_hooks in chains.values():
+            for known in known_hooks:
+                fn = known.grad_fn
+                if known.kind == "tensor" and known.holder is not None and not hasattr(fn, "variable"):
+                    try:
+                        self.dicts[("node", id(fn), _sequence_nr(fn), known.output_nr)] = weakref.ref(known.holder)
+                    except TypeError:  # a hook dict that allows no weak reference: not kept
+                        pass
+        for where in [where for where, ref in self.dicts.items() if ref() is None]:
+            del self.dicts[where]
+        self._unnamed, self._matched = {}, {}
+        for record in records:
+            if isinstance(record, HookRecord) and record.kind == "tensor" and record.key is None \
+                    and record.node_fn is not None and record.code is not None:
+                place = (id(record.node_fn), record.output_nr, record.code)
+                self._unnamed[place] = self._unnamed.get(place, 0) + 1
 
     def count(self, call: HookRecord, ordinal: int) -> tuple[int, int]:
         """This call's number among the calls of its registration, and that registration's number."""
         key, holder = self._key(call, ordinal)
         function = call.function
+        unnamed = None
+        if call.kind == "tensor" and key[2][0] == "node" and call.code is not None:
+            if call.key is None:
+                found = self._registered(call, key[2])
+                if found is not None:  # as in the earlier pass that read its handle: (kind, code, where, function, key)
+                    handle_key, function = found
+                    key = key[:3] + (id(function), ("key", handle_key))
+                else:
+                    unnamed = (key[2], call.code)
+            elif key not in self.counts:
+                self._adopt(call, key)
         entry = self.counts.get(key)
         if entry is not None and (not _same(entry[3], holder) or function is not None and not _same(entry[2], function)):
             entry = None  # the thing it was attached to, or the function, is another one now
         if entry is None:
-            entry = self.counts[key] = [0, len(self.counts) + 1, None, _guard(holder)]
+            self._registrations += 1
+            entry = self.counts[key] = [0, self._registrations, None, _guard(holder)]
+        if unnamed is not None:
+            self._note_unnamed(unnamed, key, call)
         if function is not None and entry[2] is None:
             entry[2] = _guard(function)
         entry[0] += 1
         return entry[0], entry[1]
+
+    def _registered(self, call: HookRecord, where: tuple) -> tuple[Any, Any] | None:
+        """A call from a tensor with no name in this pass, at a place whose hook dict an earlier pass read: its
+        registration (handle id, function), when the dict tells it for sure: the n-th call of this code there is
+        the n-th hook of this code in the dict, when as many of them are there as ran (none removed meanwhile)."""
+        ref = self.dicts.get(where)
+        hooks = ref() if ref is not None else None
+        if hooks is None:
+            return None
+        try:
+            same = [(handle_key, function) for handle_key, function in list(hooks.items())
+                    if code_of(function) is call.code]
+        except Exception:  # a dict changed while read: not known for sure
+            return None
+        place = (id(call.node_fn), call.output_nr, call.code)
+        turn = self._matched.get(place, 0)
+        self._matched[place] = turn + 1
+        if len(same) != self._unnamed.get(place, 0) or turn >= len(same):
+            return None
+        return same[turn]
+
+    def _note_unnamed(self, place: tuple, key: tuple, call: HookRecord) -> None:
+        """A call counted from a tensor with no name (and no hook dict read before): where a later pass reads that
+        tensor's dict (it has a name then), :meth:`_adopt` finds which registration this was."""
+        calls_here = self._unnamed.get((id(call.node_fn), call.output_nr, call.code), 0)
+        first = self._first_unnamed.get(place)
+        if first is None:
+            first = self._first_unnamed[place] = {"keys": [], "calls": calls_here, "handles": self._handles_before,
+                                                  "same": True, "pass": self._passes}
+        if first["pass"] == self._passes:
+            first["keys"].append(key)
+        elif place not in self._seen_unnamed:
+            self._seen_unnamed.add(place)
+            if first["calls"] != calls_here:
+                first["same"] = False  # another number of hooks of this code here than in that pass: not told apart
+
+    def _adopt(self, call: HookRecord, key: tuple) -> None:
+        """A call read by its handle at a place where an earlier pass counted calls of this code from the tensor with
+        no name: when that registration is older than that pass and every hook of this code there then is still
+        in the dict, the n-th of them (in the dict's order, which is torch's call order) is the n-th counted then."""
+        first = self._first_unnamed.get((key[2], call.code))
+        ref = self.dicts.get(key[2])
+        hooks = ref() if ref is not None else None
+        if first is None or not first["same"] or hooks is None or len(first["keys"]) != first["calls"]:
+            return
+        try:
+            older = [handle_key for handle_key, function in list(hooks.items()) if code_of(function) is call.code
+                     and isinstance(handle_key, int) and handle_key < first["handles"]]
+        except Exception:  # a dict changed while read: not known for sure
+            return
+        if len(older) == len(first["keys"]) and call.key in older:
+            earlier = self.counts.get(first["keys"][older.index(call.key)])
+            if earlier is not None:
+                self.counts[key] = earlier
 
     @staticmethod
     def _key(call: HookRecord, ordinal: int) -> tuple[tuple, Any]:

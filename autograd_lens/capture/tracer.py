@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
 from ..debug import DebugRecording
 from ..model import BackwardPass, GraphOptions, HookCall, Note, values_equal
@@ -97,6 +98,7 @@ class Lens(LensViews):
         self._history: dict[int, Any] = {}  # per leaf, across passes (see unhooked.LeafHistory)
         self._edited_seeds: dict[int, tuple] = {}  # id(gradient= tensor) -> (weakref, value now, value without hooks)
         self._invocations = HookCounter()  # calls of each registered hook, over the passes
+        self._handles_before = 0  # torch's next hook handle id when the pass being recorded started
         self._scanned: tuple = (0, None, None)  # passes checked by leaves_may_move, the last one, the first it named
         self._original: Any = None
         self._thread: int | None = None
@@ -267,6 +269,7 @@ class Lens(LensViews):
         if failure is not None:  # outside the except block, as above
             return original(t_outputs, *args, **kwargs)
         self._recording = True
+        self._handles_before = RemovableHandle.next_id  # registrations older than the pass were there when it ran
         result: Any = None
         try:
             result = original(t_outputs, *args, **kwargs)
@@ -362,6 +365,7 @@ class Lens(LensViews):
             graph_walk = walk(observer.shape, names, options, leaf_state=observer.leaf_state)
         grouped = _groups(graph_walk.graph, self.module_calls, names, self.modules)
         relabel(graph_walk, grouped.pop("relabel", {}))  # before the steps are made: they use the same names
+        self._invocations.begin(observer.chains, observer.records, self._handles_before)
         built = build_pass(observer, graph_walk, index, self._history, self._invocations, result)
         self._passes.append(dataclasses.replace(built, **_sources(built.graph, self.cell_lines), **grouped,
                                                 **moved_leaves(self._first_moving(), built), debug=observer.debug))
