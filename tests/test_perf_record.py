@@ -182,3 +182,38 @@ def test_the_profile_function_answers_the_lens_own_hooks_first(monkeypatch):
     # the general way also looked up the lens's own post-hook at each node (and at w's and b's AccumulateGrad), and
     # its pre-hook on those two (w has a .grad, b a post-accumulate hook)
     assert general_lookups == fast_lookups + runs + 2 + 2
+
+
+def test_an_unnamed_tensors_hook_on_a_one_output_function_is_placed_without_comparing(monkeypatch):
+    """nodes._output_of: a hook on an unnamed tensor belongs to the output whose gradient equals what it passed on;
+    a function with one output has only that one to compare, so nothing is copied or compared there."""
+    from autograd_lens.capture import nodes
+
+    with al.Lens():  # the self-check: before counting
+        torch.ones(1, requires_grad=True).sum().backward()
+    compared = []
+    equal = nodes.values_equal
+
+    def counting(first, second):
+        compared.append(1)
+        return equal(first, second)
+
+    monkeypatch.setattr(nodes, "values_equal", counting)
+    def run(x):
+        h = x.tanh()
+        h.register_hook(lambda g: g * 2)  # unnamed, on the one output of TanhBackward0
+        a, b = h.split(2)
+        b.register_hook(lambda g: g + 1)  # unnamed, on output 1 of SplitBackward0
+        (a * 3 + b).sum().backward()
+
+    plain = torch.tensor([0.1, 0.2, 0.3, 0.4], requires_grad=True)
+    run(plain)
+    x = torch.tensor([0.1, 0.2, 0.3, 0.4], requires_grad=True)
+    with al.Lens(names={"x": x}) as lens:
+        run(x)
+    split, tanh = lens.passes[0].hook_calls
+    assert (split.target, tanh.target) == ("split[1]", "tanh")
+    assert torch.equal(split.grad_out, torch.tensor([2.0, 2.0]))
+    assert torch.equal(tanh.grad_in, torch.tensor([3.0, 3.0, 2.0, 2.0]))
+    assert torch.equal(x.grad, plain.grad) and torch.equal(lens.passes[0].grads["x"], plain.grad)
+    assert len(compared) == 2  # split's two outputs (3s, then 2s: that one); none at tanh's

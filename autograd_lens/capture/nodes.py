@@ -374,6 +374,8 @@ class NodeRecorder(UnexplainedChanges):
 def _output_of(call: HookRecord, grad_outputs: tuple, limit: int) -> int:
     """Which output of a multi-output node an unnamed tensor hook belonged to: the one whose
     gradient equals what the hook passed on."""
+    if len(grad_outputs) < 2:
+        return 0  # one output (or none): that one, whatever the values (no copy of it to compare)
     produced = call.grad_out
     for index, value in enumerate(grad_outputs):
         if isinstance(value, torch.Tensor) and produced is not None:
