@@ -44,6 +44,9 @@ def op_label(name: str) -> str:
 
 
 _OP_LABELS: dict[str, str] = {}
+# The walk's shortcuts for the usual case (a leaf drawn once, a function with one unnamed output): off, it goes
+# the general way; tests/test_perf_build.py checks that both draw the same.
+_SHORTCUTS = True
 
 
 @dataclass
@@ -214,7 +217,7 @@ def walk(
     all_kept = count == len(reachable)  # every input of a kept function is kept (the usual case)
     kept_ids = None if all_kept else {id(fn) for fn in kept}
     build = _Builder(options)
-    node = build.node
+    node, nodes = build.node, build.nodes
     result = Walk(graph=None, structure=shape)  # type: ignore[arg-type]
     function_ids, labels = result.function_ids, result.labels
     tensor_ids, tensor_labels, output_edges = result.tensor_ids, result.tensor_labels, result.output_edges
@@ -232,6 +235,7 @@ def walk(
     split = options.split_leaf_uses
     show_saved = options.show_saved
 
+    shortcuts = _SHORTCUTS
     leaf_copies: dict[int, list[str]] = {}
     for fn in kept:
         name = fn.name()
@@ -249,10 +253,20 @@ def walk(
             else:
                 value, grad = _small(variable, options, stats, shape_now), _small(variable.grad, options, stats)
             kind = "output" if (fn_key, 0) in root_label else "leaf"
-            badges = _hook_badges(variable) + module_badges.get(id(variable), ())
-            ids = [node(kind=kind, label=label, op=name, shape=shape_now, value=value, grad=grad, hooks=badges,
-                        sequence_nr=None, detail=f"use {copy + 1} of {copies}" if copies > 1 else "")
-                   for copy in range(copies)]
+            badges = _hook_badges(variable)
+            if module_badges:
+                badges += module_badges.get(id(variable), ())
+            if copies == 1 and shortcuts:  # the usual case: one box (as node(...), without the call)
+                node_id = f"n{len(nodes)}"
+                box = _new(Node)
+                box.__dict__.update(_NODE_DEFAULTS, id=node_id, kind=kind, label=label, op=name, shape=shape_now,
+                                    value=value, grad=grad, hooks=badges, sequence_nr=None, detail="")
+                nodes.append(box)
+                ids = [node_id]
+            else:
+                ids = [node(kind=kind, label=label, op=name, shape=shape_now, value=value, grad=grad, hooks=badges,
+                            sequence_nr=None, detail=f"use {copy + 1} of {copies}" if copies > 1 else "")
+                       for copy in range(copies)]
             leaf_copies[fn_key] = ids
             function_ids[fn_key] = ids[0]
             labels[fn_key] = label
@@ -265,7 +279,11 @@ def walk(
             label += "()"
         metadata = _metadata(fn)
         saved = _drawn_saved_values(fn) if show_saved else []  # read once: the summary and the constants
-        node_id = node(
+        node_id = f"n{len(nodes)}"  # as node(kind="function", ...), without the call
+        box = _new(Node)
+        box.__dict__.update(
+            _NODE_DEFAULTS,
+            id=node_id,
             kind="function",
             label=label,
             op=name,
@@ -274,10 +292,15 @@ def walk(
             sequence_nr=fn._sequence_nr(),
             reduced=_reduced_dims(fn),
         )
+        nodes.append(box)
         function_ids[fn_key] = node_id
         labels[fn_key] = label if named_output is None else f"{label} → {named_output}"
         # A tensor node for every output that has a name, is a root, or is one of several outputs.
         outputs = len(metadata) or 1
+        if shortcuts and outputs == 1 and named_output is None and (fn_key, 0) not in root_label:
+            if show_saved:
+                _add_constants(build, saved, node_id)
+            continue  # the usual case: no tensor box (what the loop below finds)
         for output_nr in range(outputs):
             key = (fn_key, output_nr)
             tensor_label = root_label.get(key) or outputs_named.get(key)
@@ -303,7 +326,7 @@ def walk(
     # Arrows from each input (tensor node, or the function standing for an unnamed result) to its user.
     use_counter: dict[int, int] = {}
     input_edges = result.input_edges
-    edge = build.edge
+    edges = build.edges
     for fn, following in zip(kept, nexts):
         fn_key = id(fn)
         if fn_key in leaf_labels:
@@ -319,12 +342,19 @@ def walk(
                 continue
             copies = leaf_copies.get(key)
             if copies is not None:
-                index = use_counter.get(key, 0)
-                use_counter[key] = index + 1
-                src = copies[min(index, len(copies) - 1)]
+                if len(copies) == 1 and shortcuts:
+                    src = copies[0]
+                else:
+                    index = use_counter.get(key, 0)
+                    use_counter[key] = index + 1
+                    src = copies[min(index, len(copies) - 1)]
             else:
                 src = tensor_ids.get((key, output_nr)) or function_ids[key]
-            input_edges[(fn_key, slot)] = edge(src, dst)
+            edge_id = f"e{len(edges)}"  # as edge(src, dst), without the call
+            arrow = _new(Edge)
+            arrow.__dict__.update(id=edge_id, src=src, dst=dst, kind="data", label="")
+            edges.append(arrow)
+            input_edges[(fn_key, slot)] = edge_id
 
     hidden = len(reachable) - len(kept)
     if hidden:

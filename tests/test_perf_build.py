@@ -1,0 +1,148 @@
+"""The lens's work before and after the engine runs (#24 perf): its shortcuts for the usual case give what the
+general code gives.
+
+- ``walk``: a leaf drawn once and a function with one unnamed output skip the general loops (``_SHORTCUTS``); the
+  graph and every index the tracer reads are the same with the shortcuts off, on many graphs and generated programs,
+  and the shortcuts are taken (counted: no ``_Builder.node`` call for such boxes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import autograd_lens as al
+from autograd_lens.capture import walk as walk_module
+from autograd_lens.capture.names import names_from
+from autograd_lens.model import GraphOptions
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+def _graphs():
+    """(name, roots, namespace) of graphs with every kind of box: leaves used once and many times, named, unnamed,
+    multi-output and root tensors, saved constants, hooks, module badges."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 3)
+    w = torch.randn(3, 5, requires_grad=True)
+    b = torch.randn(5, requires_grad=True)
+    h = torch.tanh(x @ w + b)
+    h.register_hook(lambda g: None)
+    w.register_hook(lambda g: g * 2)  # hook badges on leaves
+    b.register_post_accumulate_grad_hook(lambda p: None)
+    yield "mlp", [(h.pow(3) * 2.5 - 1).mean()], {"x": x, "w": w, "b": b, "h": h}
+    a = torch.randn(6, requires_grad=True)
+    parts = a.split(2)  # a node with three outputs, two of them used
+    many = sum(a * k for k in range(1, 8))  # a leaf used seven times: one box per use
+    yield "split", [(parts[0] * parts[1]).sum() + many.sum()], {"a": a, "first": parts[0]}
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    net[0].register_full_backward_hook(lambda m, gi, go: None)
+    out = net(torch.randn(2, 3, requires_grad=True))
+    yield "module", [out.sum(), out.pow(2).mean()], {"net": net, "out": out}
+    img = torch.randn(1, 2, 6, 6, requires_grad=True)
+    kernel = torch.randn(3, 2, 3, 3, requires_grad=True)
+    conv = F.conv2d(img, kernel, padding=1, stride=2)
+    yield "conv", [F.cross_entropy(conv.flatten(1), torch.tensor([1])), conv.sum(dim=1).mean()], \
+        {"img": img, "kernel": kernel}
+
+
+def canonical(value, depth=0, drop=()):
+    """Every field of a dataclass (its custom repr left aside) but those named in ``drop``, recursively; tensors as
+    dtype, shape and values."""
+    assert depth < 60
+    if isinstance(value, torch.Tensor):
+        return ("tensor", str(value.dtype), tuple(value.shape), value.detach().tolist())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (type(value).__name__,) + tuple((item.name, canonical(getattr(value, item.name), depth + 1, drop))
+                                               for item in dataclasses.fields(value) if item.name not in drop)
+    if isinstance(value, dict):
+        return ("dict",) + tuple((canonical(k, depth + 1, drop), canonical(v, depth + 1, drop)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__,) + tuple(canonical(item, depth + 1, drop) for item in value)
+    if isinstance(value, (set, frozenset)):
+        return ("set",) + tuple(sorted(repr(canonical(item, depth + 1, drop)) for item in value))
+    if value is None or isinstance(value, (bool, int, float, complex, str)):
+        return value
+    if callable(value):
+        return ("callable", type(value).__name__)
+    return (type(value).__name__,) + tuple((k, canonical(v, depth + 1, drop)) for k, v in sorted(vars(value).items()))
+
+
+def _everything(made):
+    return (canonical(made.graph), made.function_ids, made.input_edges, made.output_edges, made.tensor_ids, made.labels,
+            made.tensor_labels)
+
+
+OPTIONS = [GraphOptions(), GraphOptions(show_saved=False), GraphOptions(split_leaf_uses=0),
+           GraphOptions(split_leaf_uses=100, max_nodes=6), GraphOptions(max_elements=0)]
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: f"saved{o.show_saved}-split{o.split_leaf_uses}-"
+                         f"max{o.max_nodes}-el{o.max_elements}")
+@pytest.mark.parametrize("case", [name for name, _, _ in _graphs()])
+def test_walk_shortcuts_draw_what_the_general_code_draws(case, options, monkeypatch):
+    name, roots, namespace = next(item for item in _graphs() if item[0] == case)
+    names = names_from(namespace)
+    root_names = [None] * len(roots)
+    made = {}
+    for shortcuts in (True, False):
+        monkeypatch.setattr(walk_module, "_SHORTCUTS", shortcuts)
+        made[shortcuts] = _everything(walk_module.walk(roots, names, options, root_names))
+    assert made[True] == made[False]
+    graph = walk_module.walk(roots, names, options, root_names).graph
+    assert any(node.kind == "function" for node in graph.nodes) and any(node.is_tensor for node in graph.nodes)
+
+
+def test_walk_shortcuts_are_taken(monkeypatch):
+    """Counted: with the shortcuts, a graph of single-use leaves and unnamed results makes none of its boxes through
+    ``_Builder.node`` (tensor boxes of roots and named results still do); a leaf used more than ``split_leaf_uses``
+    times still goes the general way, once per use."""
+    calls = []
+    original = walk_module._Builder.node
+
+    def counted(self, **fields):
+        calls.append(fields["kind"])
+        return original(self, **fields)
+
+    monkeypatch.setattr(walk_module._Builder, "node", counted)
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 1))
+    x = torch.randn(2, 3)
+    loss = net(x).sum()
+    options = GraphOptions(show_saved=False)
+    made = walk_module.walk([loss], names_from({"net": net, "x": x}), options, ["loss"])
+    # 6 functions, 4 parameters, and the root's tensor box (which goes the general way)
+    assert calls == ["output"] and len(made.graph.nodes) == 11
+    calls.clear()
+    a = torch.randn(3, requires_grad=True)
+    walk_module.walk([sum(a * k for k in range(6))], names_from({"a": a}), options, ["s"])
+    assert calls == ["output"] + ["leaf"] * 6
+    calls.clear()
+    monkeypatch.setattr(walk_module, "_SHORTCUTS", False)
+    walk_module.walk([loss], names_from({"net": net, "x": x}), options, ["loss"])
+    assert calls == ["output"] + ["leaf"] * 4
+
+
+@pytest.mark.parametrize("seed", range(0, 40, 4))
+def test_passes_of_generated_programs_are_the_same_with_the_walk_shortcuts_off(seed, monkeypatch):
+    """Every pass of a generated program (tests/programs.py: hooks of every kind, several passes) is built the same
+    with the walk's shortcuts on and off: the whole BackwardPass, every field."""
+    import programs
+
+    program = programs.Generator(seed).generate()
+    shown = {}
+    for shortcuts in (True, False):
+        monkeypatch.setattr(walk_module, "_SHORTCUTS", shortcuts)
+        torch.manual_seed(seed)
+        run = programs.run(program, "lens")
+        # (torch numbers the nodes of each run anew: their sequence numbers, which the debug evidence also holds, differ)
+        shown[shortcuts] = canonical(run.lens.passes, drop=("sequence_nr", "debug")) if run.lens is not None else run.error
+    assert shown[True] == shown[False]
+    assert shown[True]
+
