@@ -174,6 +174,7 @@ class Generator:
         self.dtype = dtype or random.Random(seed * 7919 + 17).choice(["float32"] * 8 + ["float64", "complex64"])
         self.between = random.Random(seed * 7919 + 29)  # edits of .grad between passes (drawn apart, likewise)
         self.forget = random.Random(seed * 7919 + 41)  # a tensor's name given to another between passes (likewise)
+        self.extra = random.Random(seed * 7919 + 53)  # ops added later: in-place on a view, matmul, ... (likewise)
         self.lines: list[str] = []
         self.tensors: list[tuple[str, tuple[int, ...]]] = []  # (name, shape) of tensors that require grad
         self.leaves: list[str] = []
@@ -209,6 +210,42 @@ class Generator:
         self.passes(root)
         return Program(self.lines, self.leaves, self.seed)
 
+    def extra_op(self, a: str, shape: tuple[int, ...]) -> bool:
+        """One of the ops added after the first campaigns (drawn from their own stream): False when ``a`` does not
+        fit the one drawn (the usual op is made then)."""
+        extra = self.extra
+        kind = extra.choice(["view_inplace", "matmul", "reduce", "clamp", "index", "where"])
+        if kind == "view_inplace" and shape in ((3,), (2, 3)):  # CopySlices: the base's grad_fn changes
+            fresh = self.new(f"{a} * 1.0", shape)
+            b, other = self.pick(shape[1:] if len(shape) == 2 else ())
+            part = "[0]" if other == shape[1:] else "[0]"
+            self.lines.append(extra.choice([f"{fresh}{part}.mul_(2.0)", f"{fresh}{part}.add_({b})"
+                                            if other == (shape[1:] if len(shape) == 2 else ()) else
+                                            f"{fresh}{part}.mul_(-1.0)"]))
+            return True
+        if kind == "matmul" and shape == (2, 3):
+            b, other = self.pick((2, 3))
+            self.new(f"{a} @ {b}.t()", (2, 2))
+            return True
+        if kind == "reduce" and len(shape) == 2:
+            dim = extra.choice([0, 1])
+            op = extra.choice(["sum", "mean", "amax"])
+            self.new(f"{a}.{op}(dim={dim}, keepdim=True)", (1, shape[1]) if dim == 0 else (shape[0], 1))
+            return True
+        if kind == "clamp":  # zero gradient where clipped
+            self.new(f"{a}.clamp(-0.5, 0.5)", shape)
+            return True
+        if kind == "index" and shape in ((3,), (2, 3)):  # repeated indices: the gradients add up
+            self.new(f"{a}[torch.tensor([0, 0, 1])]", (3,) + shape[1:])
+            return True
+        if kind == "where":
+            b, other = self.pick(shape)
+            if other != shape:
+                return False
+            self.new(f"torch.where({a} > 0, {a} * 2.0, {b})", shape)
+            return True
+        return False
+
     def pick(self, shape: tuple[int, ...] | None = None) -> tuple[str, tuple[int, ...]]:
         choices = [t for t in self.tensors if shape is None or t[1] == shape]
         return self.rng.choice(choices or self.tensors)
@@ -218,6 +255,8 @@ class Generator:
         a, shape = self.pick()
         kind = rng.choice(["mul", "add", "sin", "exp", "pow", "mulc", "sub", "self", "double", "split", "inplace",
                            "linear", "view", "bcast", "checkpoint", "twice", "retain"])
+        if self.extra.random() < 0.2 and self.extra_op(a, shape):
+            return
         if kind in ("mul", "add", "sub"):
             b, other = self.pick()
             result = torch.broadcast_shapes(shape, other) if _broadcastable(shape, other) else None

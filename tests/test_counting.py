@@ -201,3 +201,29 @@ def test_one_of_two_hooks_of_one_code_removed_before_the_name_is_given():
     assert log == ["a", "b", "a", "b", "b"]
     last = lens.hook_calls[-1]
     assert (last.pass_index, last.invocation) == (2, 3)  # b's third call
+
+
+@pytest.mark.parametrize("forget", ["del", "rebind"])
+def test_hooks_written_in_c_on_a_tensor_whose_name_went_away_are_still_shown(forget):
+    """A hook written in C that leaves the gradient as it was (``list.append``) cannot be seen running; on a named
+    tensor the lens knows it is there. After the name goes away, the tensor's hook dict (read through a weak
+    reference) still says so: every call torch made is shown, with its count (found by programs.py's rebinding)."""
+    seen: list = []
+    x = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], requires_grad=True)
+    with al.Lens() as lens:
+        a, b = x.split(2, dim=1)
+        b.register_hook(seen.append)
+        b.register_hook(torch.neg)
+        out = (a.sum() + b.sum() + b.sin().sum())
+        out.backward(retain_graph=True)
+        if forget == "del":
+            del b
+        else:
+            b = torch.zeros(1)  # noqa: F841
+        out.backward()
+    assert len(seen) == 2
+    calls = [(c.pass_index, c.hook, c.invocation) for c in lens.hook_calls]
+    assert calls == [(0, "list.append", 1), (0, "torch.neg", 1), (1, "list.append", 2), (1, "torch.neg", 2)], calls
+    assert [c.target for c in lens.hook_calls[2:]] == ["split[1]"] * 2  # its drawn label now, not the lost name
+    assert x.grad is not None and torch.equal(x.grad, 2 * torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]]) + 2 * (
+        torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]]) * -(1 + torch.cos(x))))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from .hooks import code_of
-from .records import HookRecord
+from .hooks import code_of, multi_grad_user_fn
+from .records import HookRecord, KnownHook
 
 
 def _function_key(call: HookRecord) -> tuple:
@@ -172,6 +172,32 @@ class HookCounter:
             ordinal = ("key", call.key)  # its handle's id names the registration: hooks removed before it do not count
         function = id(call.function) if call.function is not None else None  # guarded in count()
         return (call.kind, _function_key(call), where, function, ordinal), holder
+
+
+def earlier_hooks(earlier: dict, chains: dict, nodes: list) -> list[KnownHook]:
+    """The hooks of tensors that had a name in an earlier pass of this Lens and have none now (``del t``, or the
+    name given to another tensor) while their graph lives on: read through the weak references to their hook
+    dicts that :class:`HookCounter` keeps (``earlier``; the graph keeps each dict alive), so that they are known as
+    when the tensor had its name (hooks written in C included), on the tensor's drawn label (target None).
+    ``chains``: the hooks already known by place (named tensors); ``nodes``: this pass's backward functions."""
+    found: list[KnownHook] = []
+    by_id = None
+    for (_, fn_id, sequence_nr, output_nr), ref in list(earlier.items()):
+        hooks = ref()
+        if not hooks or (fn_id, output_nr) in chains:
+            continue
+        if by_id is None:
+            by_id = {id(fn): fn for fn in nodes}
+        grad_fn = by_id.get(fn_id)
+        if grad_fn is None or _sequence_nr(grad_fn) != sequence_nr:
+            continue
+        entries = list(hooks.items())
+        if any(multi_grad_user_fn(hook) is not None for _, hook in entries):
+            continue  # a multi-grad hook's card names its tensors: not without their names
+        rank = min(entries)[0]
+        found += [KnownHook(hook, "tensor", None, grad_fn, output_nr, position, len(entries), rank, hooks, key)
+                  for position, (key, hook) in enumerate(entries)]
+    return found
 
 
 def _sequence_nr(fn: Any) -> int | None:

@@ -49,6 +49,7 @@ from .order import describe_c_hooks
 from .records import HookRecord, KnownHook
 from .snapshot import snapshot
 from .unhooked import Unhooked
+from .counting import earlier_hooks
 from .structure import Structure, gradient_edge
 
 DEEP_GRAPH = 30_000  # chains deeper than this may crash torch when freed after a Python walk (measured: 40k ok, 50k not)
@@ -88,6 +89,7 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         self.known_hooks: dict[Any, list[KnownHook]] = {}
         self.unseen_hooks: list[KnownHook] = []  # hooks written in C (list.append, torch.neg): no frame to see
         self.unseen_multi: list[KnownHook] = []  # multi-grad hooks written in C, by the tensors they watch
+        self.earlier_dicts: dict = {}  # the Lens's weak references to hook dicts of tensors named in earlier passes
         self.chains: dict[tuple[int, int], list[KnownHook]] = {}  # (id(node), output) -> its tensor's hooks, in order
         self.after_chains: dict[int, list[KnownHook]] = {}  # id(AccumulateGrad) -> post-accumulate hooks, in order
         self.node_hooks: dict[int, tuple[tuple, tuple]] = {}  # id(node) -> (pre-hooks, post-hooks) of the user
@@ -310,6 +312,13 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
                                   holder=holder, key=key)
                 self._remember(known)
                 self.after_chains.setdefault(id(grad_fn), []).append(known)
+        self._index_earlier_hooks()
+
+    def _index_earlier_hooks(self) -> None:
+        """Hooks of tensors named in an earlier pass and not now, still attached (see counting.earlier_hooks)."""
+        for known in earlier_hooks(self.earlier_dicts, self.chains, self.shape.nodes):
+            self._remember(known)
+            self.chains.setdefault((id(known.grad_fn), known.output_nr), []).append(known)
 
     def add_registered(self, tensor: Any, handle: Any) -> None:
         """A hook registered on a named tensor during the pass (by a hook): known from now on, as those attached

@@ -303,6 +303,7 @@ class Lens(LensViews):
             kind="backward" if accumulate else "grad", namespace=namespace, store_limit=self.store_limit,
             memory_budget=self.memory_budget, nested=lambda: self._nested > 0,
         )
+        observer.earlier_dicts = self._invocations.dicts  # hook dicts of tensors named in earlier passes (weak)
         if _SELF_CHECK.get("result"):
             observer.note(f"hook calls not recorded: {_SELF_CHECK['result']}")
             observer.profiling_allowed = False
