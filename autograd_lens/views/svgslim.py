@@ -50,13 +50,23 @@ def _rounded(svg: str) -> str:
     return "".join(parts)
 
 
-def _box(match: re.Match) -> str:
-    """A rounded box (Graphviz draws it as 8 Bézier corners and sides) as the same box in a short path."""
-    numbers = list(map(float, _ANY_NUMBER.findall(match.group(2))))
-    xs, ys = numbers[0::2], numbers[1::2]
-    if len(xs) < 16:
-        return match.group(0)
-    return _short_box(match.group(1), xs, ys)
+def _boxes(svg: str) -> str:
+    """Every rounded box (Graphviz draws it as 8 Bézier corners and sides) as the same box in a short path.  The
+    boxes share their coordinates (columns, ranks): each distinct number is read once, and each box's list of
+    numbers, in its order, is looked up (a loop in C) instead of read again."""
+    floats: dict[str, float] = {}
+
+    def box(match: re.Match) -> str:
+        texts = _ANY_NUMBER.findall(match.group(2))
+        if len(texts) < 31:  # fewer than 16 points
+            return match.group(0)
+        new = set(texts).difference(floats)
+        if new:
+            floats.update(zip(new, map(float, new)))
+        numbers = list(map(floats.__getitem__, texts))
+        return _short_box(match.group(1), numbers[0::2], numbers[1::2])
+
+    return _ROUNDED_BOX.sub(box, svg)
 
 
 def _short_box(fill: str, xs: list[float], ys: list[float]) -> str:
@@ -89,7 +99,7 @@ def slim_svg(svg: str) -> str:
     coordinates to a tenth of a point, rounded boxes as short paths, the colours every edge repeats once."""
     svg = _HIDDEN.sub("", svg).replace("&#45;", "-")
     svg = _TEXT.sub(_text, svg)
-    svg = _ROUNDED_BOX.sub(_box, svg)
+    svg = _boxes(svg)
     svg = _rounded(svg)
     for repeated, short in _REPEATED:
         svg = svg.replace(repeated, short)
