@@ -181,6 +181,10 @@ class Generator:
         self.hooks = 0
         self.handles: list[str] = []  # variables holding the handles of the hooks registered so far
         self.modules: list[str] = []
+        # tensors given a hook written in C since the last pass: their names are not dropped before the next one (a C
+        # hook that only looks, on a tensor that had no name in any pass since it was registered, cannot be seen:
+        # the documented limit, docs/guarantees.md)
+        self.fresh_c: set[str] = set()
 
     def new(self, expression: str, shape: tuple[int, ...]) -> str:
         name = f"t{len(self.tensors)}"
@@ -340,6 +344,7 @@ class Generator:
         elif kind == "c":
             function = rng.choice(["neg", "append"])
             self.lines.append(f"{handle} = REG({name}, 'register_hook', CHOOK({tag!r}, {function!r}))")
+            self.fresh_c.add(name)
         elif kind == "pre":
             maker = f"CHOOK({tag!r}, 'append')" if rng.random() < 0.3 else f"make_pre({tag!r}, {mode if mode != 'raise' else 'observe'!r})"
             self.lines.append(f"{handle} = REG({name}.grad_fn, 'register_prehook', {maker})")
@@ -397,6 +402,7 @@ class Generator:
                 self.lines.append(f"PASS('backward', {root}, gradient=torch.tensor({rng.choice([2.0, -1.0])}){retain})")
             else:
                 self.lines.append(f"PASS('backward', {root}{retain})")
+            self.fresh_c.clear()
             if not last and rng.random() < 0.3:
                 leaf = rng.choice(self.leaves)
                 self.lines.append(f"{leaf}.grad = None")
@@ -412,7 +418,7 @@ class Generator:
                 self.hook()
             if not last and self.handles and rng.random() < 0.15:  # one removed between passes
                 self.lines.append(f"REMOVE({rng.choice(self.handles)})")
-            unnamed = [name for name, _ in self.tensors if not self.is_leaf(name)]
+            unnamed = [name for name, _ in self.tensors if not self.is_leaf(name) and name not in self.fresh_c]
             if not last and unnamed and self.forget.random() < 0.2:  # its name now holds another tensor (a notebook
                 name = self.forget.choice(unnamed)                   # reusing a name): the retained graph still has it
                 self.lines.append(self.forget.choice([f"{name} = {name} * 1.0", f"{name} = {name}.detach()"]))
