@@ -816,6 +816,48 @@ def test_memory_budget_keeps_summaries_and_says_what_is_unknown():
     assert torch.equal(p.leaf_grads["x"], x.grad)
 
 
+def test_the_memory_budget_holds_for_all_of_a_lenss_passes():
+    """A training loop inside one Lens: its passes' kept values count together against memory_budget, so memory
+    stops growing with the number of passes; later passes keep summaries and say why; clearing lens.passes lets
+    the values go and the next pass keeps values again. The gradients themselves are torch's, whatever is kept."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    x = torch.randn(16, 8)
+    plain = [p.detach().clone() for p in model.parameters()]
+
+    def step():
+        model.zero_grad()
+        model(x).sum().backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    with al.Lens(names={"model": model, "x": x}) as probe:
+        step()
+    one_pass = probe.passes[0].kept_bytes
+    assert one_pass > 0
+    budget = int(2.5 * one_pass)  # two passes keep everything, the third reaches the budget
+    with al.Lens(names={"model": model, "x": x}, memory_budget=budget) as lens:
+        traced = [step() for _ in range(5)]
+    assert [p.kept_bytes for p in lens.passes[:2]] == [one_pass, one_pass]
+    kept = sum(p.kept_bytes for p in lens.passes)
+    assert kept <= budget + one_pass  # the pass that crosses it stops keeping values from then on
+    for p in lens.passes[3:]:  # past the budget from their start: summaries, and the note says whose bytes
+        assert p.kept_bytes == 0
+        assert all(isinstance(v, TensorSummary) for run in p.node_runs for v in run.grad_out if v is not None)
+        assert any(f"values not kept past {budget} bytes (memory_budget) (" in n and "lens.passes.clear()" in n
+                   for n in p.notes), p.notes
+    for p in lens.passes[:2]:
+        assert not any(isinstance(v, TensorSummary) for run in p.node_runs for v in run.grad_out)
+    plain_grads = []
+    for _ in range(5):
+        plain_grads.append(step())
+    assert all(torch.equal(a, b) for got, want in zip(traced, plain_grads) for a, b in zip(got, want))
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), plain))
+    lens.passes.clear()
+    with lens:
+        step()
+    assert lens.passes[0].kept_bytes == one_pass and not any("memory_budget" in n for n in lens.passes[0].notes)
+
+
 def test_a_lens_failure_never_breaks_the_students_backward(monkeypatch):
     import autograd_lens.capture.tracer as tracer
 

@@ -32,9 +32,7 @@ TENSOR_REGISTER_CODE = getattr(torch.Tensor.register_hook, "__code__", None)  # 
 APPLY_CODE = getattr(torch.autograd.function.BackwardCFunction.apply, "__code__", None)
 # ... or with them in one list (a Function with boxed_grads_call = True, whose backward may free them one by one)
 APPLY_BOXED_CODE = getattr(getattr(torch.autograd.function.BackwardCFunction, "apply_boxed", None), "__code__", None)
-# the lens's own node hooks (nodes.py): the engine calls one at every node
-NODE_CODE = NodeRecorder._on_node.__code__
-WRITE_CODE = NodeRecorder._before_write.__code__
+NODE_CODE, WRITE_CODE = NodeRecorder._on_node.__code__, NodeRecorder._before_write.__code__  # the lens's node hooks
 
 class HookCalls(NestedCalls):
     """Part of :class:`~autograd_lens.capture.observe.PassObserver`: the profile function and the hook calls it sees."""
@@ -43,10 +41,10 @@ class HookCalls(NestedCalls):
         try:
             code = frame.f_code
             if code is NODE_CODE or code is WRITE_CODE:  # the lens's own node hook: at every node, answered first
-                if event == "return":
-                    return  # no branch below acts on the return of a frame of the lens's own
+                if event == "return":  # no branch below acts on the return of a frame of the lens's own
+                    return  # (and on its call, what the general way below decides, in its order:)
                 if event == "call" and not self.nested_frames and self.current is None and self.in_engine \
-                        and frame.f_back is self.engine_frame:  # what the general way below decides, in its order
+                        and frame.f_back is self.engine_frame:
                     sys.setprofile(None)  # unwatched from its first line (it switches this back on)
                     self.paused = True
                     return

@@ -23,6 +23,13 @@ from .structure import gradient_edge
 _current_node = torch._C._current_autograd_node
 NOT_KEPT = (_MISSING,)
 
+def budget_note(budget: int, earlier: int) -> str:
+    """The note of a pass that reached the memory budget (``earlier``: bytes this Lens's earlier passes hold)."""
+    held = (f" ({earlier:,} of them held by this Lens's earlier passes: lens.passes.clear() lets them go)"
+            if earlier else "")
+    return f"values not kept past {budget} bytes (memory_budget){held}: later gradients are shown as summaries"
+
+
 class NodeRecorder(UnexplainedChanges):
     """Part of :class:`~autograd_lens.capture.observe.PassObserver`: the node observers and the copies they keep."""
 
@@ -166,8 +173,7 @@ class NodeRecorder(UnexplainedChanges):
         self.bytes_held += size
         if self.bytes_held > self.memory_budget:
             self.over_budget = True
-            self.note(f"values not kept past {self.memory_budget} bytes (memory_budget): later gradients are "
-                      "shown as summaries")
+            self.note(budget_note(self.memory_budget, self.earlier_bytes))
 
     def _written(self, grad: Any, grad_outputs: tuple) -> Any:
         """A copy of a leaf's ``.grad`` right after AccumulateGrad wrote it.  When autograd adopted the gradient

@@ -82,7 +82,8 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         self.handles: list[Any] = []
         self.notes: list[str] = []
         self.broken = False
-        self.bytes_held = 0
+        self.bytes_held = 0  # bytes of kept values, this Lens's earlier passes' included (memory_budget is per Lens)
+        self.earlier_bytes = 0  # of which earlier passes hold
         self.over_budget = False
         self.ran: dict[int, int] = {}  # id(fn) -> index of its record
         self.names: Names | None = None

@@ -36,7 +36,9 @@ from .snapshot import hidden_from_user, snapshot
 from .unhooked import Unknown
 from .structure import structure
 from .walk import leaf_state, walk
-from .annotate import _groups, _module_hooks, _sources, leaves_may_move, moved_leaves
+from .annotate import _groups, _module_hooks, _sources, moved_leaves
+from .ledger import Ledger
+from .nodes import budget_note
 from .selfcheck_run import _SELF_CHECK, _self_check  # noqa: F401  (tests read tracer._SELF_CHECK)
 from .shared import own_seeds
 from .showing import LensViews
@@ -68,7 +70,7 @@ class Lens(LensViews):
     ``names`` is the namespace used for labels (default: the namespace of the
     code that calls ``backward()``).  Gradients with more than ``store_limit``
     elements are kept as summaries; past ``memory_budget`` bytes of kept values
-    in one pass, only shapes are kept.  ``modules=True`` groups each pass's nodes
+    (all of the Lens's passes together), only shapes are kept.  ``modules=True`` groups each pass's nodes
     by the ``nn.Module`` call that made them (``BackwardPass.groups``; drawn as
     outlines): it adds two global forward hooks for the length of the block,
     which ``torch.compile(module)`` warns about (see ``capture.modules``).  ``why=True`` records the block's
@@ -99,7 +101,7 @@ class Lens(LensViews):
         self._edited_seeds: dict[int, tuple] = {}  # id(gradient= tensor) -> (weakref, value now, value without hooks)
         self._invocations = HookCounter()  # calls of each registered hook, over the passes
         self._handles_before = 0  # torch's next hook handle id when the pass being recorded started
-        self._scanned: tuple = (0, None, None)  # passes checked by leaves_may_move, the last one, the first it named
+        self._ledger = Ledger()  # what holds for all of its passes: the first whose hooks changed gradients, bytes kept
         self._original: Any = None
         self._thread: int | None = None
         self._recording = False
@@ -304,6 +306,11 @@ class Lens(LensViews):
             memory_budget=self.memory_budget, nested=lambda: self._nested > 0,
         )
         observer.earlier_dicts = self._invocations.dicts  # hook dicts of tensors named in earlier passes (weak)
+        if self.memory_budget is not None:  # the budget holds for the Lens: its earlier passes' values count
+            observer.bytes_held = observer.earlier_bytes = self._ledger.kept_bytes(self._passes)
+            if observer.bytes_held > self.memory_budget:
+                observer.over_budget = True
+                observer.note(budget_note(self.memory_budget, observer.earlier_bytes))
         if _SELF_CHECK.get("result"):
             observer.note(f"hook calls not recorded: {_SELF_CHECK['result']}")
             observer.profiling_allowed = False
@@ -368,26 +375,10 @@ class Lens(LensViews):
         relabel(graph_walk, grouped.pop("relabel", {}))  # before the steps are made: they use the same names
         self._invocations.begin(observer.chains, observer.records, self._handles_before)
         built = build_pass(observer, graph_walk, index, self._history, self._invocations, result)
-        self._passes.append(dataclasses.replace(built, **_sources(built.graph, self.cell_lines), **grouped,
-                                                **moved_leaves(self._first_moving(), built), debug=observer.debug))
-
-    def _first_moving(self) -> tuple | None:
-        """The first pass whose hooks changed gradients (or may have, or stopped it), with leaves_may_move's flags.
-        Each pass is checked once, when the next one is built; ``lens.passes`` is the list itself, so a list
-        changed from outside (cleared, say) is checked again from its start."""
-        passes = self._passes
-        checked, last, found = self._scanned
-        if checked > len(passes) or (checked and passes[checked - 1] is not last) or (
-                found is not None and passes[found[0]] is not found[1]):
-            checked, found = 0, None
-        if found is None:
-            for index in range(checked, len(passes)):
-                flags = leaves_may_move(passes[index])
-                if flags is not None:
-                    found = (index, passes[index], flags)
-                    break
-        self._scanned = (len(passes), passes[-1] if passes else None, found)
-        return None if found is None else (found[1], found[2])
+        moved = moved_leaves(self._ledger.first_moving(self._passes), built)
+        self._passes.append(dataclasses.replace(built, **_sources(built.graph, self.cell_lines), **grouped, **moved,
+                                                debug=observer.debug,
+                                                kept_bytes=max(0, observer.bytes_held - observer.earlier_bytes)))
 
     def _forget_dead_leaves(self) -> None:
         if len(self._history) > 64:

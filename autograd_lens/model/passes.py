@@ -168,6 +168,7 @@ class BackwardPass:
     groups: tuple[ModuleGroup, ...] = ()  # module calls that made nodes of this pass (``--modules``)
     groups_note: str = ""  # why module groups are not known when asked for, or what they may have changed
     debug: Any = field(default=None, compare=False, repr=False)  # evidence for .unreached (autograd_lens.debug)
+    kept_bytes: int = field(default=0, compare=False, repr=False)  # of copied values, counted in the Lens's budget
 
     @cached_property
     def unreached(self) -> dict:
