@@ -4,6 +4,9 @@ general code gives.
 - ``walk``: a leaf drawn once and a function with one unnamed output skip the general loops (``_SHORTCUTS``); the
   graph and every index the tracer reads are the same with the shortcuts off, on many graphs and generated programs,
   and the shortcuts are taken (counted: no ``_Builder.node`` call for such boxes).
+- ``build._node_event`` reads a node's arrows from the row the walk keeps per function (``Walk.edge_rows``; the
+  walk no longer fills a dict keyed by (function, slot)): each event equals the one the old form (kept below as
+  ``_old_node_event``, reading ``Walk.input_edges``) makes, on generated programs and models.
 """
 
 from __future__ import annotations
@@ -62,7 +65,8 @@ def canonical(value, depth=0, drop=()):
         return (type(value).__name__,) + tuple((item.name, canonical(getattr(value, item.name), depth + 1, drop))
                                                for item in dataclasses.fields(value) if item.name not in drop)
     if isinstance(value, dict):
-        return ("dict",) + tuple((canonical(k, depth + 1, drop), canonical(v, depth + 1, drop)) for k, v in value.items())
+        return ("dict",) + tuple((canonical(k, depth + 1, drop), canonical(v, depth + 1, drop))
+                                 for k, v in value.items())
     if isinstance(value, (list, tuple)):
         return (type(value).__name__,) + tuple(canonical(item, depth + 1, drop) for item in value)
     if isinstance(value, (set, frozenset)):
@@ -141,8 +145,98 @@ def test_passes_of_generated_programs_are_the_same_with_the_walk_shortcuts_off(s
         monkeypatch.setattr(walk_module, "_SHORTCUTS", shortcuts)
         torch.manual_seed(seed)
         run = programs.run(program, "lens")
-        # (torch numbers the nodes of each run anew: their sequence numbers, which the debug evidence also holds, differ)
-        shown[shortcuts] = canonical(run.lens.passes, drop=("sequence_nr", "debug")) if run.lens is not None else run.error
+        # (torch numbers the nodes of each run anew: their sequence numbers, which the debug evidence holds, differ)
+        passes = run.lens.passes if run.lens is not None else None
+        shown[shortcuts] = canonical(passes, drop=("sequence_nr", "debug")) if passes is not None else run.error
     assert shown[True] == shown[False]
     assert shown[True]
 
+
+def _old_node_event(walk, step, record, next_of, drawn_outputs):
+    """build._node_event as it was before edge_rows (the reference); ``input_edges`` is now made from the rows, and
+    compared with the dict the old walk filled in ``test_input_edges_are_those_the_old_walk_filled``."""
+    from autograd_lens.model import NodeRun
+
+    fn = record.fn
+    key, name, output_label = id(fn), fn.name(), walk.output_label
+    following = next_of.get(key)
+    if following is None:
+        following = fn.next_functions
+    targets = tuple([output_label(next_fn, output_nr) if next_fn is not None else "(no grad needed)"
+                     for next_fn, output_nr in following])
+    received = record.received if isinstance(record.received, tuple) else ()
+    sent = record.sent if isinstance(record.sent, tuple) else ()
+    return NodeRun(
+        step=step, node=walk.function_ids.get(key), name=name, label=walk.labels.get(key, name), grad_in=received,
+        grad_out=sent, edges=tuple([walk.input_edges.get((key, slot)) for slot in range(len(sent))]) if sent else (),
+        targets=targets, in_edges=tuple([walk.output_edges.get((key, k)) for k in range(len(received))])
+        if key in drawn_outputs else (None,) * len(received))
+
+
+def _compare_node_events(monkeypatch):
+    """Make build._node_event check each event against the old form; returns the list of (rows used, event)."""
+    from autograd_lens.capture import build
+
+    seen = []
+    original = build._node_event
+
+    def both(walk, step, record, next_of, drawn_outputs):
+        made = original(walk, step, record, next_of, drawn_outputs)
+        old = _old_node_event(walk, step, record, next_of, drawn_outputs)
+        assert canonical(made) == canonical(old)
+        row = walk.edge_rows.get(id(record.fn))
+        seen.append((row is not None and len(row) == len(made.grad_out) and len(row) > 0, made))
+        return made
+
+    monkeypatch.setattr(build, "_node_event", both)
+    return seen
+
+
+def test_node_events_are_those_of_the_old_form_on_models(monkeypatch):
+    seen = _compare_node_events(monkeypatch)
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2))
+    x = torch.randn(5, 3, requires_grad=True)
+    h = net[:2](x)
+    h.retain_grad()
+    parts = net[2:](h).split(1, dim=1)
+    loss = (parts[0] * 2 + parts[1].exp()).sum()
+    with al.Lens(names={"net": net, "x": x, "h": h, "first": parts[0]}) as lens:
+        loss.backward(retain_graph=True)
+    with al.Lens(names={"net": net, "x": x}, max_nodes=4) as cut:  # most functions not drawn: no rows for them
+        loss.backward()
+    assert len(seen) == len(lens.passes[0].node_runs) + len(cut.passes[0].node_runs) >= 20
+    first = seen[:len(lens.passes[0].node_runs)]
+    assert all(used for used, _ in first)  # every node's arrows read from its row
+    assert any(not used for used, _ in seen[len(first):])  # undrawn functions: read the general way
+    assert any(target in ("x", "h", "first") for _, run in first for target in run.targets)
+
+
+def test_node_events_are_those_of_the_old_form_on_generated_programs(monkeypatch):
+    import programs
+
+    seen = _compare_node_events(monkeypatch)
+    for seed in range(1, 40, 3):
+        torch.manual_seed(seed)
+        programs.run(programs.Generator(seed).generate(), "lens")
+    assert len(seen) > 100 and sum(used for used, _ in seen) > 100
+
+
+def test_input_edges_are_those_the_old_walk_filled():
+    """``Walk.input_edges`` (made from the rows): (function, slot) -> the arrow into the function's input at that slot,
+    read back from the graph's edges as the old walk filled it: one per drawn input, none for an input not drawn."""
+    for name, roots, namespace in _graphs():
+        for options in OPTIONS:
+            made = walk_module.walk(roots, names_from(namespace), options, [None] * len(roots))
+            edges = {edge.id: edge for edge in made.graph.edges}
+            shape = made.structure
+            expected = {}
+            for fn, following in zip(shape.nodes, shape.edges()):
+                if id(fn) in shape.leaf_labels or id(fn) not in made.function_ids:
+                    continue
+                for slot, (next_fn, output_nr) in enumerate(following):
+                    if next_fn is not None and id(next_fn) in made.function_ids:
+                        expected[(id(fn), slot)] = made.function_ids[id(fn)]
+            assert {key: edges[edge_id].dst for key, edge_id in made.input_edges.items()} == expected, (name, options)
+            assert all(edges[edge_id].kind == "data" for edge_id in made.input_edges.values())
+            assert len(made.input_edges) == sum(len(row) - row.count(None) for row in made.edge_rows.values())

@@ -283,7 +283,8 @@ def _node_event(walk: Walk, step: int, record: NodeRecord, next_of: dict, drawn_
                      for next_fn, output_nr in following])
     received = record.received if isinstance(record.received, tuple) else ()
     sent = record.sent if isinstance(record.sent, tuple) else ()
-    input_edges, output_edges = walk.input_edges, walk.output_edges
+    output_edges = walk.output_edges
+    row = walk.edge_rows.get(key)  # the arrow of each input slot (None: no row, a function not drawn)
     event = _new(NodeRun)  # NodeRun(...) without a frozen dataclass's setattr per field; its fields in their order
     event.__dict__.update(
         step=step,
@@ -292,12 +293,17 @@ def _node_event(walk: Walk, step: int, record: NodeRecord, next_of: dict, drawn_
         label=walk.labels.get(key, name),
         grad_in=received,
         grad_out=sent,
-        edges=tuple([input_edges.get((key, slot)) for slot in range(len(sent))]) if sent else (),
+        edges=(row if row is not None and len(row) == len(sent) else _slots(row, len(sent))) if sent else (),
         targets=targets,
         in_edges=tuple([output_edges.get((key, k)) for k in range(len(received))])
         if key in drawn_outputs else (None,) * len(received),
     )
     return event
+
+
+def _slots(row: tuple | None, count: int) -> tuple:
+    """The arrows of ``count`` input slots from a row of another length (or none): None where it has none."""
+    return tuple([row[slot] if row is not None and slot < len(row) else None for slot in range(count)])
 
 
 _new = object.__new__  # tests/test_build.py checks that the events made here equal the dataclasses' own

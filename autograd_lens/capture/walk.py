@@ -54,9 +54,10 @@ class Walk:
     """A graph plus the index the tracer needs to map torch's nodes onto it.
 
     ``function_ids`` maps ``id(grad_fn)`` to the function node drawn for it (for
-    ``AccumulateGrad``: the leaf tensor node); ``input_edges`` maps
-    ``(id(grad_fn), j)`` to the arrow carrying the gradient it sends to its
-    j-th input; ``output_edges`` maps ``(id(grad_fn), k)`` to the arrow from
+    ``AccumulateGrad``: the leaf tensor node); ``edge_rows`` maps
+    ``id(grad_fn)`` to the arrows carrying the gradients it sends to its
+    inputs, by input slot (``input_edges``: the same by ``(id(grad_fn), j)``);
+    ``output_edges`` maps ``(id(grad_fn), k)`` to the arrow from
     the function to the tensor node of its k-th output; ``tensor_ids`` maps
     ``(id(grad_fn), k)`` to the tensor node of that output.
     """
@@ -64,11 +65,18 @@ class Walk:
     graph: Graph
     structure: Structure
     function_ids: dict[int, str] = field(default_factory=dict)
-    input_edges: dict[tuple[int, int], str] = field(default_factory=dict)
     output_edges: dict[tuple[int, int], str] = field(default_factory=dict)
     tensor_ids: dict[tuple[int, int], str] = field(default_factory=dict)
     labels: dict[int, str] = field(default_factory=dict)  # id(grad_fn) -> label
     tensor_labels: dict[tuple[int, int], str] = field(default_factory=dict)  # as tensor_ids, the node's label
+    # id(grad_fn) -> the arrows carrying the gradients it sends, by input slot (None where none is drawn)
+    edge_rows: dict[int, tuple] = field(default_factory=dict)
+
+    @property
+    def input_edges(self) -> dict[tuple[int, int], str]:
+        """``(id(grad_fn), j)`` -> the arrow carrying the gradient it sends to its j-th input (from ``edge_rows``)."""
+        return {(fn_id, slot): edge_id for fn_id, row in self.edge_rows.items() for slot, edge_id in enumerate(row)
+                if edge_id is not None}
 
     @property
     def leaf_names(self) -> dict[int, str]:
@@ -325,20 +333,21 @@ def walk(
 
     # Arrows from each input (tensor node, or the function standing for an unnamed result) to its user.
     use_counter: dict[int, int] = {}
-    input_edges = result.input_edges
+    edge_rows = result.edge_rows
     edges = build.edges
     for fn, following in zip(kept, nexts):
         fn_key = id(fn)
         if fn_key in leaf_labels:
             continue
         dst = function_ids[fn_key]
-        slot = -1
+        row: list[str | None] = []  # the arrow of each input slot, None where none is drawn
         for next_fn, output_nr in following:
-            slot += 1
             if next_fn is None:
+                row.append(None)
                 continue
             key = id(next_fn)
             if kept_ids is not None and key not in kept_ids:
+                row.append(None)
                 continue
             copies = leaf_copies.get(key)
             if copies is not None:
@@ -354,7 +363,8 @@ def walk(
             arrow = _new(Edge)
             arrow.__dict__.update(id=edge_id, src=src, dst=dst, kind="data", label="")
             edges.append(arrow)
-            input_edges[(fn_key, slot)] = edge_id
+            row.append(edge_id)
+        edge_rows[fn_key] = tuple(row)
 
     hidden = len(reachable) - len(kept)
     if hidden:
