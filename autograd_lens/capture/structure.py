@@ -1,5 +1,6 @@
 """The shape of a graph, read cheaply before a backward pass: the edges at its roots, every reachable backward
-function (breadth first, without recursion), who uses what, and the edge that receives a tensor's gradient."""
+function (breadth first, without recursion), who uses what, and the edge that receives a tensor's gradient; and what
+torch knows of a node's outputs (shapes, the dims a reduction reduced), which the walk draws."""
 
 from __future__ import annotations
 
@@ -185,3 +186,41 @@ def _within_budget(reachable: list[Any], shape: Structure, max_nodes: int, nexts
         kept += 1
         boxes += cost
     return kept
+
+
+# ----------------------------------------------------------------------------- what torch knows of a node
+
+
+def _metadata(fn: Any) -> tuple:
+    """What torch knows of each output of ``fn`` (shape, dtype), read once: each read builds it anew."""
+    try:
+        return tuple(fn._input_metadata or ())
+    except (AttributeError, RuntimeError, TypeError):
+        return ()
+
+
+def _output_shape(metadata: tuple, output_nr: int) -> tuple[int, ...] | None:
+    try:
+        return tuple(metadata[output_nr].shape)
+    except (AttributeError, IndexError, RuntimeError, TypeError):
+        return None
+
+
+def _reduced_dims(fn: Any) -> tuple[int, ...] | None:
+    """The dims a ``sum(dim=...)`` / ``mean(dim=...)`` reduced, non-negative (plain ints only: nothing is unpacked)."""
+    try:
+        dims = getattr(fn, "_saved_dim", None)
+        sizes = getattr(fn, "_saved_self_sym_sizes", None)
+    except Exception:  # a node type whose attributes cannot be read
+        return None
+    if dims is None or sizes is None:
+        return None
+    try:
+        rank = len(sizes)
+        dims = (dims,) if isinstance(dims, int) else tuple(dims)
+        if not dims:  # dim=[] reduces everything
+            return tuple(range(rank))
+        signed = (int(d) - 2**64 if int(d) >= 2**63 else int(d) for d in dims)  # torch shows dim=-1 as 2**64 - 1
+        return tuple(sorted({d % rank if rank else 0 for d in signed}))
+    except (TypeError, ValueError):
+        return None

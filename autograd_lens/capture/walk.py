@@ -20,7 +20,7 @@ from ..model import Edge, Graph, GraphOptions, Node, TensorSummary, Value
 from .names import Names, hook_name  # hook_name: also imported from here
 from .saved import _drawn_saved_values, _is_constant_name, _number, _saved_summary, _storage_names
 from .snapshot import dtype_name, snapshot
-from .structure import Structure, _leaf_uses, _within_budget, structure
+from .structure import Structure, _leaf_uses, _metadata, _output_shape, _reduced_dims, _within_budget, structure
 
 _BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
 
@@ -158,41 +158,6 @@ class _Builder:
 # tests/test_walk.py checks that what _Builder makes equals what the dataclass makes.
 _NODE_DEFAULTS = {item.name: item.default for item in dataclass_fields(Node)}
 _new = object.__new__
-
-
-def _metadata(fn: Any) -> tuple:
-    """What torch knows of each output of ``fn`` (shape, dtype), read once: each read builds it anew."""
-    try:
-        return tuple(fn._input_metadata or ())
-    except (AttributeError, RuntimeError, TypeError):
-        return ()
-
-
-def _output_shape(metadata: tuple, output_nr: int) -> tuple[int, ...] | None:
-    try:
-        return tuple(metadata[output_nr].shape)
-    except (AttributeError, IndexError, RuntimeError, TypeError):
-        return None
-
-
-def _reduced_dims(fn: Any) -> tuple[int, ...] | None:
-    """The dims a ``sum(dim=...)`` / ``mean(dim=...)`` reduced, non-negative (plain ints only: nothing is unpacked)."""
-    try:
-        dims = getattr(fn, "_saved_dim", None)
-        sizes = getattr(fn, "_saved_self_sym_sizes", None)
-    except Exception:  # a node type whose attributes cannot be read
-        return None
-    if dims is None or sizes is None:
-        return None
-    try:
-        rank = len(sizes)
-        dims = (dims,) if isinstance(dims, int) else tuple(dims)
-        if not dims:  # dim=[] reduces everything
-            return tuple(range(rank))
-        signed = (int(d) - 2**64 if int(d) >= 2**63 else int(d) for d in dims)  # torch shows dim=-1 as 2**64 - 1
-        return tuple(sorted({d % rank if rank else 0 for d in signed}))
-    except (TypeError, ValueError):
-        return None
 
 
 def walk(
