@@ -214,3 +214,43 @@ def test_a_failing_warm_up_prints_nothing(cold):
         print(json.dumps(bundles()))
     """)
     assert (json.loads(out), err) == (cold, "")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork: POSIX only")
+def test_a_process_forked_while_the_warm_up_runs_can_draw(cold):
+    """A fork (a DataLoader's workers, multiprocessing) right after ``%load_ext`` while the warm-up is inside the
+    compiled module's loading: the child has no warm-up thread, so a lock or an import it held would never be let go
+    and the child's first picture waited for it for ever.  The fork waits for the warm-up to end first."""
+    out, err = run("""
+        import os
+        render = module("autograd_lens.views.render")
+        entered, release = threading.Event(), threading.Event()
+        compiled = render._compiled_module
+
+        def held(engine, path):
+            if threading.current_thread().name == "autograd-lens-warm-up":
+                entered.set()
+                release.wait(60)
+            return compiled(engine, path)
+
+        render._compiled_module = held
+        shell.run_line_magic("load_ext", "autograd_lens")
+        assert entered.wait(60)
+        threading.Timer(0.2, release.set).start()  # the warm-up ends soon after the fork is asked for
+        reader, writer = os.pipe()
+        child = os.fork()
+        if child == 0:
+            os.close(reader)
+            os.write(writer, json.dumps(bundles()).encode())
+            os._exit(0)
+        os.close(writer)
+        answer = b""
+        while chunk := os.read(reader, 1 << 16):  # EOF when the child has drawn and ended
+            answer += chunk
+        os.waitpid(child, 0)
+        print(json.dumps({"child": json.loads(answer), "backends": backends(), "bundles": bundles()}))
+    """)
+    assert err == ""
+    result = json.loads(out.splitlines()[-1])
+    assert result["child"] == cold  # the child's pictures: the same bytes
+    assert result["bundles"] == cold and result["backends"] == 1

@@ -134,10 +134,28 @@ def start_warm_up() -> threading.Thread | None:
                 return None
             thread = threading.Thread(target=_warm_up, name="autograd-lens-warm-up", daemon=True)
             _WARMING.append(thread)
+            if hasattr(os, "register_at_fork"):
+                os.register_at_fork(before=_end_warm_up_before_fork)
         thread.start()
         return thread
     except BaseException:
         return None
+
+
+FORK_WAIT = 30.0  # the longest a fork waits for the warm-up (a warm-up stuck behind the forking thread)
+
+
+def _end_warm_up_before_fork() -> None:
+    """Before a fork (a DataLoader's workers, multiprocessing): the child has no warm-up thread, so a lock or an import
+    it holds there would never be let go and the child's first picture would wait for it (60 s, then a table, then
+    "still being laid out" for good).  The fork waits for the warm-up to end (milliseconds; about a second on a
+    machine's first warm-up)."""
+    try:
+        for thread in _WARMING:
+            if thread.is_alive() and thread is not threading.current_thread():
+                thread.join(FORK_WAIT)
+    except BaseException:  # an exception here would be printed at each fork
+        pass
 
 
 def _warm_up() -> None:
