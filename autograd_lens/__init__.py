@@ -93,7 +93,7 @@ def load_ipython_extension(ipython: Any) -> None:
     from .views.display import start_warm_up
 
     load(ipython)
-    start_warm_up()  # the first picture's renderer and modules, loaded on a thread while the next cells run
+    start_warm_up()  # the first picture's renderer and modules, loaded now (a picture cells later does not wait)
 
 
 def unload_ipython_extension(ipython: Any) -> None:

@@ -110,7 +110,7 @@ def _waited(svg_of) -> tuple[str, Exception | None]:
         return "", error
 
 
-_WARMING: list[threading.Thread] = []  # the warm-up's thread: started at most once per process
+_WARMED: list[bool] = []  # the warm-up ran (at most once per process)
 _warming_lock = threading.Lock()
 # what a first picture imports after the renderer: the navigator (past FOLD_OVER boxes) and what it loads
 WARM_MODULES = ("fold", "gradsize", "groups", "svgslim", "pagecss", "static_html", "graphview")
@@ -122,40 +122,24 @@ def wasm_wanted() -> bool:
             and (os.environ.get("AUTOGRAD_LENS_RENDERER") or "auto") in ("auto", "wasm"))
 
 
-def start_warm_up() -> threading.Thread | None:
-    """``%load_ext autograd_lens``: load what a first picture needs (the in-process Graphviz, compiled module
-    instantiated; the navigator's modules) on a daemon thread, so that the picture, cells later, does not wait for
-    it.  At most once per process; nothing when wasm would not draw; the thread ends when done (about 0.1-0.3 s;
-    the first time on a machine, compiling the wasm, about a second).  Never prints, warns or raises: what fails is
-    left for the first picture to meet and say, as without it.  The pictures are the same bytes either way."""
+def start_warm_up() -> bool:
+    """``%load_ext autograd_lens``: load what a first picture needs now (the in-process Graphviz, compiled module
+    instantiated; the navigator's modules), so that a picture cells later does not wait for it: about 0.1-0.3 s
+    added to ``%load_ext`` (the first time on a machine, compiling the wasm, about a second).  Not on a thread: a
+    thread running while the next cells run is seen by the user's tools (cProfile on Python 3.12+ watches every
+    thread through sys.monitoring, and its counts of the user's own calls came out wrong) and could hold a lock or an
+    import across a fork.  At most once per process; nothing when wasm would not draw.  Never prints, warns or
+    raises: what fails is left for the first picture to meet and say, as without it.  The pictures are the same
+    bytes either way."""
     try:
         with _warming_lock:
-            if _WARMING or not wasm_wanted():
-                return None
-            thread = threading.Thread(target=_warm_up, name="autograd-lens-warm-up", daemon=True)
-            _WARMING.append(thread)
-            if hasattr(os, "register_at_fork"):
-                os.register_at_fork(before=_end_warm_up_before_fork)
-        thread.start()
-        return thread
+            if _WARMED or not wasm_wanted():
+                return False
+            _WARMED.append(True)
+        _warm_up()
+        return True
     except BaseException:
-        return None
-
-
-FORK_WAIT = 30.0  # the longest a fork waits for the warm-up (a warm-up stuck behind the forking thread)
-
-
-def _end_warm_up_before_fork() -> None:
-    """Before a fork (a DataLoader's workers, multiprocessing): the child has no warm-up thread, so a lock or an import
-    it holds there would never be let go and the child's first picture would wait for it (60 s, then a table, then
-    "still being laid out" for good).  The fork waits for the warm-up to end (milliseconds; about a second on a
-    machine's first warm-up)."""
-    try:
-        for thread in _WARMING:
-            if thread.is_alive() and thread is not threading.current_thread():
-                thread.join(FORK_WAIT)
-    except BaseException:  # an exception here would be printed at each fork
-        pass
+        return False
 
 
 def _warm_up() -> None:
