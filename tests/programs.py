@@ -840,6 +840,12 @@ def _views(passes: list, truth_calls: list, lens_run: Run, shown_calls: list, tr
                 before = lens_run.before[index].get(event.name)
                 if before is None:
                     problems.append(f"pass {index + 1}: card says {event.name}.grad already held a gradient; it was None")
+        for call in p.hook_calls:  # every hook that ran on a tensor or a backward function has its badge there
+            if call.kind in ("tensor", "node", "node_pre") and call.node is not None and id(call) in tag_of:
+                badges = p.graph.node(call.node).hooks if call.node in {n.id for n in p.graph.nodes} else None
+                if badges is not None and not any(badge.endswith(f"] {call.hook}") for badge in badges):
+                    problems.append(f"pass {index + 1}: {call.kind} hook {call.hook} ran on {call.target} "
+                                    f"({call.node}); its box has no badge for it: {badges}")
         if steps and not p.error:
             last = frame(steps, len(steps) - 1)
             for event in p.events:

@@ -10,16 +10,17 @@ from typing import Any
 
 import torch
 
+from .hooks import function_name
+
 # IPython keeps every displayed output under names like ``_``, ``_3`` and ``Out``:
 # those are aliases, never the name a student gave.
 _SKIPPED = {"In", "Out", "exit", "quit", "get_ipython"}
 
 
 def hook_name(hook: Any) -> str:
-    """The name a hook is shown by: its ``__qualname__`` without ``<locals>`` noise."""
-    target = getattr(hook, "func", None) or getattr(hook, "hook", None) or hook  # partial / _WrappedHook
-    name = getattr(target, "__qualname__", None) or type(target).__qualname__
-    return name.split("<locals>.")[-1]
+    """The name a hook is shown by on the drawing: the one its calls are shown by (``torch.neg``, not
+    ``_VariableFunctionsClass.neg``)."""
+    return function_name(hook)
 
 
 @dataclass

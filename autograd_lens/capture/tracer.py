@@ -22,6 +22,7 @@ from torch.utils.hooks import RemovableHandle
 from ..debug import DebugRecording
 from ..model import BackwardPass, GraphOptions, HookCall, Note, values_equal
 from ..notes import note
+from .badges import with_ran_hooks
 from .build import build_pass, relabel
 from .counting import HookCounter
 from .ending import touched
@@ -374,7 +375,7 @@ class Lens(LensViews):
         grouped = _groups(graph_walk.graph, self.module_calls, names, self.modules)
         relabel(graph_walk, grouped.pop("relabel", {}))  # before the steps are made: they use the same names
         self._invocations.begin(observer.chains, observer.records, self._handles_before)
-        built = build_pass(observer, graph_walk, index, self._history, self._invocations, result)
+        built = with_ran_hooks(build_pass(observer, graph_walk, index, self._history, self._invocations, result))
         moved = moved_leaves(self._ledger.first_moving(self._passes), built)
         self._passes.append(dataclasses.replace(built, **_sources(built.graph, self.cell_lines), **grouped, **moved,
                                                 debug=observer.debug,
