@@ -342,6 +342,7 @@ def _hook_event(walk: Walk, step: int, call: HookRecord, index: int, invocations
         forward_call=call.wrapper_seq,
         edited_in_place=call.edited_in_place,
         unseen=call.unseen,
+        may_be=invocations.ambiguous.get(registration, ()),
     )
 
 

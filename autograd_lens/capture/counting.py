@@ -41,6 +41,9 @@ class HookCounter:
         self._first_unnamed: dict[tuple, dict] = {}
         self._seen_unnamed: set = set()  # (where, code) counted in this pass
         self._handles_before = 0
+        # registration -> the registrations counted earlier from the tensor with no name that it may be one of: its
+        # calls' numbers are not known (HookCall.invocation None), and those registrations' totals are lower bounds
+        self.ambiguous: dict[int, tuple[int, ...]] = {}
         self._registrations = 0
         self._passes = 0  # passes begun
 
@@ -73,6 +76,7 @@ class HookCounter:
         key, holder = self._key(call, ordinal)
         function = call.function
         unnamed = None
+        ambiguous: tuple[int, ...] = ()
         if call.kind == "tensor" and key[2][0] == "node" and call.code is not None:
             if call.key is None:
                 found = self._registered(call, key[2])
@@ -82,19 +86,21 @@ class HookCounter:
                 else:
                     unnamed = (key[2], call.code)
             elif key not in self.counts:
-                self._adopt(call, key)
+                ambiguous = self._adopt(call, key)
         entry = self.counts.get(key)
         if entry is not None and (not _same(entry[3], holder) or function is not None and not _same(entry[2], function)):
             entry = None  # the thing it was attached to, or the function, is another one now
         if entry is None:
             self._registrations += 1
             entry = self.counts[key] = [0, self._registrations, None, _guard(holder)]
+            if ambiguous:
+                self.ambiguous[entry[1]] = ambiguous
         if unnamed is not None:
-            self._note_unnamed(unnamed, key, call)
+            self._note_unnamed(unnamed, key, call, entry[1])
         if function is not None and entry[2] is None:
             entry[2] = _guard(function)
         entry[0] += 1
-        return entry[0], entry[1]
+        return (None if entry[1] in self.ambiguous else entry[0]), entry[1]
 
     def _registered(self, call: HookRecord, where: tuple) -> tuple[Any, Any] | None:
         """A call from a tensor with no name in this pass, at a place whose hook dict an earlier pass read: its
@@ -116,14 +122,16 @@ class HookCounter:
             return None
         return same[turn]
 
-    def _note_unnamed(self, place: tuple, key: tuple, call: HookRecord) -> None:
+    def _note_unnamed(self, place: tuple, key: tuple, call: HookRecord, registration: int) -> None:
         """A call counted from a tensor with no name (and no hook dict read before): where a later pass reads that
         tensor's dict (it has a name then), :meth:`_adopt` finds which registration this was."""
         calls_here = self._unnamed.get((id(call.node_fn), call.output_nr, call.code), 0)
         first = self._first_unnamed.get(place)
         if first is None:
             first = self._first_unnamed[place] = {"keys": [], "calls": calls_here, "handles": self._handles_before,
-                                                  "same": True, "pass": self._passes}
+                                                  "same": True, "pass": self._passes, "registrations": set()}
+        first["registrations"].add(registration)
+        first["last_handles"] = self._handles_before  # hooks older than this were there in a pass counted so
         if first["pass"] == self._passes:
             first["keys"].append(key)
         elif place not in self._seen_unnamed:
@@ -131,24 +139,32 @@ class HookCounter:
             if first["calls"] != calls_here:
                 first["same"] = False  # another number of hooks of this code here than in that pass: not told apart
 
-    def _adopt(self, call: HookRecord, key: tuple) -> None:
+    def _adopt(self, call: HookRecord, key: tuple) -> tuple[int, ...]:
         """A call read by its handle at a place where an earlier pass counted calls of this code from the tensor with
         no name: when that registration is older than that pass and every hook of this code there then is still
-        in the dict, the n-th of them (in the dict's order, which is torch's call order) is the n-th counted then."""
+        in the dict, the n-th of them (in the dict's order, which is torch's call order) is the n-th counted then.
+        When it is older than such a pass and cannot be matched (one of them was removed since), it is one of the
+        registrations counted then, not known which: those are returned (its calls' numbers are not known)."""
         first = self._first_unnamed.get((key[2], call.code))
+        if first is None:
+            return ()
         ref = self.dicts.get(key[2])
         hooks = ref() if ref is not None else None
-        if first is None or not first["same"] or hooks is None or len(first["keys"]) != first["calls"]:
-            return
+        ran_unnamed = isinstance(call.key, int) and call.key < first.get("last_handles", first["handles"])
+        unknown = tuple(sorted(first["registrations"])) if ran_unnamed else ()
+        if not first["same"] or hooks is None or len(first["keys"]) != first["calls"]:
+            return unknown
         try:
             older = [handle_key for handle_key, function in list(hooks.items()) if code_of(function) is call.code
                      and isinstance(handle_key, int) and handle_key < first["handles"]]
         except Exception:  # a dict changed while read: not known for sure
-            return
+            return unknown
         if len(older) == len(first["keys"]) and call.key in older:
             earlier = self.counts.get(first["keys"][older.index(call.key)])
             if earlier is not None:
                 self.counts[key] = earlier
+                return ()
+        return unknown
 
     @staticmethod
     def _key(call: HookRecord, ordinal: int) -> tuple[tuple, Any]:

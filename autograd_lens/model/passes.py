@@ -40,7 +40,7 @@ class HookCall:
     kind: str
     target: str
     pass_index: int
-    invocation: int
+    invocation: int | None  # None: not known (``may_be`` says which hooks it is one of)
     grad_in: Values
     grad_out: Values
     modified: bool
@@ -54,6 +54,8 @@ class HookCall:
     unseen: str | None = None  # a hook written in C, which no Python frame shows: how its values are known, or not
     registration: int = 0  # which registered hook this is (1, 2, … in order of first call in the Lens): calls
     # with the same number are calls of one hook; ``invocation`` counts them
+    may_be: tuple[int, ...] = ()  # when its call number is not known: the registrations counted before, on the
+    # tensor when it had no name, that this hook is one of (one of them was removed since; their code is the same)
 
     @property
     def kind_label(self) -> str:

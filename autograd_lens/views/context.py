@@ -3,6 +3,8 @@ ran right after each node, the gradients that reached each tensor, and how many 
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 
 from ..model import BackwardPass, Graph, HookCall, NodeRun
@@ -58,7 +60,9 @@ def hook_totals(passes: list[BackwardPass]) -> dict[tuple, int]:
     for backward_pass in passes:
         for call in backward_pass.hook_calls:
             key = _registration(call)
-            totals[key] = max(totals.get(key, 0), call.invocation)
+            totals[key] = max(totals.get(key, 0), call.invocation or 0)
+            for other in call.may_be:  # some of this hook's calls may be that one's: its total is a lower bound
+                totals[("at least",) + _registration(dataclasses.replace(call, registration=other))] = 1
     return totals
 
 

@@ -12,10 +12,21 @@ from .context import Step, _Pass, _registration, leaf_copies
 from .questions import CHAIN_RULE_LIMIT, Question, question_about
 
 
+def _call_number(call: HookCall, totals: dict) -> str:
+    """``call 2 of 3 in this recording``; ``of at least 3`` when a later hook may be this one; ``call number not
+    known`` when this hook cannot be told from others of its code counted before its tensor had a name."""
+    if call.invocation is None:
+        return ("call number not known: hooks of its code ran on this tensor before it had a name and one was "
+                "removed since, so which of them this is cannot be told")
+    registration = _registration(call)
+    total = max(totals.get(registration, 0), call.invocation)
+    bound = "at least " if ("at least",) + registration in totals else ""
+    return f"call {call.invocation} of {bound}{total} in this recording"
+
+
 def _hook_step(index: int, call: HookCall, context: _Pass, totals: dict, position: tuple[int, int] = (1, 1)) -> Step:
     graph = context.graph
-    total = max(totals.get(_registration(call), 0), call.invocation)
-    where = f"call {call.invocation} of {total} in this recording"
+    where = _call_number(call, totals)
     if call.forward_call:
         where += f", for forward call {call.forward_call}"
     place, count = position

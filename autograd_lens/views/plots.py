@@ -237,7 +237,8 @@ def before_after(source: Any, hook: str | None = None):
         if not calls:
             raise ValueError(f"no call of a hook named {hook!r}; hooks that fired: "
                              f"{sorted({call.hook for call in _passes_and_calls(source)[1]})}")
-    rows = [(f"{_hook_key(call)} #{call.invocation}", size(call.grad_in), size(call.grad_out)) for call in calls]
+    rows = [(f"{_hook_key(call)} #{'?' if call.invocation is None else call.invocation}", size(call.grad_in),
+             size(call.grad_out)) for call in calls]
     figure, axis = _paired_bars([row[0] for row in rows], [row[1] for row in rows], [row[2] for row in rows],
                                 (dict(color=GREY, label="received"), dict(color=ORANGE, label="passed on")),
                                 "what each hook received and passed on")
