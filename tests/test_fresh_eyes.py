@@ -216,3 +216,46 @@ def test_sparse_summary_has_no_numbers():
     first, second = snapshot(g), snapshot(g * 2)
     assert isinstance(first, TensorSummary) and first.kind == "sparse_coo"
     assert values_equal(first, second)
+
+
+# --- 4. a hook that torch.compile traced into the compiled backward ----------------------------------------------
+# grad-CAM style: the hook is registered inside a compiled module's forward, on an activation. Dynamo traces a hook
+# without side effects into the compiled region, so it runs inside CompiledFunctionBackward (a Python backward) as
+# part of the compiled graph: no Python hook frame, no C hook in any dict the lens reads. The lens shows no hook
+# call (fair: none ran as a hook) but also shows the parameters' values without hooks as their values with it
+# (n.a.weight: 2x the run that never registered the hook), not unknown. With a side effect in the hook (a print),
+# dynamo breaks the graph there, the hook runs as a tensor hook, and the lens is right (values unknown: Python
+# backward on the way).
+# Fix (capture/unhooked.py or nodes.py, helper42): the lens cannot tell from outside whether a compiled backward
+# holds hooks (they live in the lazily compiled backward graph), so every value computed through a
+# CompiledFunctionBackward must be unknown ("torch.compile may have compiled hooks registered in the compiled
+# forward into this backward, which run out of the lens's sight"), or the compiled backward graph read for hook
+# calls (private: CompiledFunction.compiled_bw, set on first backward).
+
+
+class _CamNet(nn.Module):
+    def __init__(self, hooks):
+        super().__init__()
+        self.a, self.b, self.hooks = nn.Linear(3, 3), nn.Linear(3, 1), hooks
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        if self.hooks:
+            h.register_hook(lambda g: g * 2)
+        return self.b(h)
+
+
+def _compiled_cam(hooks):
+    torch._dynamo.reset()
+    net = _CamNet(hooks)
+    torch.compile(net, backend="aot_eager")(torch.randn(4, 3)).sum().backward()
+    return {"net.a.weight": net.a.weight, "net.b.weight": net.b.weight}
+
+
+@pytest.mark.xfail(strict=True, reason="helper42's capture/unhooked.py: a hook traced into a compiled backward is "
+                                       "invisible and its effect is shown as the value without hooks")
+def test_hook_compiled_into_the_backward():
+    with_hook, _ = run(_compiled_cam, hooks=True)
+    without, _ = run(_compiled_cam, hooks=False)
+    assert torch.allclose(with_hook["net.a.weight"], 2 * without["net.a.weight"])  # the hook ran, compiled
+    assert without_hooks_problems(_compiled_cam) == []
