@@ -171,14 +171,53 @@ class LensMagics(Magics):
         lens.cell_lines = CellLines(cell)
         marker = Marker(lens.cell_lines)
         shell.ast_transformers.append(marker)
+        # IPython silences a cell's last value when the cell ends with ';', reading the last cell in its history:
+        # here that is the %%lens line, so the displayhook is told about the body itself while it runs
+        hook = shell.displayhook
+        own_quiet = vars(hook).get("quiet")
+        quiet = _ends_with_semicolon(_transformed(shell, cell))
+        hook.quiet = lambda: quiet
         try:
             with lens, lens.cell_lines:
                 return shell.run_cell(cell, store_history=False)
         finally:
+            if own_quiet is None:
+                vars(hook).pop("quiet", None)
+            else:
+                hook.quiet = own_quiet
             if marker in shell.ast_transformers:
                 shell.ast_transformers.remove(marker)
             del shell.showtraceback
             del shell.showsyntaxerror
+
+
+def _transformed(shell: Any, cell: str) -> str:
+    """The cell as IPython keeps it in its history (magics and ``!`` lines turned into Python)."""
+    try:
+        return shell.transform_cell(cell)
+    except Exception:  # IPython reports it when it runs the cell
+        return cell
+
+
+def _ends_with_semicolon(source: str) -> bool:
+    """Whether the last token of ``source`` (comments and blank lines aside) is ';', as IPython decides
+    whether to show a cell's last value.
+
+    >>> _ends_with_semicolon("x = 1\\nx;  # quiet"), _ends_with_semicolon("x"), _ends_with_semicolon("s = ';'")
+    (True, False, False)
+    """
+    import io
+    import tokenize
+
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return False
+    skipped = (tokenize.ENDMARKER, tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT)  # as IPython's DisplayHook
+    for token in reversed(tokens):
+        if token.type not in skipped:
+            return token.type == tokenize.OP and token.string == ";"
+    return False
 
 
 def load(ipython: Any) -> None:

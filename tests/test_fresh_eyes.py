@@ -278,3 +278,31 @@ def test_hook_compiled_into_the_backward():
     without, _ = run(_compiled_cam, hooks=False)
     assert torch.allclose(with_hook["net.a.weight"], 2 * without["net.a.weight"])  # the hook ran, compiled
     assert without_hooks_problems(_compiled_cam) == []
+
+
+# --- 5. what a %%lens cell shows after its last line --------------------------------------------------------------
+# IPython shows a cell's last value unless the cell ends with ';'; it reads the cell from its history, which for a
+# %%lens cell holds the magic's call, not the body: a body ending with ';' had its value shown (and kept in Out)
+# under %%lens only. Fixed in magics.py: the displayhook is told whether the body ends with ';' while it runs.
+
+BODY = """q = torch.ones(1, requires_grad=True)
+(q * 3).sum().backward()
+"""
+
+
+@pytest.mark.parametrize("last", ["q.grad;", "q.grad;  # quiet", "q.grad", "q.grad; q.grad * 2", "print(q.grad);",
+                                  "if True:\n    q.grad;", "q.grad * 2  # shown"])
+def test_a_lens_cell_shows_its_last_value_as_the_plain_cell_does(shell, capsys, last):
+    def shown(prefix):
+        count = len(shell.user_ns["Out"])
+        result = shell.run_cell(prefix + BODY + last, store_history=True)  # as a kernel runs a cell
+        assert result.success, result.error_in_exec
+        printed = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("<")]
+        return printed, len(shell.user_ns["Out"]) - count
+
+    plain_printed, plain_kept = shown("")
+    lens_printed, lens_kept = shown("%%lens --no-show\n")
+    strip = [line.split(":", 1)[-1] if line.startswith("Out[") else line for line in plain_printed]
+    assert [line.split(":", 1)[-1] if line.startswith("Out[") else line for line in lens_printed] == strip
+    assert lens_kept == plain_kept
+    assert isinstance(shell.user_ns["_lens"], al.Lens) and len(shell.user_ns["_lens"].passes) == 1
