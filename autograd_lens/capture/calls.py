@@ -14,15 +14,13 @@ from ..model import values_equal
 from .hooks import (ENGINE_CODE, TORCH_DIR, Wrapper, code_of, engine_call_args, function_name, may_edit_in_place,
                     module_hook_kind, multi_grad_received, runs_in, user_function, wrapper_family, wrapper_module,
                     wrapper_state)
-from .late import LATE_CODE, REGISTER_CODE
-from .late import registered as late_registered
-from .late import tensor_registered
+from .late import LATE_CODE, REGISTER_CODE, registered as late_registered, tensor_registered
+from .livecheck import live_change, marks, post_accumulate_marks, summarised
 from .nested import NestedCalls, grads_written
 from .nodes import NodeRecorder
 from .order import UNSEEN
 from .records import HookRecord, KnownHook, NodeRecord, snapshot_all
-from .snapshot import hidden_from_user as _hidden_from_modes  # the lens's tensor ops never reach a user's mode
-from .snapshot import snapshot
+from .snapshot import hidden_from_user as _hidden_from_modes, snapshot  # the lens's tensor ops never reach a user's mode
 from .saved import saved_names
 from .shared import edited_spans
 
@@ -222,6 +220,8 @@ class HookCalls(NestedCalls):
                 present=_present(candidates) if kind not in ("node", "node_pre") else
                 self.node_hook_ids(node, kind == "node_pre") if node is not None and id(node) in self.c_nodes else None,
                 key=key,
+                marks_in=(post_accumulate_marks(received) if kind == "post_accumulate_grad" else marks(received))
+                if summarised(grad_in) else None,
             )
 
     def _python_backward(self, frame: FrameType, boxed: bool) -> None:
@@ -295,11 +295,9 @@ class HookCalls(NestedCalls):
         self.unhooked.activate(edited_in_place=True, seen=not may_edit_in_place(function))
 
     def _candidates(self, frame: FrameType, function: Any) -> list[KnownHook]:
-        """Hooks found on named tensors that could be the one running in ``frame``.
-
-        Closures made by one ``def`` share a code object; their cells tell them apart (objects of one class their
-        ``self``, partials their bound arguments: ``hooks.runs_in``).
-        """
+        """Hooks found on named tensors that could be the one running in ``frame``: closures made by one ``def``
+        share a code object; their cells tell them apart (objects of one class their ``self``, partials their bound
+        arguments: ``hooks.runs_in``)."""
         found = []
         for known in self.known_hooks.get(frame.f_code, ()):
             if function is not None:
@@ -324,7 +322,9 @@ class HookCalls(NestedCalls):
             else:
                 call.grad_out = snapshot_all(returned, limit)
             call.modified = not values_equal(call.grad_in, call.grad_out)
-            if call.kind in ("post_accumulate_grad", "multi_grad") or returned is None:
+            if call.marks_in is not None:  # kept as a summary, whose numbers cannot be compared: the live tensors
+                call.modified, edited = live_change(call, returned)
+            elif call.kind in ("post_accumulate_grad", "multi_grad") or returned is None:
                 edited = call.modified
             else:  # returned a new value: did it also edit what it received?
                 edited = not values_equal(call.grad_in, snapshot_all(call.received, limit))

@@ -365,9 +365,11 @@ def last_seen(observer: Any, fn: Any, position: int) -> Value:
         after = observer.after_write = {}
         for record in observer.records:
             node = record.current_fn or record.node_fn if isinstance(record, HookRecord) else None
-            if node is not None and record.kind == "post_accumulate_grad" and isinstance(record.grad_out, torch.Tensor):
-                after[id(node)] = record.grad_out
-    return after.get(id(fn), observer.records[position].grad)
+            if node is not None and record.kind == "post_accumulate_grad" and (
+                    isinstance(record.grad_out, torch.Tensor)  # a hook in C: .grad as its neighbours show it
+                    or record.unseen is None and record.error is None):  # a Python hook's return: .grad read then
+                after[id(node)] = record.grad_out  # None: the hook left .grad None (optimizer in backward)
+    return after[id(fn)] if id(fn) in after else observer.records[position].grad
 
 
 def late_change(observer: Any, fn: Any, position: int, real: Value, diverged: bool) -> Unknown | None:

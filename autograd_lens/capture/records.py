@@ -65,6 +65,7 @@ class HookRecord:
     slot: int | None = None  # a multi-grad hook (mode="all"): which watched tensor's hook called it
     present: frozenset | None = None  # the keys of its tensor's hook dict when it started (hooks removed meanwhile)
     key: Any = None  # its registration's key in its hook dict (the handle's id), when known: tensor and node hooks
+    marks_in: Any = None  # received kept as a summary: its tensors' ids and versions as the call started (livecheck)
 
 
 @dataclass
