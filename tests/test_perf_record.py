@@ -217,3 +217,59 @@ def test_an_unnamed_tensors_hook_on_a_one_output_function_is_placed_without_comp
     assert torch.equal(tanh.grad_in, torch.tensor([3.0, 3.0, 2.0, 2.0]))
     assert torch.equal(x.grad, plain.grad) and torch.equal(lens.passes[0].grads["x"], plain.grad)
     assert len(compared) == 2  # split's two outputs (3s, then 2s: that one); none at tanh's
+
+
+def _counting_leaf_steps(monkeypatch) -> list:
+    """Calls of the general way's steps for a leaf (``_written``, ``check_write``), as they happen."""
+    from autograd_lens.capture.ending import PassEnd
+
+    steps = []
+    written, check = NodeRecorder._written, PassEnd.check_write
+
+    def counting_written(self, grad, grad_outputs):
+        steps.append("_written")
+        return written(self, grad, grad_outputs)
+
+    def counting_check(self, fn, incoming, record, fresh):
+        steps.append("check_write")
+        return check(self, fn, incoming, record, fresh)
+
+    monkeypatch.setattr(NodeRecorder, "_written", counting_written)
+    monkeypatch.setattr(PassEnd, "check_write", counting_check)
+    return steps
+
+
+def test_a_usual_leaf_is_recorded_in_one_call(monkeypatch):
+    """records.usual_leaf: a leaf whose .grad autograd made from the one gradient its one user sent (adopted, no copy)
+    is recorded without the general way's _written and check_write; what is recorded is what the general way records
+    (test_usual_nodes_record_what_the_general_way_records forces the general way on every node, leaves included)."""
+    with al.Lens():  # the self-check: before counting
+        torch.ones(1, requires_grad=True).sum().backward()
+    steps = _counting_leaf_steps(monkeypatch)
+    names, run = _mlp()
+    with al.Lens(names=names) as lens:
+        run()
+    net = names["net"]
+    assert steps == []  # before records.usual_leaf: 4 x (_written, check_write)
+    assert len(lens.passes[0].node_runs) == 7
+    for name, parameter in net.named_parameters():
+        assert torch.equal(lens.passes[0].grads[f"net.{name}"], parameter.grad)
+        assert torch.equal(lens.passes[0].grads_without_hooks[f"net.{name}"], parameter.grad)
+
+
+def test_leaves_the_usual_way_cannot_take_go_the_general_way(monkeypatch):
+    """A .grad there before the pass (the lens's pre-hook read it), or a leaf used three times (its gradients summed
+    before the write): the general way, as before."""
+    with al.Lens():  # the self-check: before counting
+        torch.ones(1, requires_grad=True).sum().backward()
+    steps = _counting_leaf_steps(monkeypatch)
+    names, run = _mlp(grads_before=True)
+    with al.Lens(names=names):
+        run()
+    assert steps.count("_written") == 4
+    steps.clear()
+    names, run = _branches()
+    with al.Lens(names=names) as lens:
+        run()
+    assert steps.count("_written") == 1  # a (three users, summed); w and b the usual way
+    assert torch.equal(lens.passes[0].grads["a"], names["a"].grad)

@@ -12,13 +12,14 @@ import torch
 
 from ..model import TensorSummary, values_equal
 from .order import _MISSING, arrange_after, arrange_before
-from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord, copy_tuple, snapshot_all
+from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord, copy_tuple, snapshot_all, usual_leaf
 from .snapshot import fast_snapshot, held_bytes, snapshot
 from .snapshot import _disable_dispatch, _enter_dispatch, _exit_dispatch, _profiler_enabled
 from .snapshot import hidden_from_user as _hidden_from_modes
 from .unexplained import UnexplainedChanges
 from .shared import edited_spans
 from .structure import gradient_edge
+from .ending import _distributed
 
 _current_node = torch._C._current_autograd_node
 NOT_KEPT = (_MISSING,)
@@ -223,6 +224,11 @@ class NodeRecorder(UnexplainedChanges):
         shape = self.shape
         is_leaf = key in shape.leaves
         records = self.records
+        if is_leaf and not (pending or self.over_budget or key in self.incoming or key in self.written) \
+                and self.profiling and key not in self.c_nodes and key not in self.nested_nodes \
+                and type(grad_outputs) is tuple and not _distributed() and usual_leaf(self, fn, key, grad_inputs,
+                                                                                       grad_outputs):
+            return
         if not (pending or is_leaf or self.python_received or self.over_budget) and self.profiling \
                 and type(grad_outputs) is tuple and type(grad_inputs) is tuple and key not in self.c_nodes:
             # the usual node (no hook call to place, no custom backward's own copies, no hook in C): _keep of both

@@ -134,3 +134,52 @@ def copy_tuple(observer: Any, values: tuple) -> tuple[tuple, int]:
                 pass
         kept_items.append(kept)
     return tuple(kept_items), size
+
+
+def usual_leaf(observer: Any, fn: Any, key: int, grad_inputs: tuple, grad_outputs: tuple) -> bool:
+    """A leaf's ``AccumulateGrad`` recorded in one call, as ``nodes._record_node``'s general way records it (its
+    ``_written``, ``GradRecord``, ``check_write`` and the first steps of ``_unexplained``), when that way would take no
+    other turn: autograd adopted the one gradient that arrived (``.grad`` is a view of its memory, at its version),
+    that gradient is the very tensor the leaf's one user sent, already copied, and no C++ code may have rewritten
+    ``.grad`` since (``check_write``: torch.distributed not initialised).  The caller has checked the rest (no hook call
+    pending, no hook in C here, ``.grad`` None before the pass (no pre-hook of the lens's read it), within the memory
+    budget, the profile function watching).  Returns False, having recorded and changed nothing, otherwise."""
+    if len(grad_outputs) != 1:
+        return False
+    arrived = grad_outputs[0]
+    grad = fn.variable.grad
+    if type(arrived) is not _Tensor or type(grad) is not _Tensor:
+        return False
+    try:  # _written's test that autograd adopted what arrived, and the copy kept of it (same object, same version)
+        version = arrived._version
+        hit = observer.copies.get(id(arrived))
+        if hit is None or hit[0]() is not arrived or hit[1] != version:
+            return False
+        if not (grad.data_ptr() == arrived.data_ptr() and grad._version == version and grad.layout == _strided
+                and arrived.layout == _strided and grad.numel() > 0 and grad.dtype == arrived.dtype
+                and grad.device == arrived.device and grad.shape == arrived.shape
+                and grad.stride() == arrived.stride()):
+            return False
+        grad_ref = weakref.ref(grad)
+    except Exception:  # no storage to compare, no weak reference: the general way
+        return False
+    kept = hit[2]
+    users = observer.shape.consumers.get((key, 0))
+    if not users or len(users) != 1:  # _unexplained's first step: the copy of what its one user sent, as is
+        return False
+    user, slot = users[0]
+    position = observer.ran.get(id(user))
+    if position is None:
+        return False
+    records = observer.records
+    sent = records[position].sent
+    if not (isinstance(sent, tuple) and slot < len(sent) and sent[slot] is kept):
+        return False
+    observer.copies[id(grad)] = (grad_ref, version, kept)  # .grad read again after the pass: this copy
+    observer.written[key] = kept
+    observer.ran[key] = len(records)
+    records.append(GradRecord(fn, kept, kept))
+    if observer.unhooked.active:
+        observer.unhooked.on_node(fn, grad_inputs, grad_outputs, [], True)
+    return True
+
