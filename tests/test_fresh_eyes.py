@@ -242,7 +242,7 @@ def test_sparse_summary_has_no_numbers():
 # (n.a.weight: 2x the run that never registered the hook), not unknown. With a side effect in the hook (a print),
 # dynamo breaks the graph there, the hook runs as a tensor hook, and the lens is right (values unknown: Python
 # backward on the way).
-# Fix (capture/unhooked.py or nodes.py, helper42): the lens cannot tell from outside whether a compiled backward
+# Fixed (capture/observe.py start): the lens cannot tell from outside whether a compiled backward
 # holds hooks (they live in the lazily compiled backward graph), so every value computed through a
 # CompiledFunctionBackward must be unknown ("torch.compile may have compiled hooks registered in the compiled
 # forward into this backward, which run out of the lens's sight"), or the compiled backward graph read for hook
@@ -268,8 +268,6 @@ def _compiled_cam(hooks):
     return {"net.a.weight": net.a.weight, "net.b.weight": net.b.weight}
 
 
-@pytest.mark.xfail(strict=True, reason="helper42's capture/unhooked.py: a hook traced into a compiled backward is "
-                                       "invisible and its effect is shown as the value without hooks")
 def test_hook_compiled_into_the_backward():
     with_hook, _ = run(_compiled_cam, hooks=True)
     without, _ = run(_compiled_cam, hooks=False)

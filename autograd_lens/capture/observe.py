@@ -55,6 +55,10 @@ from .structure import Structure, gradient_edge
 DEEP_GRAPH = 30_000  # chains deeper than this may crash torch when freed after a Python walk (measured: 40k ok, 50k not)
 
 
+COMPILED = ("a torch.compile'd backward: hooks registered inside the compiled forward (on its activations) are traced "
+            "into it and run there, where no hook call can be seen, so what it would send without them is not known")
+
+
 class PassObserver(HookCalls, NodeRecorder, PassEnd):
     """Records one engine run.  ``start()`` before it, ``stop()`` after it (always)."""
 
@@ -145,6 +149,9 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         observe = self._on_node
         self.handles = [fn.register_hook(observe) for fn in self.shape.nodes]
         self._read_node_hooks(observe)
+        for fn in self.shape.nodes:  # torch.compile traces hooks registered in its forward into its backward
+            if type(fn).__name__ == "CompiledFunctionBackward":
+                self.unhooked.unknown_from(fn, COMPILED)
         for fn in self.shape.leaves.values():
             variable = fn.variable
             self.leaf_ids.add(id(variable))
