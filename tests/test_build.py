@@ -50,24 +50,29 @@ def test_node_events_read_from_the_kept_edges_are_those_read_from_torch():
     split = h.split(1, dim=1)
     loss = (split[0] * 2 + split[1].exp()).sum()
     compared = []
-    original = build._node_event
+    original = build._node_read
 
     class Everything:
         def __contains__(self, key):
             return True
 
-    def both(walk, step, record, next_of, drawn_outputs):
-        made = original(walk, step, record, next_of, drawn_outputs)
-        general = original(walk, step, record, {}, Everything())  # next_functions read from torch, every arrow looked up
+    def both(walk, record, next_of):
+        # (the node runs are made from these rows after the pass: build._node_event makes one at once)
+        drawn_outputs = {fn_id for fn_id, _ in walk.output_edges}
+        maps = (walk.function_ids, walk.labels, walk.edge_rows, walk.output_edges)
+        made = build.node_run((*maps, drawn_outputs), 0, *original(walk, record, next_of))
+        general = build.node_run((*maps, Everything()), 0, *original(walk, record, {}))  # from torch, every arrow
         assert made == general and repr(made) == repr(general)
-        compared.append((id(record.fn) in next_of, id(record.fn) in drawn_outputs))
-        return made
+        compared.append((id(record.fn) in next_of, id(record.fn) in drawn_outputs, made))
+        return original(walk, record, next_of)
 
-    build._node_event = both
+    build._node_read = both
     try:
         with al.Lens(names={"net": net, "x": x, "loss": loss, "h": h}) as lens:
             loss.backward()
     finally:
-        build._node_event = original
-    assert len(compared) == len(lens.passes[0].node_runs) >= 8 and all(kept for kept, _ in compared)
-    assert any(drawn for _, drawn in compared) and not all(drawn for _, drawn in compared)
+        build._node_read = original
+    runs = lens.passes[0].node_runs
+    assert len(compared) == len(runs) >= 8 and all(kept for kept, _, _ in compared)
+    assert any(drawn for _, drawn, _ in compared) and not all(drawn for _, drawn, _ in compared)
+    assert [repr(dataclasses.replace(run, step=0)) for run in runs] == [repr(made) for _, _, made in compared]

@@ -4,7 +4,7 @@ general code gives.
 - ``walk``: a leaf drawn once and a function with one unnamed output skip the general loops (``_SHORTCUTS``); the
   graph and every index the tracer reads are the same with the shortcuts off, on many graphs and generated programs,
   and the shortcuts are taken (counted: no ``_Builder.node`` call for such boxes).
-- ``build._node_event`` reads a node's arrows from the row the walk keeps per function (``Walk.edge_rows``; the
+- ``build._node_event`` (now ``build._node_read`` in the pass, ``draft.node_run`` after it) reads a node's arrows from the row the walk keeps per function (``Walk.edge_rows``; the
   walk no longer fills a dict keyed by (function, slot)): each event equals the one the old form (kept below as
   ``_old_node_event``, reading ``Walk.input_edges``) makes, on generated programs and models.
 """
@@ -174,21 +174,25 @@ def _old_node_event(walk, step, record, next_of, drawn_outputs):
 
 
 def _compare_node_events(monkeypatch):
-    """Make build._node_event check each event against the old form; returns the list of (rows used, event)."""
+    """Make build._node_read (whose row draft.node_run makes a NodeRun from after the pass) check each event against
+    the old form; returns the list of (rows used, event)."""
     from autograd_lens.capture import build
 
     seen = []
-    original = build._node_event
+    original = build._node_read
 
-    def both(walk, step, record, next_of, drawn_outputs):
-        made = original(walk, step, record, next_of, drawn_outputs)
-        old = _old_node_event(walk, step, record, next_of, drawn_outputs)
+    def both(walk, record, next_of):
+        row_read = original(walk, record, next_of)
+        drawn_outputs = {fn_id for fn_id, _ in walk.output_edges}
+        maps = (walk.function_ids, walk.labels, walk.edge_rows, walk.output_edges, drawn_outputs)
+        made = build.node_run(maps, 0, *row_read)
+        old = _old_node_event(walk, 0, record, next_of, drawn_outputs)
         assert canonical(made) == canonical(old)
         row = walk.edge_rows.get(id(record.fn))
         seen.append((row is not None and len(row) == len(made.grad_out) and len(row) > 0, made))
-        return made
+        return row_read
 
-    monkeypatch.setattr(build, "_node_event", both)
+    monkeypatch.setattr(build, "_node_read", both)
     return seen
 
 

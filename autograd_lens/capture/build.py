@@ -1,7 +1,8 @@
 """Turn one observed pass into the model (:class:`~autograd_lens.model.BackwardPass`).
 
-Runs at the end of each pass, while torch's graph is still reachable; afterwards
-the lens keeps nothing of the graph, the hooks or the caller's variables.
+:func:`read_pass` runs at the end of each pass, while torch's graph is still reachable, and reads what the model
+needs from it into a plain :class:`~.draft.PassDraft`; afterwards the lens keeps nothing of the graph, the hooks or
+the caller's variables, and :func:`.draft.complete` makes the model when the Lens's passes are first read.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from typing import Any
 import torch
 
 from ..model import BackwardPass, GradWritten, HookCall, NodeRun, PassError, Value, values_equal
-from ..notes import note, pass_notes
 from .hooks import function_name
 from .observe import PassObserver
 from .records import GradRecord, HookRecord, NodeRecord
@@ -24,18 +24,26 @@ from .unhooked import SAME, Unknown, add, carry, is_known
 from .structure import gradient_edge
 from .walk import Walk
 from .counting import HookCounter, _function_key
+from .draft import PassDraft, complete, node_run
 
 
 def build_pass(observer: PassObserver, walk: Walk, index: int, history: dict, invocations: "HookCounter",
                result: Any = None) -> BackwardPass:
-    """The model of a finished pass.  ``history`` (per leaf, across passes) and ``invocations``
-    (per hook, across passes) belong to the Lens and are updated here."""
+    """The model of a finished pass, made at once (the Lens makes it in two halves: :func:`read_pass` inside the
+    pass, :func:`.draft.complete` when its passes are first read)."""
+    return complete(read_pass(observer, walk, index, history, invocations, result))
+
+
+def read_pass(observer: PassObserver, walk: Walk, index: int, history: dict, invocations: "HookCounter",
+              result: Any = None) -> PassDraft:
+    """What the model of a finished pass needs from torch's live objects, read while the graph lives, as a
+    :class:`PassDraft` that holds none of them.  ``history`` (per leaf, across passes) and ``invocations``
+    (per hook, across passes) belong to the Lens and are updated here, in pass order."""
     events: list[Any] = []
     ordinals: dict[Any, int] = {}  # (hook, node) -> calls seen in this pass
     _name_hook_boundaries(walk, observer)
     retained = _retained(walk, observer)
     next_of = walk.structure.next_of()  # each node's next_functions, as read before the pass
-    drawn_outputs = {fn_id for fn_id, _ in walk.output_edges}  # nodes with an arrow to a tensor box of theirs
     for record in observer.records:
         fn = record.fn if isinstance(record, NodeRecord) else getattr(record, "node_fn", None)
         if fn is not None and id(fn) in retained and not (isinstance(record, HookRecord) and record.kind == "tensor"):
@@ -47,7 +55,7 @@ def build_pass(observer: PassObserver, walk: Walk, index: int, history: dict, in
                                           grad=grad, received=value, by="retain_grad"))
         step = len(events)
         if isinstance(record, NodeRecord):
-            events.append(_node_event(walk, step, record, next_of, drawn_outputs))
+            events.append(_node_read(walk, record, next_of))  # a plain row: complete() makes its NodeRun
         elif isinstance(record, GradRecord):
             event = _new(GradWritten)  # as GradWritten(...), its fields in their order
             event.__dict__.update(step=step, node=walk.function_ids.get(id(record.fn)),
@@ -61,28 +69,25 @@ def build_pass(observer: PassObserver, walk: Walk, index: int, history: dict, in
         error = observer.error
         pass_error = PassError(step=len(events), type=type(error).__name__, message=str(error))
         events.append(pass_error)
-    _number_module_calls(events)
     values = _results(observer, history, result)
     names = _Namer(observer)
-    built = BackwardPass(
+    drawn_outputs = {fn_id for fn_id, _ in walk.output_edges}  # nodes with an arrow to a tensor box of theirs
+    return PassDraft(
         index=index,
         kind=observer.kind,
         graph=walk.graph,
-        events=tuple(events),
-        leaf_grads=names.by_name(values["grads"]),
-        grads_without_hooks=names.by_name(values["without"]),
+        events=events,
+        # the walk's plain indexes (the walk itself holds torch's graph)
+        maps=(walk.function_ids, walk.labels, walk.edge_rows, walk.output_edges, drawn_outputs),
         error=pass_error,
+        values=values,
+        leaf_labels=dict(observer.shape.leaf_labels),
+        input_names=tuple(names.input_name(i, t) for i, t in enumerate(observer.inputs)),
         roots=tuple(observer.shape.root_labels),
-        inputs=tuple(names.input_name(i, t) for i, t in enumerate(observer.inputs)),
-        input_grads=names.by_name(values["returned"]),
-        added=names.by_name(values["added"]),
-        added_without_hooks=names.by_name(values["added_without"]),
-        unknown=names.by_name(values["unknown"]),
         notes=tuple(observer.notes),
         inventory=tuple(observer.inventory),
+        not_leaves=_not_leaves(observer),
     )
-    mistakes = pass_notes(built, tuple(values["refilled"])) + _not_leaves(observer, built)
-    return dataclasses.replace(built, mistakes=mistakes)
 
 
 def _name_hook_boundaries(walk: Walk, observer: PassObserver) -> None:
@@ -130,9 +135,9 @@ def _retained(walk: Walk, observer: PassObserver) -> dict[int, list[tuple[int, s
     return found
 
 
-def _not_leaves(observer: PassObserver, built: BackwardPass) -> tuple:
+def _not_leaves(observer: PassObserver) -> tuple:
     """Named tensors with hooks that look like leaves but are the result of one op on an unnamed leaf
-    (``x = torch.randn(2, 2, requires_grad=True) * 10``)."""
+    (``x = torch.randn(2, 2, requires_grad=True) * 10``): (name, op) each; :func:`.draft.complete` makes the notes."""
     names = observer.ensure_names()
     in_graph = {id(fn) for fn in observer.shape.nodes}
     found = []
@@ -143,9 +148,7 @@ def _not_leaves(observer: PassObserver, built: BackwardPass) -> tuple:
         inputs = [next_fn for next_fn, _ in fn.next_functions if next_fn is not None]
         if len(inputs) == 1 and type(inputs[0]).__name__ == "AccumulateGrad" \
                 and names.tensor_name(inputs[0].variable) is None:
-            name = names.tensor_name(tensor)
-            step = next((c.step for c in built.hook_calls if c.target == name), None)
-            found.append(note("not_a_leaf", built.index, step, name=name, op=fn.name()))
+            found.append((names.tensor_name(tensor), fn.name()))
     return tuple(found)
 
 
@@ -273,7 +276,9 @@ def _unhooked_input(observer: PassObserver, tensor: Any) -> Any:
 # ----------------------------------------------------------------------------- events
 
 
-def _node_event(walk: Walk, step: int, record: NodeRecord, next_of: dict, drawn_outputs: set) -> NodeRun:
+def _node_read(walk: Walk, record: NodeRecord, next_of: dict) -> tuple:
+    """What a node run needs from torch's live node: (key, name, targets, received, sent); :func:`.draft.node_run`
+    makes the NodeRun from it after the pass."""
     fn = record.fn
     key, name, output_label = id(fn), fn.name(), walk.output_label
     following = next_of.get(key)
@@ -281,29 +286,13 @@ def _node_event(walk: Walk, step: int, record: NodeRecord, next_of: dict, drawn_
         following = fn.next_functions
     targets = tuple([output_label(next_fn, output_nr) if next_fn is not None else "(no grad needed)"
                      for next_fn, output_nr in following])
-    received = record.received if isinstance(record.received, tuple) else ()
-    sent = record.sent if isinstance(record.sent, tuple) else ()
-    output_edges = walk.output_edges
-    row = walk.edge_rows.get(key)  # the arrow of each input slot (None: no row, a function not drawn)
-    event = _new(NodeRun)  # NodeRun(...) without a frozen dataclass's setattr per field; its fields in their order
-    event.__dict__.update(
-        step=step,
-        node=walk.function_ids.get(key),
-        name=name,
-        label=walk.labels.get(key, name),
-        grad_in=received,
-        grad_out=sent,
-        edges=(row if row is not None and len(row) == len(sent) else _slots(row, len(sent))) if sent else (),
-        targets=targets,
-        in_edges=tuple([output_edges.get((key, k)) for k in range(len(received))])
-        if key in drawn_outputs else (None,) * len(received),
-    )
-    return event
+    return key, name, targets, record.received, record.sent
 
 
-def _slots(row: tuple | None, count: int) -> tuple:
-    """The arrows of ``count`` input slots from a row of another length (or none): None where it has none."""
-    return tuple([row[slot] if row is not None and slot < len(row) else None for slot in range(count)])
+def _node_event(walk: Walk, step: int, record: NodeRecord, next_of: dict, drawn_outputs: set) -> NodeRun:
+    """One node run made at once (what :func:`read_pass` and :func:`.draft.complete` make in two halves)."""
+    maps = (walk.function_ids, walk.labels, walk.edge_rows, walk.output_edges, drawn_outputs)
+    return node_run(maps, step, *_node_read(walk, record, next_of))
 
 
 _new = object.__new__  # tests/test_build.py checks that the events made here equal the dataclasses' own
@@ -354,20 +343,6 @@ def _node_id_for(walk: Walk, call: HookRecord) -> str | None:
         if tensor_id is not None:
             return tensor_id
     return walk.function_ids.get(id(call.node_fn))
-
-
-def _number_module_calls(events: list[Any]) -> None:
-    """Module hooks get no call index from torch: pair them with forward calls by node order."""
-    sequences: dict[tuple[str, bool], list[int]] = {}
-    for event in events:
-        if isinstance(event, HookCall) and event.forward_call is not None:
-            calls = sequences.setdefault((event.target, event.kind.endswith("pre")), [])
-            if event.forward_call not in calls:
-                calls.append(event.forward_call)
-    for index, event in enumerate(events):
-        if isinstance(event, HookCall) and event.forward_call is not None:
-            order = sorted(sequences[(event.target, event.kind.endswith("pre"))])
-            events[index] = dataclasses.replace(event, forward_call=order.index(event.forward_call) + 1)
 
 
 class _Namer:

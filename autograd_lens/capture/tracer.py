@@ -3,12 +3,12 @@
 For the length of the block, torch's single entry to the engine, ``torch.autograd._engine_run_backward`` (used by
 ``Tensor.backward``, ``torch.autograd.backward`` and ``torch.autograd.grad``), is wrapped; the original is put back
 when the block ends, whatever happens.  Each pass is observed by :mod:`.observe`, its values without hooks computed
-by :mod:`.unhooked`, and its model built by :mod:`.build` as soon as it ends, so the lens keeps nothing of the graph.
+by :mod:`.unhooked`, and what its model needs read by :mod:`.build` as soon as it ends, so the lens keeps nothing of
+the graph; the model itself is made from those plain records when the passes are first read (:mod:`.deferred`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import threading
 import warnings
@@ -20,10 +20,11 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from ..debug import DebugRecording
-from ..model import BackwardPass, GraphOptions, HookCall, Note, values_equal
+from ..model import GraphOptions, Note, values_equal
 from ..notes import note
-from .badges import with_ran_hooks
-from .build import build_pass, relabel
+from .build import read_pass, relabel
+from .deferred import DeferredPasses
+from .draft import PassDraft
 from .counting import HookCounter
 from .ending import touched
 from .entry import _check_options, _collector_paused, _untraceable  # noqa: F401  (api.py reads _check_options)
@@ -37,7 +38,7 @@ from .snapshot import hidden_from_user, snapshot
 from .unhooked import Unknown
 from .structure import structure
 from .walk import leaf_state, walk
-from .annotate import _groups, _module_hooks, _sources, moved_leaves
+from .annotate import _groups, _module_hooks, _sources
 from .ledger import Ledger
 from .nodes import budget_note
 from .selfcheck_run import _SELF_CHECK, _self_check  # noqa: F401  (tests read tracer._SELF_CHECK)
@@ -53,7 +54,7 @@ _INPLACE_AFTER_HOOK = "of BackwardHookFunction is a view and is being modified i
 _hidden_from_modes = hidden_from_user  # the lens's tensor ops never reach a user's dispatch mode or profile
 
 
-class Lens(LensViews):
+class Lens(LensViews, DeferredPasses):
     """Record every backward pass run inside a ``with`` block.
 
     >>> import torch, autograd_lens as al
@@ -97,7 +98,7 @@ class Lens(LensViews):
         self.store_limit = store_limit
         self.memory_budget = memory_budget
         self.options = GraphOptions(max_elements=max_elements, max_nodes=max_nodes)
-        self._passes: list[BackwardPass] = []
+        self._init_passes()  # passes (BackwardPass), made from drafts when first read: see deferred.py
         self._history: dict[int, Any] = {}  # per leaf, across passes (see unhooked.LeafHistory)
         self._edited_seeds: dict[int, tuple] = {}  # id(gradient= tensor) -> (weakref, value now, value without hooks)
         self._invocations = HookCounter()  # calls of each registered hook, over the passes
@@ -108,7 +109,6 @@ class Lens(LensViews):
         self._recording = False
         self._nested = 0
         self._warned = False
-        self.recording_notes: list[str] = []  # passes the lens could not record, and why
         self._notes: list[Note] = []  # classic mistakes seen outside any pass's record
         self._showwarning: Any = None
         self._hooks_before: set | None = None  # module hooks that existed when the block started
@@ -120,21 +120,6 @@ class Lens(LensViews):
         if not isinstance(why, bool):
             raise TypeError(f"why must be True or False, not {why!r}")
         self._debug = DebugRecording(why)  # why=True: forward ops recorded for .unreached, paths for paths_to
-
-    @property
-    def passes(self) -> list[BackwardPass]:
-        """One :class:`BackwardPass` per backward call recorded, in call order."""
-        return self._passes
-
-    @property
-    def notes(self) -> list[Note]:
-        """Classic mistakes noticed in this block, each with the course notebook about it."""
-        return [note for backward_pass in self._passes for note in backward_pass.mistakes] + self._notes
-
-    @property
-    def hook_calls(self) -> list[HookCall]:
-        """Every hook call of every pass, in firing order."""
-        return [call for backward_pass in self._passes for call in backward_pass.hook_calls]
 
     def __enter__(self) -> "Lens":
         if _ACTIVE:
@@ -179,7 +164,7 @@ class Lens(LensViews):
                 self.saw_error(exc)
             self._check_module_hooks(self._namespace(sys._getframe(1)))
         except Exception as problem:  # notes are advice: never a reason to fail
-            self.recording_notes.append(f"notes incomplete ({type(problem).__name__}: {problem})")
+            self._recording_notes.append(f"notes incomplete ({type(problem).__name__}: {problem})")
 
     # ------------------------------------------------------------------ notes needing live objects
     def _watch_warnings(self) -> None:
@@ -191,7 +176,7 @@ class Lens(LensViews):
                              line: Any = None) -> Any:
         try:
             if str(message).startswith(_NONLEAF_WARNING) and not any(n.code == "nonleaf_grad" for n in self._notes):
-                self._notes.append(note("nonleaf_grad", len(self._passes) - 1 if self._passes else None))
+                self._notes.append(note("nonleaf_grad", self._count() - 1 if self._count() else None))
         except Exception:
             pass
         return self._showwarning(message, category, filename, lineno, file, line)
@@ -206,7 +191,7 @@ class Lens(LensViews):
 
     def _check_module_hooks(self, namespace: dict) -> None:
         """Module backward hooks registered in this block on a named module that no pass went through."""
-        if not self._passes or self._hooks_before is None:
+        if not self._count() or self._hooks_before is None:
             return
         added = _module_hooks(namespace) - self._hooks_before
         if not added:  # (the usual case: no pass's calls are read, however many passes the Lens holds)
@@ -216,12 +201,12 @@ class Lens(LensViews):
             if name not in fired and not any(n.code == "old_model_hook" and name in n.message for n in self._notes):
                 self._notes.append(note("old_model_hook", target=name))
 
-    def _say(self, text: str) -> None:
+    def _say(self, text: str, stacklevel: int = 4) -> None:
         """A problem of the lens itself: a note, and at most one quiet warning per Lens."""
-        self.recording_notes.append(text)
+        self._recording_notes.append(text)
         if not self._warned:
             self._warned = True
-            warnings.warn(f"autograd_lens: {text}", RuntimeWarning, stacklevel=4)
+            warnings.warn(f"autograd_lens: {text}", RuntimeWarning, stacklevel=stacklevel)
 
     def _run(self, t_outputs: Any, args: tuple, kwargs: dict) -> Any:
         __tracebackhide__ = True  # noqa: F841
@@ -308,7 +293,7 @@ class Lens(LensViews):
         )
         observer.earlier_dicts = self._invocations.dicts  # hook dicts of tensors named in earlier passes (weak)
         if self.memory_budget is not None:  # the budget holds for the Lens: its earlier passes' values count
-            observer.bytes_held = observer.earlier_bytes = self._ledger.kept_bytes(self._passes)
+            observer.bytes_held = observer.earlier_bytes = self._earlier_bytes()
             if observer.bytes_held > self.memory_budget:
                 observer.over_budget = True
                 observer.note(budget_note(self.memory_budget, observer.earlier_bytes))
@@ -337,14 +322,14 @@ class Lens(LensViews):
                 observer.seeds = observer.seeds[:index] + (entry[2],) + observer.seeds[index + 1:]
                 observer.unhooked.activate(edited_in_place=True)
 
-    def _remember_seeds(self, observer: PassObserver, seeds: tuple) -> None:
+    def _remember_seeds(self, observer: PassObserver, seeds: tuple, index: int) -> None:
         for index, seed in enumerate(seeds):
             if not isinstance(seed, torch.Tensor):
                 continue
             now = snapshot(seed, self.store_limit)
             changed = not values_equal(now, observer.start_seeds[index])
             if changed and (observer.unhooked.active or id(seed) in self._edited_seeds):
-                reason = Unknown(f"the gradient passed to backward() changed in place during pass {len(self._passes) + 1}, "
+                reason = Unknown(f"the gradient passed to backward() changed in place during pass {index + 1}, "
                                  "while hooks changed gradients (a hook edited it, or a .grad that shares its memory "
                                  "was added to)")
                 self._edited_seeds[id(seed)] = (weakref.ref(seed), now, reason)
@@ -353,20 +338,24 @@ class Lens(LensViews):
                 self._edited_seeds[id(seed)] = (entry[0], now, entry[2])
 
     def _finish(self, observer: PassObserver, result: Any) -> None:
-        """Build the pass's model now, then let go of everything torch (graph, hooks, variables)."""
-        index = len(self._passes)
-        try:  # with the collector paused (see _run): the model is made, then the pass's records die
-            with _hidden_from_modes():
-                self._build(observer, index, result)
-        except Exception as problem:
-            self._say(f"could not record backward pass {index + 1} ({type(problem).__name__}: {problem})")
-        finally:
-            observer.release()
-            self._forget_dead_leaves()
+        """Read what the pass's model needs now, then let go of everything torch (graph, hooks, variables); the model
+        is made from what was read when the passes are first read (deferred.py)."""
+        with self._making:  # a model being made on another thread takes its place first
+            index = self._count()
+            try:  # with the collector paused (see _run): what is read is kept, then the pass's records die
+                with _hidden_from_modes():
+                    draft = self._build(observer, index, result)
+            except Exception as problem:
+                self._say(f"could not record backward pass {index + 1} ({type(problem).__name__}: {problem})")
+            else:
+                self._keep(draft)
+            finally:
+                observer.release()
+                self._forget_dead_leaves()
 
-    def _build(self, observer: PassObserver, index: int, result: Any) -> None:
+    def _build(self, observer: PassObserver, index: int, result: Any) -> PassDraft:
         observer.seal(result)
-        self._remember_seeds(observer, observer.seed_objects)
+        self._remember_seeds(observer, observer.seed_objects, index)
         names = observer.ensure_names()
         graph_walk = observer.walk
         if graph_walk is None:
@@ -375,11 +364,11 @@ class Lens(LensViews):
         grouped = _groups(graph_walk.graph, self.module_calls, names, self.modules)
         relabel(graph_walk, grouped.pop("relabel", {}))  # before the steps are made: they use the same names
         self._invocations.begin(observer.chains, observer.records, self._handles_before)
-        built = with_ran_hooks(build_pass(observer, graph_walk, index, self._history, self._invocations, result))
-        moved = moved_leaves(self._ledger.first_moving(self._passes), built)
-        self._passes.append(dataclasses.replace(built, **_sources(built.graph, self.cell_lines), **grouped, **moved,
-                                                debug=observer.debug,
-                                                kept_bytes=max(0, observer.bytes_held - observer.earlier_bytes)))
+        draft = read_pass(observer, graph_walk, index, self._history, self._invocations, result)
+        # the cell lines are read now: the CellLines of a %%lens cell changes as the cell goes on
+        draft.extra = {**_sources(draft.graph, self.cell_lines), **grouped, "debug": observer.debug,
+                       "kept_bytes": max(0, observer.bytes_held - observer.earlier_bytes)}
+        return draft
 
     def _forget_dead_leaves(self) -> None:
         if len(self._history) > 64:
