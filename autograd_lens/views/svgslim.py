@@ -18,6 +18,7 @@ _ANY_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _GEOMETRY = re.compile(r'( (?:d|points|x|y)=")([^"]*)(")')
 _NEGATIVE_ZERO = re.compile(r"(?<=\0)-0(?=\0)")
 _ROUNDED_BOX = re.compile(r'<path fill="([^"]+)" stroke="black" d="M([^"]+)"/>')
+_BOX_CHARACTERS = str.maketrans("", "", "0123456789.-, C\n")  # deleted: what the rounded boxes' paths hold
 # what Graphviz repeats on every edge and node, said once in the drawing's own style sheet (scoped to
 # its class: inlined in a page, the sheet reaches every SVG there); ids outrank it, so step CSS still wins
 # (black strokes are inherited from the drawing's group instead: a sheet would outrank a hook's colour)
@@ -25,48 +26,87 @@ _SHEET = ("<style>svg.al-g .edge>path{fill:none;stroke:#4b5563}svg.al-g .edge>po
           "svg.al-g text{stroke:none}svg.al-g polyline{fill:none}svg.al-g .edge>text{font-size:10px}</style>")
 _REPEATED = ((' fill="none" stroke="#4b5563"', ""), (' fill="#4b5563" stroke="#4b5563"', ""), (' stroke="black"', ""),
              ('<polyline fill="none"', "<polyline"), (' font-size="10.00"', ""))
-_CLOSED = re.compile(r' points="(\S+)((?: \S+)+) \1"')  # a polygon closes itself: no need to repeat its first point
 
 
 _ROUNDED: dict[str, str] = {}  # a drawing repeats its coordinates (ranks, columns): each is rounded once
+_ASCII_NUMBER = re.compile(r"(-?[0-9]+\.[0-9]+)")  # _NUMBER where every digit is ASCII (faster)
 
 
 def _rounded(svg: str) -> str:
     """Coordinates (``d``, ``points``, ``x``, ``y``) to a tenth of a point (Graphviz writes hundredths: nothing
-    visible is lost); each distinct number is rounded once, the rest is splitting and joining (no call per number)."""
+    visible is lost), and each polygon without the repeated first point at its end (it closes itself).  Each
+    distinct number is rounded once: one with a single decimal stays as it is, one whose second (last) decimal is
+    below 5 is cut, the others are read and written as floats (no call per number: splitting, joining, lookups)."""
     parts = _GEOMETRY.split(svg)  # text, ' d="', value, '"', text, ..., text
     if len(parts) == 1:
         return svg
-    pieces = _NUMBER.split("\0".join(parts[2::4]))  # every other piece a number (no value holds a NUL)
+    values = "\0".join(parts[2::4])  # no value holds a NUL
+    plain = values.isascii()
+    pieces = (_ASCII_NUMBER if plain else _NUMBER).split(values)  # every other piece a number
     numbers = pieces[1::2]
     if len(_ROUNDED) > 200_000:
         _ROUNDED.clear()
-    new = list(set(numbers).difference(_ROUNDED))
-    if new:
-        texts = "\0" + "\0".join(map("{:.1f}".format, map(float, new))) + "\0"
-        _ROUNDED.update(zip(new, _NEGATIVE_ZERO.sub("0", texts.replace(".0\0", "\0")).split("\0")[1:-1]))
+    same, cut, read = [], [], []
+    for number in set(numbers).difference(_ROUNDED):
+        if len(number) > 15 or not plain:  # past what a float holds exactly, or digits of another script: read
+            read.append(number)
+        elif number[-2] == ".":
+            (read if number[-1] == "0" else same).append(number)  # "x.0" (Graphviz writes none) becomes "x"
+        elif number[-3] == "." and number[-1] < "5":
+            cut.append(number)  # what "{:.1f}" makes of it, with 2 decimals and 5 below the rounding boundary
+        else:
+            read.append(number)
+    _ROUNDED.update(zip(same, same))
+    if read or cut:
+        texts = "\0" + "\0".join([*map("{:.1f}".format, map(float, read)), *(number[:-1] for number in cut)]) + "\0"
+        _ROUNDED.update(zip(read + cut, _NEGATIVE_ZERO.sub("0", texts.replace(".0\0", "\0")).split("\0")[1:-1]))
     pieces[1::2] = map(_ROUNDED.__getitem__, numbers)
     parts[2::4] = "".join(pieces).split("\0")
+    for index in range(1, len(parts), 4):  # ' points="A B ... A"' -> ' points="A B ..."' (space-separated, 3 or more)
+        if parts[index] == ' points="':
+            points = parts[index + 1]
+            listed = points.split()
+            if len(listed) > 2 and listed[0] == listed[-1] and listed == points.split(" "):
+                parts[index + 1] = points[:-len(listed[-1]) - 1]
     return "".join(parts)
 
 
 def _boxes(svg: str) -> str:
     """Every rounded box (Graphviz draws it as 8 Bézier corners and sides) as the same box in a short path.  The
-    boxes share their coordinates (columns, ranks): each distinct number is read once, and each box's list of
-    numbers, in its order, is looked up (a loop in C) instead of read again."""
-    floats: dict[str, float] = {}
-
-    def box(match: re.Match) -> str:
-        texts = _ANY_NUMBER.findall(match.group(2))
+    numbers of all the boxes are cut apart at once, with ``str`` methods (where each is a plain number, as Graphviz
+    writes them; else found by a pattern), and each distinct one is read once."""
+    parts = _ROUNDED_BOX.split(svg)  # text, fill, path after its "M", text, ...
+    if len(parts) == 1:
+        return svg
+    fills, paths = parts[1::3], parts[2::3]
+    rows, floats = _box_numbers(paths)
+    for index, (fill, path, texts) in enumerate(zip(fills, paths, rows)):
         if len(texts) < 31:  # fewer than 16 points
-            return match.group(0)
-        new = set(texts).difference(floats)
-        if new:
-            floats.update(zip(new, map(float, new)))
+            parts[3 * index + 1] = f'<path fill="{fill}" stroke="black" d="M{path}"/>'
+            continue
         numbers = list(map(floats.__getitem__, texts))
-        return _short_box(match.group(1), numbers[0::2], numbers[1::2])
+        parts[3 * index + 1] = _short_box(fill, numbers[0::2], numbers[1::2])
+    parts[2::3] = [""] * len(paths)
+    return "".join(parts)
 
-    return _ROUNDED_BOX.sub(box, svg)
+
+def _box_numbers(paths: list[str]) -> tuple[list[list[str]], dict[str, float]]:
+    """The numbers of each path, as ``_ANY_NUMBER.findall`` gives them, and each distinct one read.  Where the paths
+    hold only digits, points, minus signs and the separators Graphviz writes (", ", "C"), they are cut apart with
+    ``str`` methods, and each run checked to be one number."""
+    joined = "\n".join(paths)
+    if joined.isascii() and joined.count("\n") == len(paths) - 1 and not joined.translate(_BOX_CHARACTERS):
+        rows = [row.split() for row in joined.replace("C", " ").replace(",", " ").split("\n")]
+        distinct = set().union(*rows)
+        listed = "\n" + "\n".join(distinct) + "\n"
+        if "\n." not in listed and "-." not in listed and ".\n" not in listed:  # no ".5", "-.5", "5." (float reads them)
+            try:
+                return rows, dict(zip(distinct, map(float, distinct)))
+            except ValueError:  # "1-2", "1.2.3", "-": not one number each
+                pass
+    rows = [_ANY_NUMBER.findall(path) for path in paths]
+    distinct = set().union(*rows)
+    return rows, dict(zip(distinct, map(float, distinct)))
 
 
 def _short_box(fill: str, xs: list[float], ys: list[float]) -> str:
@@ -88,10 +128,6 @@ def _text(match: re.Match) -> str:
     return f"<text{attributes}>{content}</text>"
 
 
-def _closed(match: re.Match) -> str:
-    return f' points="{match.group(1)}{match.group(2)}"'
-
-
 def slim_svg(svg: str) -> str:
     """Graphviz's SVG without what repeats or shows nothing: comments, the ``<title>`` of every node and
     edge (their ids, "n3->n4"), ``&#45;`` for a minus sign, and the font, size and anchor named on every
@@ -103,7 +139,7 @@ def slim_svg(svg: str) -> str:
     svg = _rounded(svg)
     for repeated, short in _REPEATED:
         svg = svg.replace(repeated, short)
-    svg = _CLOSED.sub(_closed, svg).replace(">\n<", "><")
+    svg = svg.replace(">\n<", "><")
     defaults = ' text-anchor="middle" font-size="11"'
     svg = svg.replace(_FONT, "").replace(' font-family="Helvetica"', "")  # the drawing says it once, as a list
     svg = svg.replace("<svg ", '<svg class="al-g"' + _FONT + defaults + " ", 1)
