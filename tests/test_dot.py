@@ -287,3 +287,62 @@ def test_escaping_matches_the_character_by_character_reference():
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
         assert record_text(text) == _record_text_reference(text), repr(text)
         assert str(plain_text(text)) == _plain_text_reference(text), repr(text)
+
+
+# ----------------------------------------------------------------------------- the usual lines written at once (#22)
+
+def _written_both_ways(monkeypatch, make) -> tuple[str, str]:
+    """``make()``'s DOT with the usual boxes and arrows written at once, and through the writer's general path."""
+    from autograd_lens.views import dot as dot_module
+
+    fast = make()
+    with monkeypatch.context() as patch:
+        patch.setattr(dot_module, "_Writer", type(None))  # never the writer's own type: the general path each time
+        return fast, make()
+
+
+def _dots_of_every_kind():
+    """Graphs as graph(), the navigator and the stepper draw them: folded blocks and module outlines, hooks, grads
+    on arrows and in boxes, debugging marks, saved tensors, both directions, across and down the page."""
+    from autograd_lens.views.fold import expanded, fold_states
+    from autograd_lens.views.passview import PassView
+
+    graphs = [case() for case in CASES.values()] + [deep_chain(20)]
+    makes = [lambda graph=graph, direction=direction: to_dot(graph, direction=direction)
+             for graph in graphs for direction in ("forward", "backward")]
+    torch.manual_seed(0)
+    blocks = nn.Sequential(*[nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 3), nn.Tanh()) for _ in range(8)])
+    folded = al.graph(blocks(torch.randn(2, 3)).sum(), names={"model": blocks})
+    makes += [lambda state=state: expanded(folded, state).to_dot() for state, _ in fold_states(folded)[:3]]
+    model = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 1))
+    model[0].weight.register_hook(lambda grad: grad * 2)
+    with al.Lens(names={"model": model}) as lens:
+        loss = model(torch.randn(2, 3)).sum()
+        loss.backward()
+        (model(torch.tensor([[float("inf"), 0.0, 1.0]])).sum() * 0).backward()  # a NaN: the debugging marks
+    makes += [lambda backward_pass=backward_pass: PassView(backward_pass).dot for backward_pass in lens.passes]
+    return makes
+
+
+def test_the_usual_lines_are_what_the_writer_writes(monkeypatch):
+    for make in _dots_of_every_kind():
+        fast, general = _written_both_ways(monkeypatch, make)
+        assert fast == general
+
+
+def test_a_large_drawings_boxes_and_arrows_are_written_without_the_writers_attribute_calls(monkeypatch):
+    """mlp-50 of the first-picture benchmark, shrunk: its boxes and arrows are each written as one line, so the
+    writer's per-box attribute sorting and quoting runs only for the graph's own attributes and the outlines."""
+    from autograd_lens.views import dot as dot_module
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[m for _ in range(40) for m in (nn.Linear(3, 3), nn.Tanh())])
+    graph = al.graph(model(torch.randn(2, 3)).sum(), names={"model": model})
+    calls = []
+    original = dot_module._Digraph._attributes
+    monkeypatch.setattr(dot_module._Digraph, "_attributes", staticmethod(lambda *a: calls.append(1) or original(*a)))
+    dot = graph.to_dot()
+    outlines = dot.count("subgraph cluster_")
+    assert len(graph.nodes) > 200 and outlines > 40
+    assert len(calls) == 3  # rankdir and the rest, node and edge defaults (the outlines' own writer is kept aside)
+    assert dot.count(" -> ") == len(graph.edges) and dot.count(" [label=") >= len(graph.nodes)

@@ -9,7 +9,6 @@ or a hook called ``<lambda>`` cannot break the drawing.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -17,6 +16,8 @@ import graphviz
 
 from ..format import format_block, format_shape
 from ..model import Graph, ModuleGroup, Node
+from .dotwriter import _Digraph, _cluster_attributes, _NoHtml, _quote, _quote_short, _quote_text  # noqa: F401
+from .dotwriter import _Digraph as _Writer  # the writer (tests put the library's Digraph in _Digraph's place)
 
 COLORS = {
     "leaf": "#dbeafe",
@@ -54,7 +55,7 @@ def record_text(text: str) -> str:
 
 def plain_text(text: str) -> graphviz.nohtml:
     """Escape text for an ordinary (non-record) label: one line per ``\\n``."""
-    return graphviz.nohtml(text.translate(_PLAIN_TABLE))
+    return _NoHtml(text.translate(_PLAIN_TABLE))  # graphviz.nohtml(...), without the call
 
 
 def tensor_fields(node: Node, grad_text: str | None = None) -> list[str]:
@@ -127,11 +128,21 @@ def to_dot(
     dot.attr("node", fontname=FONT, fontsize="11")
     dot.attr("edge", fontname=FONT, fontsize="10", color="#4b5563")
     for node in graph.nodes:
-        _add_node(dot, node, grad_texts.get(node.id), across, outlines.get(node.id),
-                  marks.nodes.get(node.id) if marks else None)
+        outline, mark = outlines.get(node.id), marks.nodes.get(node.id) if marks else None
+        line = _usual_node(node, grad_texts.get(node.id), across) if outline is None and mark is None and not node.hooks \
+            and type(dot) is _Writer else None
+        if line is None:
+            _add_node(dot, node, grad_texts.get(node.id), across, outline, mark)
+        else:
+            dot.body.append(line)
+    usual = type(dot) is _Writer and direction != "backward" and not marks  # the usual lines written at once
     for edge in graph.edges:
-        attributes = {"id": edge.id}
         label = edge_labels.get(edge.id, edge.label if edge.kind != "saved" else "")
+        if usual and edge.kind not in ("saved", "hidden"):  # what dot.edge writes for these attributes
+            named = f"label={_quote_text(label.translate(_PLAIN_TABLE))} " if label else ""
+            dot.body.append(f"\t{_quote_short(edge.src)} -> {_quote_short(edge.dst)} [{named}id={_quote_short(edge.id)}]\n")
+            continue
+        attributes = {"id": edge.id}
         if label:
             attributes["label"] = plain_text(label)
         if edge.kind in ("saved", "hidden"):
@@ -190,106 +201,6 @@ def _add_groups(dot: _Digraph, groups: Sequence[ModuleGroup], labels: Mapping[st
 ACROSS_MAX_DEPTH = 16
 
 
-_ID = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*|-?(\.[0-9]+|[0-9]+(\.[0-9]*)?))$")
-_HTML = re.compile(r"<.*>$", re.DOTALL)
-_UNESCAPED_QUOTE = re.compile(r'(?P<pairs>(?:\\{2})*)\\?(?P<quote>")')
-_KEYWORDS = {"node", "edge", "graph", "digraph", "subgraph", "strict"}
-_NoHtml = type(graphviz.nohtml(""))
-
-
-def _quote(text: str) -> str:
-    """``graphviz.quoting.quote``, the same bytes for every input, without its per-call argument checks
-    (they were most of the time of a large drawing's DOT)."""
-    if text[:1] == "<" and (text[-1:] == ">" or text[-2:] == ">\n") and not isinstance(text, _NoHtml) \
-            and _HTML.match(text):
-        return text
-    if not _ID.match(text) or text.lower() in _KEYWORDS:
-        return '"' + (_UNESCAPED_QUOTE.sub(r"\g<pairs>\\\g<quote>", text) if '"' in text else text) + '"'
-    return text
-
-
-_QUOTED: dict[str, str] = {}  # attribute names and short values repeat on every node: quoted once
-_PAIRS: dict[tuple[str, str], str] = {}
-
-
-def _quote_short(text: str) -> str:
-    if len(text) > 40 or isinstance(text, _NoHtml):
-        return _quote(text)
-    quoted = _QUOTED.get(text)
-    if quoted is None:
-        if len(_QUOTED) > 100_000:
-            _QUOTED.clear()
-        quoted = _QUOTED[text] = _quote(text)
-    return quoted
-
-
-class _Digraph:
-    """The part of ``graphviz.Digraph`` that ``to_dot`` uses, writing the same DOT text (``label`` first,
-    then the other attributes sorted, as the library does).  Subgraphs (the legend) are left to the library."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.body: list[str] = []
-
-    @staticmethod
-    def _attributes(label: str | None, attributes: dict) -> str:
-        parts = [f"label={_quote(label)}"] if label is not None else []
-        for key in sorted(attributes):
-            value = attributes[key]
-            if value is None:
-                continue
-            # ``key=value`` repeats on every node (shape=box, id=n12 …): written once.  Only plain ``str``
-            # values share the cache: a ``nohtml`` value is quoted differently from the same text as ``str``.
-            plain = type(value) is str and len(value) <= 40
-            pair = _PAIRS.get((key, value)) if plain else None
-            if pair is None:
-                pair = f"{_quote_short(key)}={_quote_short(value)}"
-                if plain:
-                    if len(_PAIRS) > 100_000:
-                        _PAIRS.clear()
-                    _PAIRS[(key, value)] = pair
-            parts.append(pair)
-        return " ".join(parts)
-
-    def attr(self, kw: str | None = None, **attributes: str) -> None:
-        listed = self._attributes(None, attributes)
-        self.body.append(f"\t{listed}\n" if kw is None else f"\t{kw} [{listed}]\n")
-
-    def node(self, name: str, label: str | None = None, **attributes: str) -> None:
-        listed = self._attributes(label, attributes)
-        self.body.append(f"\t{_quote_short(name)} [{listed}]\n" if listed else f"\t{_quote_short(name)}\n")
-
-    def edge(self, tail: str, head: str, label: str | None = None, **attributes: str) -> None:
-        listed = self._attributes(label, attributes)
-        self.body.append(f"\t{_quote_short(tail)} -> {_quote_short(head)}{f' [{listed}]' if listed else ''}\n")
-
-    def subgraph(self, name: str):
-        return _LibrarySubgraph(self, name)
-
-    @property
-    def source(self) -> str:
-        return f"digraph {_quote(self.name)} {{\n" + "".join(self.body) + "}\n"
-
-
-_cluster_attributes = _Digraph._attributes  # also used when the library writes the rest (tests compare both)
-
-
-class _LibrarySubgraph:
-    """``with dot.subgraph(name=...) as sub:`` drawn by the graphviz library, its lines added to ``dot``."""
-
-    def __init__(self, parent: _Digraph, name: str) -> None:
-        self.parent, self.library = parent, graphviz.Digraph(name="autograd")
-        self.context = self.library.subgraph(name=name)
-
-    def __enter__(self):
-        return self.context.__enter__()
-
-    def __exit__(self, *exc):
-        result = self.context.__exit__(*exc)
-        self.parent.body.extend(self.library.body)
-        return result
-
-
 def orientation(graph: Graph) -> str:
     """"across" or "down", from the graph's depth (longest chain of arrows) and width (most nodes at one depth)."""
     # depth counted back from the outputs, as Graphviz ranks them: a parameter sits next to its layer
@@ -310,6 +221,22 @@ def orientation(graph: Graph) -> str:
     levels = max(depth.values(), default=0) + 1
     width = max(Counter(depth.values()).values(), default=1)
     return "down" if levels > ACROSS_MAX_DEPTH and levels > 3 * width else "across"
+
+
+def _usual_node(node: Node, grad_text: str | None, across: bool) -> str | None:
+    """The line ``_add_node`` writes for a tensor or a backward function with no outline, hook or mark, written at
+    once (the attributes in the order ``_Digraph`` sorts them); None for any other box."""
+    name = _quote_short(node.id)
+    if node.is_tensor:
+        label = "|".join(record_text(f) for f in tensor_fields(node, grad_text))
+        return (f"\t{name} [label={_quote_text(label if across else '{' + label + '}')} fillcolor="
+                f"{_quote_short(COLORS[node.kind])} id={name}{' penwidth=1.5' if node.kind == 'output' else ''} "
+                "shape=record style=filled]\n")
+    if node.kind == "function":
+        label = "\n".join(function_lines(node)).translate(_PLAIN_TABLE)
+        return (f"\t{name} [label={_quote_text(label)} fillcolor={_quote_short(COLORS['function'])} id={name} shape=box "
+                'style="rounded,filled"]\n')
+    return None
 
 
 def _add_node(dot: _Digraph, node: Node, grad_text: str | None, across: bool = True, size=None, mark=None) -> None:
