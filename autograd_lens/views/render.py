@@ -19,7 +19,10 @@ import re
 import shutil
 import subprocess
 import threading
+import time
 from pathlib import Path
+
+from .wasmcache import WASM_STACK, _compiled_module, _engine  # noqa: F401 (WASM_STACK: read from here too)
 
 INSTALL_HELP = """\
 Graphviz is needed to draw the graph, and no renderer could run here.
@@ -93,16 +96,8 @@ def choose_renderer(renderer: str | None = None, format: str = "svg") -> str:
 
 def render_dot(source: str, format: str = "svg", renderer: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> bytes:
     """Lay out DOT text; SVG comes back cleaned (no XML prolog, no version comment)."""
-    chosen = choose_renderer(renderer, format)
-    if chosen == "wasm":
-        try:
-            output = _render_wasm(source, timeout)
-        except (_WasmBusy, _WasmBroken) as problem:
-            # the in-process renderer is still busy with an earlier layout, or failed twice on this one:
-            # the `dot` binary (a separate process, killed at its time limit) when there is one
-            if renderer == "wasm" or not dot_available():
-                raise problem.public() from None
-            output = _render_binary(source, format, timeout)
+    if choose_renderer(renderer, format) == "wasm":
+        output = _wasm_output(source, renderer, timeout, lambda: _start_wasm(source))
     else:
         output = _render_binary(source, format, timeout)
     if format == "svg":
@@ -110,35 +105,58 @@ def render_dot(source: str, format: str = "svg", renderer: str | None = None, ti
     return output
 
 
+def _wasm_output(source: str, renderer: str | None, timeout: float, laid) -> bytes:
+    """The in-process layout's output (``laid()``: the function that waits for it, from ``_start_wasm``); when that
+    renderer is still busy with an earlier layout, or failed twice on this one, the `dot` binary (a separate
+    process, killed at its time limit) if there is one and ``renderer`` allows it."""
+    try:
+        return laid()(timeout)
+    except (_WasmBusy, _WasmBroken) as problem:
+        if renderer == "wasm" or not dot_available():
+            raise problem.public() from None
+        return _render_binary(source, "svg", timeout)
+
+
 def render_svg(source: str, renderer: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> str:
     return render_dot(source, "svg", renderer, timeout).decode("utf-8")
 
 
 def start_svg(source: str, renderer: str | None = None, timeout: float = DEFAULT_TIMEOUT):
-    """Start :func:`render_svg` on another thread and return the function that waits for its SVG (and raises
-    what it raised).  Graphviz lays out outside the GIL (WebAssembly through ctypes, or the ``dot`` process),
-    so the caller's own Python work meanwhile costs no time.  The in-process renderer's modules are imported
-    first, on the caller's thread: two threads both running Python (importing, say) would only take turns, and
-    slowly; its compiled module is loaded and instantiated on the other thread (calls into wasmtime, outside
-    the GIL)."""
+    """Start :func:`render_svg` and return the function that waits for its SVG (and raises what it raised).
+    Graphviz lays out outside the GIL (WebAssembly through ctypes, or the ``dot`` process), so the caller's own
+    Python work meanwhile costs no time.  The in-process renderer's modules are imported first, on the caller's
+    thread (two threads both running Python would only take turns, and slowly), and its layout gets one thread, its
+    own (no thread between: each hand-over waits for a core on a busy machine); any other case runs
+    :func:`render_svg` on a thread."""
+    laid = None
     try:
         if choose_renderer(renderer, "svg") == "wasm":
             _import_wasm_backend()
-    except Exception:  # render_svg, on the other thread, meets the same problem and says what it is
+            laid = _start_wasm(source)
+    except Exception:  # no renderer, or one still busy: render_svg, on the thread below, says what it is
         pass
     result: dict[str, object] = {}
+    if laid is None:
+        def run() -> None:
+            try:
+                result["svg"] = render_svg(source, renderer, timeout)
+            except BaseException as error:
+                result["error"] = error
 
-    def run() -> None:
-        try:
-            result["svg"] = render_svg(source, renderer, timeout)
-        except BaseException as error:
-            result["error"] = error
-
-    worker = threading.Thread(target=run, name="autograd-lens-render", daemon=True)
-    worker.start()
+        worker = threading.Thread(target=run, name="autograd-lens-render", daemon=True)
+        worker.start()
+    ready = threading.Lock()
 
     def wait() -> str:
-        worker.join()  # render_svg keeps to its time limit
+        if laid is None:
+            worker.join()  # render_svg keeps to its time limit
+        else:
+            with ready:  # once, for whoever asks first (the display and start_svgs' thread both may)
+                if not result:
+                    try:
+                        result["svg"] = clean_svg(_wasm_output(source, renderer, timeout, lambda: laid).decode("utf-8"))
+                    except Exception as error:  # (an interrupt while waiting is not the layout's answer: not kept)
+                        result["error"] = error
         if "error" in result:
             raise result["error"]  # type: ignore[misc]
         return result["svg"]  # type: ignore[return-value]
@@ -213,9 +231,10 @@ class _WasmBroken(Exception):
                                         + INSTALL_HELP)
 
 
-def _render_wasm(source: str, timeout: float) -> bytes:
-    """Lay out in-process.  One layout at a time; a layout that overruns its time limit keeps the
-    renderer until it ends, and meanwhile later drawings do not wait for it (``_WasmBusy``)."""
+def _start_wasm(source: str):
+    """Start an in-process layout on its own thread; the function returned waits for it at most ``timeout`` s from
+    the start.  One layout at a time; a layout that overruns its time limit keeps the renderer until it ends, and
+    meanwhile later drawings do not wait for it (``_WasmBusy``)."""
     if not _wasm_lock.acquire(timeout=0):
         raise _WasmBusy()
     result: dict[str, object] = {}
@@ -237,82 +256,23 @@ def _render_wasm(source: str, timeout: float) -> bytes:
             _wasm_lock.release()
 
     worker = threading.Thread(target=run, name="autograd-lens-layout", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        raise RenderTimeoutError(
-            f"Graphviz layout took longer than {timeout:.0f} s. Draw fewer nodes "
-            "(max_nodes=...), or pass a larger timeout."
-        )
-    if "error" in result:
-        raise result["error"]  # type: ignore[misc]
-    return result["svg"]  # type: ignore[return-value]
-
-
-def _cache_dir() -> str:
-    base = os.environ.get("AUTOGRAD_LENS_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "autograd_lens")
-    return base
-
-
-def _compiled_module(engine, wasm_path):
-    """Graphviz's wasm module, compiled once per machine: the machine code is cached on disk, keyed by
-    wasmtime's library and the wasm file (size and time of each) and the stack size, so a new kernel loads it in
-    milliseconds instead of compiling for about a second.  An unwritable or broken cache (or one another
-    wasmtime wrote: it refuses to load it) only costs the compile."""
-    import hashlib
-
-    import wasmtime
-
-    stat = os.stat(wasm_path)
-    key = hashlib.sha256(f"{_wasmtime_stamp()}|{stat.st_size}|{stat.st_mtime_ns}|{WASM_STACK}"
-                         .encode()).hexdigest()[:20]
-    path = os.path.join(_cache_dir(), f"graphviz-{key}.cwasm")
-    if os.path.isfile(path):
-        try:
-            return wasmtime.Module.deserialize_file(engine, path)
-        except Exception:  # written by another wasmtime, truncated, ...: compile again and replace it
-            pass
-    module = wasmtime.Module.from_file(engine, str(wasm_path))
     try:
-        os.makedirs(_cache_dir(), exist_ok=True)
-        temporary = f"{path}.{os.getpid()}.tmp"
-        with open(temporary, "wb") as handle:
-            handle.write(module.serialize())
-        os.replace(temporary, path)  # atomic: a concurrent kernel never reads half a file
-    except OSError:
-        pass
-    return module
+        worker.start()
+    except BaseException:
+        _wasm_lock.release()
+        raise
+    started = time.monotonic()
 
+    def wait(timeout: float) -> bytes:
+        worker.join(max(0.0, started + timeout - time.monotonic()))
+        if worker.is_alive():
+            raise RenderTimeoutError(f"Graphviz layout took longer than {timeout:.0f} s. Draw fewer nodes "
+                                     "(max_nodes=...), or pass a larger timeout.")
+        if "error" in result:
+            raise result["error"]  # type: ignore[misc]
+        return result["svg"]  # type: ignore[return-value]
 
-def _wasmtime_stamp() -> str:
-    """What identifies the installed wasmtime: its library's size and time (a stat; its version from the
-    package metadata costs a few milliseconds of Python in a new kernel, on the first picture's path)."""
-    try:
-        from wasmtime import _ffi
-
-        library = os.stat(_ffi.filename)
-        return f"{library.st_size}|{library.st_mtime_ns}"
-    except Exception:  # another layout of the package
-        from importlib.metadata import version
-
-        return version("wasmtime")
-
-
-# Graphviz's layout recurses deeply on large drawings: with wasmtime's default 512 KiB of wasm stack it traps
-# past about 3,300 nodes; with 1.9 MiB (the most wasmtime allows without async stacks) 10,000 nodes lay out.
-WASM_STACK = 1900 * 1024
-
-
-def _engine():
-    import wasmtime
-
-    try:
-        config = wasmtime.Config()
-        config.max_wasm_stack = WASM_STACK
-        return wasmtime.Engine(config)
-    except Exception:  # an older wasmtime: its defaults (smaller drawings only)
-        return wasmtime.Engine()
+    return wait
 
 
 def _import_wasm_backend() -> None:
