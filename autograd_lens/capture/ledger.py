@@ -9,13 +9,40 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from .annotate import leaves_may_move
+
+_sequence_nr = torch._C._autograd._get_sequence_nr  # the number the next backward function made on this thread gets
+
+
+def made_by(ranges: list, fn: Any) -> str | None:
+    """Why what ``fn`` sends without hooks is not known, when a pass of ``Ledger.made_by_hooked`` made it."""
+    try:
+        number = fn._sequence_nr()
+    except Exception:
+        return None
+    made = next((made for first, end, made in ranges if first <= number < end), None)
+    return None if made is None else (f"{fn.name()} was made by pass {made} (create_graph=True) while hooks changed "
+                                      "gradients: it computes with what they made, and without them it would differ")
 
 
 class Ledger:
     def __init__(self) -> None:
         self._moving: tuple = (0, None, None)  # passes read, the last one, (index, pass, flags) of the first found
         self._bytes: tuple = (0, None, 0)  # passes read, the last one, the bytes their kept values hold
+        # (first, end, pass number): sequence numbers of the backward functions a pass made (create_graph=True) while
+        # its hooks changed gradients; a later pass through them computes with what the hooks made
+        self.made_by_hooked: list[tuple[int, int, int]] = []
+
+    def note_made(self, observer: Any, first: int, number: int) -> None:
+        """After pass ``number``: the functions it made, numbered from ``first`` on, when hooks changed gradients."""
+        try:
+            made = _sequence_nr()
+            if made > first and observer.unhooked.active:
+                self.made_by_hooked.append((first, made, number))
+        except Exception:  # never into the user's backward(): the later passes then say nothing of it
+            pass
 
     def first_moving(self, passes: list) -> tuple | None:
         """The first pass whose hooks changed gradients (or may have, or stopped it), with leaves_may_move's flags."""

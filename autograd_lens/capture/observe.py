@@ -40,6 +40,7 @@ from ..compat import other_profiler
 from .calls import HookCalls
 from .ending import PassEnd
 from ..model import Value
+from .ledger import made_by
 from .hooks import TORCH_DIR, Wrapper, code_of, may_edit_in_place, multi_grad_user_fn, runs_python
 from .late import LATE_CODE
 from .late import restore as restore_late_hooks
@@ -60,6 +61,7 @@ COMPILED = ("a torch.compile'd backward: hooks registered inside the compiled fo
 
 
 class PassObserver(HookCalls, NodeRecorder, PassEnd):
+    made_by_hooked: list = []  # Ledger.made_by_hooked of the Lens, set before start()
     """Records one engine run.  ``start()`` before it, ``stop()`` after it (always)."""
 
     # the lens's own hooks, which the profile function must not take for the user's
@@ -149,9 +151,12 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         observe = self._on_node
         self.handles = [fn.register_hook(observe) for fn in self.shape.nodes]
         self._read_node_hooks(observe)
+        made = self.made_by_hooked
         for fn in self.shape.nodes:  # torch.compile traces hooks registered in its forward into its backward
             if type(fn).__name__ == "CompiledFunctionBackward":
                 self.unhooked.unknown_from(fn, COMPILED)
+            elif made and (why := made_by(made, fn)) is not None:
+                self.unhooked.unknown_from(fn, why)
         for fn in self.shape.leaves.values():
             variable = fn.variable
             self.leaf_ids.add(id(variable))

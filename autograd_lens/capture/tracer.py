@@ -39,7 +39,7 @@ from .unhooked import Unknown
 from .structure import structure
 from .walk import leaf_state, walk
 from .annotate import _groups, _module_hooks, _sources
-from .ledger import Ledger
+from .ledger import Ledger, _sequence_nr
 from .nodes import budget_note
 from .selfcheck_run import _SELF_CHECK, _self_check  # noqa: F401  (tests read tracer._SELF_CHECK)
 from .shared import own_seeds
@@ -246,6 +246,7 @@ class Lens(LensViews, DeferredPasses):
             try:
                 # which leaves' .grad code wrote since their last pass (before this pass writes any)
                 observer.touched = {key: touched(entry) for key, entry in self._history.items()}
+                observer.made_by_hooked = self._ledger.made_by_hooked
                 observer.start()
             finally:
                 _resume_collector(collecting)
@@ -258,6 +259,7 @@ class Lens(LensViews, DeferredPasses):
             return original(t_outputs, *args, **kwargs)
         self._recording = True
         self._handles_before = RemovableHandle.next_id  # registrations older than the pass were there when it ran
+        first_made = _sequence_nr()
         result: Any = None
         try:
             result = original(t_outputs, *args, **kwargs)
@@ -271,6 +273,7 @@ class Lens(LensViews, DeferredPasses):
         finally:
             observer.stop()
             self._recording = False
+            self._ledger.note_made(observer, first_made, self._count() + 1)
             collecting = _pause_collector()
             try:
                 self._finish(observer, result)
