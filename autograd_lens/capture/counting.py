@@ -85,6 +85,9 @@ class HookCounter:
                     key = key[:3] + (id(function), ("key", handle_key))
                 else:
                     unnamed = (key[2], call.code)
+                    ambiguous = self._changed_number(call, unnamed)
+                    if ambiguous:  # which of the hooks counted before this is, is not known: a registration apart
+                        key = key[:4] + (("not known", key[4]),)
             elif key not in self.counts:
                 ambiguous = self._adopt(call, key)
         entry = self.counts.get(key)
@@ -121,6 +124,18 @@ class HookCounter:
         if len(same) != self._unnamed.get(place, 0) or turn >= len(same):
             return None
         return same[turn]
+
+    def _changed_number(self, call: HookRecord, place: tuple) -> tuple[int, ...]:
+        """A call from a tensor with no name (and no hook dict read), at a place where an earlier pass counted
+        another number of calls of this code: hooks of this code were removed or added there since (one function
+        registered twice, one handle removed), and the n-th call now need not be the n-th then. The registrations
+        counted there before (its calls' numbers are not known), or () when the number is the same."""
+        first = self._first_unnamed.get(place)
+        if first is None or first["pass"] == self._passes:
+            return ()
+        if self._unnamed.get((id(call.node_fn), call.output_nr, call.code), 0) == first["calls"]:
+            return ()
+        return tuple(sorted(first["registrations"]))
 
     def _note_unnamed(self, place: tuple, key: tuple, call: HookRecord, registration: int) -> None:
         """A call counted from a tensor with no name (and no hook dict read before): where a later pass reads that
