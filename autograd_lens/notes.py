@@ -38,7 +38,7 @@ MESSAGES = {
         "A hook returned {what}: a hook must return None (nothing changed) or a tensor of the same shape and dtype "
         "as the gradient it received.", MODIFIED),
     "inplace_hook_edit": (
-        "The hook {hook} on {target} edited its gradient in place instead of returning a new one. That works, but the "
+        "The hook {hook} on {target} edited its gradient in place{how}. That works, but the "
         "same tensor object can also be what a sibling branch receives (AddBackward sends one tensor to both "
         "inputs): return g * 2 rather than calling g.mul_(2).", MODIFIED),
     "full_hook_then_inplace": (
@@ -83,7 +83,8 @@ def pass_notes(backward_pass: BackwardPass, refilled: tuple[str, ...] = ()) -> t
                 said.add(("legacy", event.target))
                 found.append(note("legacy_hook", index, event.step, target=event.target))
             if event.edited_in_place and event.kind in ("tensor", "node_pre"):
-                found.append(note("inplace_hook_edit", index, event.step, hook=event.hook, target=event.target))
+                how = " instead of returning a new one" if event.returned_none else ", then returned another tensor"
+                found.append(note("inplace_hook_edit", index, event.step, hook=event.hook, target=event.target, how=how))
             if event.kind == "tensor" and event.node and ("uses", event.target) not in said:
                 edges = [edge for edge in graph.edges_from(event.node) if edge.kind == "data"]
                 if len(edges) > 1:

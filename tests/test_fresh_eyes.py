@@ -432,3 +432,25 @@ def test_counts_of_hooks_of_one_code_on_a_tensor_with_no_name(case):
         assert call.invocation == number, [(c.pass_index, c.invocation, c.registration) for c in shown]
         assert by_registration.setdefault(call.registration, hook_id) == hook_id, \
             [(c.pass_index, c.invocation, c.registration) for c in shown]
+
+
+@pytest.mark.parametrize("returns", [False, True], ids=["returns-None", "returns-another"])
+def test_the_in_place_note_says_what_the_hook_returned(returns):
+    """'edited its gradient in place instead of returning a new one' was said of a hook that also returned a new
+    tensor (found by helper-44): the note follows what the hook returned."""
+    def hook(g):
+        out = g * 2
+        g.zero_()
+        return out if returns else None
+
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    with al.Lens() as lens:
+        y = x * 3
+        y.register_hook(hook)
+        y.sum().backward()
+    assert torch.equal(x.grad, torch.tensor([6.0, 6.0]) if returns else torch.zeros(2))
+    (call,) = lens.hook_calls
+    assert call.edited_in_place and call.returned_none == (not returns)
+    (text,) = [n.text() for n in lens.notes if n.code == "inplace_hook_edit"]
+    assert ("instead of returning a new one" in text) == (not returns)
+    assert ("then returned another tensor" in text) == returns

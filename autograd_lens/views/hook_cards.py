@@ -16,8 +16,8 @@ def _call_number(call: HookCall, totals: dict) -> str:
     """``call 2 of 3 in this recording``; ``of at least 3`` when a later hook may be this one; ``call number not
     known`` when this hook cannot be told from others of its code counted before its tensor had a name."""
     if call.invocation is None:
-        return ("call number not known: hooks of its code ran on this tensor before it had a name and one was "
-                "removed since, so which of them this is cannot be told")
+        return ("call number not known: hooks of its code ran on this tensor while it had no name, and hooks of that "
+                "code were removed or added since, so which of them this is cannot be told")
     registration = _registration(call)
     total = max(totals.get(registration, 0), call.invocation)
     bound = "at least " if ("at least",) + registration in totals else ""
