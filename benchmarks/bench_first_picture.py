@@ -31,9 +31,11 @@ Three orders of cells (``--order``, repeatable; all three by default, ``--bare``
 * ``run all``: as the README and the course do, cell 1 loads the tool (``import torch`` and ``%load_ext
   autograd_lens``; torchviz: ``from torchviz import make_dot``, its time is the "+import" figure), cell 2 builds the
   model and the loss, cell 3 is timed; the three sent at once, as "Run All" does (the next cell starts as soon as the
-  last ends: the conservative case for the lens's warm-up, which ``%load_ext`` starts on a thread);
+  last ends; since a5274f2 the lens's warm-up runs inside ``%load_ext``, before it returns, so this order now
+  differs from the next only by the pause);
 * ``reader``: the same with a 1 s pause before cell 3 (someone reading between cells).
-For the lens in the last two, the table also counts the runs where the warm-up was still running when cell 3 began.
+For the lens in the last two, the table also counts the runs where a warm-up thread was still running when cell 3
+began (always 0 since a5274f2: no thread).
 """
 
 from __future__ import annotations
