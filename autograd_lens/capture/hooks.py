@@ -21,6 +21,8 @@ from typing import Any
 import torch
 import torch.nn.modules.module as module_hooks
 
+from .hooknames import function_name  # noqa: F401  (also imported from here)
+
 TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 ENGINE_CODE: CodeType = torch.autograd.graph._engine_run_backward.__code__
 
@@ -157,26 +159,6 @@ def module_hook_kind(wrapper: Wrapper, function: Any, module: Any) -> str:
         )
         base = "module_legacy"
     return ("global_" + base) if is_global else base
-
-
-def function_name(function: Any, code: CodeType | None = None) -> str:
-    """A hook's display name: its ``__qualname__`` without the ``<locals>`` path."""
-    target = function
-    for attribute in ("func", "hook", "__wrapped__"):
-        inner = getattr(target, attribute, None)
-        if callable(inner):
-            target = inner
-    name = getattr(target, "__qualname__", None)
-    if name is None and target is not None:
-        name = type(target).__qualname__
-    if name is None and code is not None:
-        name = code.co_qualname
-        if name.endswith(".__call__"):
-            name = name[: -len(".__call__")]
-    name = (name or "?").split("<locals>.")[-1]
-    if name.startswith("_VariableFunctionsClass."):  # torch.neg and the other torch.* functions
-        name = "torch." + name[len("_VariableFunctionsClass."):]
-    return name
 
 
 def runs_python(function: Any) -> bool:

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from .hooks import function_name
+from .hooknames import function_name
 
 # IPython keeps every displayed output under names like ``_``, ``_3`` and ``Out``:
 # those are aliases, never the name a student gave.
