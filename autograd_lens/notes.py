@@ -83,7 +83,8 @@ def pass_notes(backward_pass: BackwardPass, refilled: tuple[str, ...] = ()) -> t
                 said.add(("legacy", event.target))
                 found.append(note("legacy_hook", index, event.step, target=event.target))
             if event.edited_in_place and event.kind in ("tensor", "node_pre"):
-                how = " instead of returning a new one" if event.returned_none else ", then returned another tensor"
+                how = " instead of returning a new one" if event.returned_none else \
+                    " (the tensor it received changed, whatever it returned)"  # g.mul_(2) returns that tensor itself
                 found.append(note("inplace_hook_edit", index, event.step, hook=event.hook, target=event.target, how=how))
             if event.kind == "tensor" and event.node and ("uses", event.target) not in said:
                 edges = [edge for edge in graph.edges_from(event.node) if edge.kind == "data"]

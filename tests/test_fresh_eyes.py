@@ -453,4 +453,16 @@ def test_the_in_place_note_says_what_the_hook_returned(returns):
     assert call.edited_in_place and call.returned_none == (not returns)
     (text,) = [n.text() for n in lens.notes if n.code == "inplace_hook_edit"]
     assert ("instead of returning a new one" in text) == (not returns)
-    assert ("then returned another tensor" in text) == returns
+    assert ("the tensor it received changed, whatever it returned" in text) == returns
+
+
+def test_the_in_place_note_of_a_hook_returning_what_it_edited():
+    """``lambda g: g.mul_(2)`` returns the tensor it edited: nothing in the note may say it returned another one."""
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    with al.Lens() as lens:
+        y = x * 3
+        y.register_hook(lambda g: g.mul_(2))
+        (y * torch.tensor([1.0, 1.0])).sum().backward()  # a gradient with memory of its own (sum's is expanded)
+    assert torch.equal(x.grad, torch.tensor([6.0, 6.0]))
+    (text,) = [n.text() for n in lens.notes if n.code == "inplace_hook_edit"]
+    assert "another" not in text and "edited its gradient in place" in text
