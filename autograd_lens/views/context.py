@@ -3,7 +3,6 @@ ran right after each node, the gradients that reached each tensor, and how many 
 
 from __future__ import annotations
 
-import dataclasses
 
 from dataclasses import dataclass, field
 
