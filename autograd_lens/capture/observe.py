@@ -334,8 +334,9 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
             self.chains.setdefault((id(known.grad_fn), known.output_nr), []).append(known)
 
     def add_registered(self, tensor: Any, handle: Any) -> None:
-        """A hook registered on a named tensor during the pass (by a hook): known from now on, as those attached
-        before the pass are (which registered function a call is, where a hook in C runs)."""
+        """A hook registered during the pass (by a hook) on a named tensor, or in C on any tensor: known from now on,
+        as those attached before the pass are (which registered function a call is, where a hook in C runs); on a
+        tensor with no name, on its drawn label (target None), as ``counting.earlier_hooks`` does."""
         names = self.names
         hooks = getattr(tensor, "_backward_hooks", None) if isinstance(tensor, torch.Tensor) else None
         if names is None or not hooks or getattr(handle, "id", None) not in hooks:
@@ -348,9 +349,9 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
             grad_fn, output_nr = leaf, 0
         else:
             return
-        if label is None:
-            return  # a tensor with no name here: its hooks are found as they run, as before the pass
         hook = hooks[handle.id]
+        if label is None and runs_python(hook):
+            return  # a tensor with no name here: its Python hooks are found as they run, as before the pass
         user = multi_grad_user_fn(hook)
         entries = list(hooks.items())
         chain = self.chains.setdefault((id(grad_fn), output_nr), [])
