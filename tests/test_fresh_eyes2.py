@@ -524,3 +524,67 @@ def test_a_lens_cell_with_a_module_called_twice(shell):
                for text in texts) == 1
     x_cards = [text for text in texts if text.startswith("x.grad written")]
     assert len(x_cards) == 2 and all("Without the hooks it would be" in text for text in x_cards)
+
+
+# --- 5. "which paths it took" when a hook on the way changed the gradient --------------------------------------------
+# lens.paths_to(name) / lens.why(name) / %%lens --why NAME write a leaf's gradient as a sum over the paths from the
+# root, computed by calling the backward functions directly: the chain rule without hooks. With a hook that doubles
+# z's gradient in x=1, y=2x, z=3y, out=z+5y, x.grad is 22 (12 along the path through z, 10 along the other), yet the
+# text said "which paths it took: ... 6.0 ... 10.0 ... sum over 2 paths: 16.0", and paths_to("x").text()
+# "2 paths to x: ... 6.0 ... 10.0", nothing saying that hooks are left out (only the HTML table's heading said
+# "the chain rule without hooks"). Fixed in debug/: when the pass's hooks changed what the leaf received, the
+# PathSet says so (`hooks`), with what the pass gave it, and its text and the --why answer say it.
+
+
+def _paths_program(hook: str | None):
+    with al.Lens(why=True) as lens:
+        x = torch.tensor(1.0, requires_grad=True)
+        w = torch.tensor([1.0, 2.0], requires_grad=True)
+        y = x * 2
+        z = y * 3
+        if hook == "z":
+            z.register_hook(lambda g: g * 2)
+        if hook == "x":
+            x.register_hook(lambda g: g * 2)
+        out = z + y * 5 + (w * w).sum()
+        if hook == "grad":
+            z.register_hook(lambda g: g * 2)
+            (given,) = torch.autograd.grad(out, [x])
+            return lens, given
+        out.backward()
+    return lens, x.grad
+
+
+@pytest.mark.parametrize("hook", ["z", "x", "grad"], ids=["hook-on-the-way", "hook-on-the-leaf", "autograd.grad"])
+def test_paths_say_when_hooks_changed_the_gradient(hook):
+    lens, given = _paths_program(hook)
+    assert float(given) == (32.0 if hook == "x" else 22.0)  # torch: the hook doubled a part, or all, of 16
+    path_set = lens.paths_to("x")
+    assert float(path_set.total) == 16.0  # the chain rule without hooks: 6 + 10
+    assert "without hooks" in path_set.text() and f"{float(given)}" in path_set.text(), path_set.text()
+    why = repr(lens.why("x"))
+    assert "without hooks" in why and f"{float(given)}" in why, why
+    assert "without hooks" in lens.why("x")._repr_html_()
+
+
+def test_paths_say_nothing_more_when_no_hook_changed_the_gradient():
+    lens, given = _paths_program(None)
+    assert float(given) == 16.0
+    assert lens.paths_to("x").text() == (
+        "2 paths to x:\n  out (add) ← add ← z (mul) ← y (mul) ← x: 1.0 × 1.0 × 3.0 × 2.0 = 6.0"
+        "\n  out (add) ← add ← mul ← y (mul) ← x: 1.0 × 1.0 × 5.0 × 2.0 = 10.0")
+    assert lens.paths_to("w").hooks == ""
+
+
+@pytest.mark.xfail(strict=True, reason="views/marks.py paths_data (helper-47's views/): the stepper's paths menu lists "
+                                       "the paths' contributions without hooks (6 and 10 to an x.grad of 22) and says "
+                                       "nothing of the hooks; PathSet.hooks says it (safe_paths_to)")
+def test_the_stepper_paths_menu_says_when_hooks_changed_the_gradient():
+    import json
+
+    from autograd_lens.views.marks import paths_data
+
+    lens, given = _paths_program("z")
+    (entry,) = [entry for entry in paths_data(lens.passes[0]) if entry["name"] == "x"]
+    assert [path["text"].rsplit("= ", 1)[1] for path in entry["paths"]] == ["6.0", "10.0"]  # x.grad is 22
+    assert "without hooks" in json.dumps(entry, ensure_ascii=False)

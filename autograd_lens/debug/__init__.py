@@ -145,7 +145,7 @@ def safe_paths_to(passes: list, name: str, index: int | None = None) -> PathSet:
                 continue
             evidence = getattr(backward_pass, "debug", None)
             if evidence is not None and name in evidence.paths:
-                return evidence.paths[name]
+                return _with_hooks(evidence.paths[name], backward_pass, name)
             if not any(node.label == name and node.kind in ("leaf", "output") for node in backward_pass.graph.nodes):
                 continue
             if evidence is None:
@@ -154,6 +154,31 @@ def safe_paths_to(passes: list, name: str, index: int | None = None) -> PathSet:
         return PathSet(name, unknown=f"no recorded pass reaches a leaf named {name}: no path from a root leads to it (unreached says why)")
     except Exception as problem:
         return PathSet(name, unknown=f"could not be worked out ({type(problem).__name__}: {problem})")
+
+
+def _with_hooks(path_set: PathSet, backward_pass: Any, name: str) -> PathSet:
+    """The paths are the chain rule without hooks (backward functions called directly): when the pass's hooks changed
+    what ``name`` received, or may have, the PathSet says so, with what the pass gave it."""
+    from ..format import format_value
+    from ..model import values_equal
+
+    if not path_set.known:
+        return path_set
+    if backward_pass.kind == "grad":
+        given, without = backward_pass.input_grads.get(name), backward_pass.grads_without_hooks.get(name)
+    else:
+        given, without = backward_pass.added.get(name), backward_pass.added_without_hooks.get(name)
+    if given is None or (without is not None and values_equal(given, without)):
+        return path_set
+    if without is None and name not in backward_pass.unknown:
+        return path_set
+    received = f"with the hooks, this pass gave {name} {format_value(given, 40)}"
+    if without is None:
+        line = (f"{received}; the paths above are the chain rule without hooks, and whether hooks changed it is "
+                f"unknown ({backward_pass.unknown[name]})")
+    else:
+        line = f"{received}: hooks changed it; the paths above are the chain rule without hooks"
+    return dataclasses.replace(path_set, hooks=line)
 
 
 def _register() -> None:

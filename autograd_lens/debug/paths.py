@@ -68,6 +68,7 @@ class PathSet:
     total: Value = None  # the sum over all paths: autograd's gradient for this pass, without hooks
     count: int = 0  # how many paths there are
     unknown: str = ""  # why the paths are not known (then ``paths`` is empty)
+    hooks: str = ""  # when the pass's hooks changed what the leaf received: what it received, said as a line
 
     @property
     def known(self) -> bool:
@@ -78,6 +79,8 @@ class PathSet:
             return f"paths to {self.name}: unknown ({self.unknown})"
         lines = [f"{self.count} path{'s' if self.count != 1 else ''} to {self.name}:"]
         lines += [f"  {path.text()}" for path in self.paths]
+        if self.hooks:
+            lines.append(f"  {self.hooks}")
         return "\n".join(lines)
 
 

@@ -62,7 +62,7 @@ class Why:
         else:
             paths.append((f"sum over {path_set.count} path{'s' if path_set.count != 1 else ''}", "",
                           _value(path_set.total)))
-        return {"stopped": stopped, "nonfinite": nonfinite, "paths": paths}
+        return {"stopped": stopped, "nonfinite": nonfinite, "paths": paths, "hooks": path_set.hooks}
 
     def __repr__(self) -> str:
         try:
@@ -81,6 +81,8 @@ class Why:
                 lines.append(f"  paths to {self.name}: unknown ({value})")
             else:
                 lines.append(f"  {route}: " + (f"{factors} = " if factors else "") + value)
+        if rows["hooks"]:
+            lines.append(f"  {rows['hooks']}")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -108,6 +110,7 @@ class Why:
                  f"<p><b>Which paths it took</b> (the chain rule without hooks{factors_note})</p>",
                  _table(("path", "from the root", *(("local derivatives",) if factored else ()), "contribution"),
                         numbered),
+                 f"<p>{html.escape(rows['hooks'])}</p>" if rows["hooks"] else "",
                  paths_drawing(self.lens.passes, self.name)]
         return "".join(parts)
 
