@@ -584,3 +584,28 @@ def test_the_stepper_paths_menu_says_when_hooks_changed_the_gradient():
     (entry,) = [entry for entry in paths_data(lens.passes[0]) if entry["name"] == "x"]
     assert [path["text"].rsplit("= ", 1)[1] for path in entry["paths"]] == ["6.0", "10.0"]  # x.grad is 22
     assert "without hooks" in json.dumps(entry, ensure_ascii=False)
+
+
+# --- 6. "why is this .grad None" when a hook passed on None ----------------------------------------------------------
+# A module full backward pre-hook returning (None,) stops the gradient into the module: lin.weight.grad and
+# lin.bias.grad stay None (torch). The pass records AccumulateGrad receiving None for them, and unreached took that
+# record for a gradient: lin.why("lin.weight") said "where the gradient stopped: no pass left it without a gradient".
+# Fixed in debug/unreached.py: a write of None is no gradient, and a hook that received a gradient and passed on None
+# in its place on the way is the reason ("hook_none").
+
+
+def test_why_a_grad_is_none_after_a_hook_passed_on_none():
+    with al.Lens(why=True) as lens:
+        torch.manual_seed(0)
+        a = torch.tensor([1.0, 2.0], requires_grad=True)
+        lin = nn.Linear(2, 2)
+        lin.register_full_backward_pre_hook(lambda module, grad_output: (None,))
+        out = lin(a * 2).sum() + (a * 3).sum()
+        out.backward()
+    assert lin.weight.grad is None and lin.bias.grad is None and torch.equal(a.grad, torch.tensor([3.0, 3.0]))
+    unreached = lens.passes[0].unreached
+    assert set(unreached) >= {"lin.weight", "lin.bias"} and "a" not in unreached
+    for name in ("lin.weight", "lin.bias"):
+        assert unreached[name].code == "hook_none", unreached[name]
+        assert "<lambda>" in unreached[name].text and "None" in unreached[name].text
+    assert "no pass left it without a gradient" not in repr(lens.why("lin.weight"))

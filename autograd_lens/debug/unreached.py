@@ -22,6 +22,7 @@ REASONS = {
     "not_on_path": "not on any path to the root",
     "excluded": "excluded by backward(inputs=...)",
     "hook_zeros": "a hook returned zeros",
+    "hook_none": "a hook passed on no gradient (None)",
     "unknown": "unknown",
 }
 PRIORITY = ("requires_grad_false", "inference_mode", "no_grad", "non_differentiable", "detached")
@@ -68,8 +69,8 @@ def _received(backward_pass: BackwardPass) -> dict[str, Any]:
     """Leaf label -> the gradient this pass sent it (for backward: written to .grad; for grad: returned)."""
     if backward_pass.kind == "grad":
         return {name: value for name, value in backward_pass.input_grads.items() if value is not None}
-    return {event.name: event.received for event in backward_pass.events
-            if isinstance(event, GradWritten) and event.by == "AccumulateGrad"}
+    return {event.name: event.received for event in backward_pass.events  # AccumulateGrad given None wrote nothing
+            if isinstance(event, GradWritten) and event.by == "AccumulateGrad" and event.received is not None}
 
 
 def _on_graph(backward_pass: BackwardPass, candidate: Any, received: dict[str, Any]) -> Reason | None:
@@ -97,6 +98,9 @@ def _on_graph(backward_pass: BackwardPass, candidate: Any, received: dict[str, A
     if not candidate.leaf and got is None:
         return Reason(name, "unknown", "it is on the graph, but the function that made it was not drawn, so "
                                        "whether a gradient reached it is not known")
+    dropped = _dropped_by_hook(backward_pass, name) if candidate.leaf else None
+    if dropped is not None:
+        return dropped
     sender = _sent_none(backward_pass, name) if candidate.leaf else None
     if sender:
         return Reason(name, "unknown", f"it is on the graph, but {sender} sent it no gradient (None)")
@@ -139,6 +143,21 @@ def _zeroed_by_hook(backward_pass: BackwardPass, name: str, value: Any) -> Reaso
             return Reason(name, "hook_zeros", f"the {call.kind_label} hook {call.hook} on {call.target} received a "
                                               "non-zero gradient and passed on zeros; this leaf received only zeros",
                           (call.node,) if call.node else ())
+    return None
+
+
+def _dropped_by_hook(backward_pass: BackwardPass, name: str) -> Reason | None:
+    """A hook on the leaf's way that received a gradient and passed on None in its place (a module pre-hook or a
+    node hook returning a tuple with None)."""
+    upstream = _upstream_nodes(backward_pass, name)
+    for call in backward_pass.hook_calls:
+        received, passed = call.grad_in, call.grad_out
+        if call.error is None and call.node in upstream and isinstance(received, tuple) \
+                and isinstance(passed, tuple) and len(received) == len(passed) \
+                and any(before is not None and after is None for before, after in zip(received, passed)):
+            return Reason(name, "hook_none", f"the {call.kind_label} hook {call.hook} on {call.target} received a "
+                                             "gradient and passed on None in its place; no gradient reached this "
+                                             "leaf", (call.node,) if call.node else ())
     return None
 
 
