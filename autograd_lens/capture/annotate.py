@@ -11,18 +11,17 @@ from .modules import ModuleCalls, groups_for
 from .names import names_from
 
 
-def _sources(graph: Any, cell_lines: CellLines | None) -> dict:
-    """Each backward function's cell line, or why lines are not known."""
+def _sources(rows: Any, cell_lines: CellLines | None) -> dict:
+    """Each backward function's cell line, or why lines are not known (``rows``: the walk's ``GraphRows``)."""
     if cell_lines is None:
         return {"sources_note": "the lines of code that made the nodes are known in %%lens cells only"}
     if cell_lines.unknown:
         return {"sources_note": f"the lines of code that made the nodes are not known: {cell_lines.unknown}"}
     sources = {}
-    for node in graph.nodes:
-        if node.kind == "function":
-            line = cell_lines.line_of(node.sequence_nr)
-            if line is not None:
-                sources[node.id] = line
+    for node_id, sequence_nr in rows.functions():
+        line = cell_lines.line_of(sequence_nr)
+        if line is not None:
+            sources[node_id] = line
     return {"sources": sources}
 
 
@@ -32,7 +31,7 @@ GROUP_HINT_OVER = 60  # a drawing this big without module groups suggests --modu
 def _groups(graph: Any, calls: ModuleCalls | None, names: Any, asked: bool) -> dict:
     """The module calls that made the pass's nodes (``modules=True``), or why they are not known."""
     if not asked:
-        if len(graph.nodes) > GROUP_HINT_OVER and names.module_objects:
+        if graph.count() > GROUP_HINT_OVER and names.module_objects:
             return {"groups_note": "not recorded; run the cell as %%lens --modules (or use Lens(modules=True)) to group "
                                    "the nodes by the nn.Module call that made them"}
         return {}

@@ -7,8 +7,6 @@ the caller's variables, and :func:`.draft.complete` makes the model when the Len
 
 from __future__ import annotations
 
-import dataclasses
-import weakref
 from typing import Any
 
 import torch
@@ -44,26 +42,28 @@ def read_pass(observer: PassObserver, walk: Walk, index: int, history: dict, inv
     _name_hook_boundaries(walk, observer)
     retained = _retained(walk, observer)
     next_of = walk.structure.next_of()  # each node's next_functions, as read before the pass
+    append, function_id, leaf_label = events.append, walk.function_ids.get, observer.shape.leaf_labels.get
     for record in observer.records:
-        fn = record.fn if isinstance(record, NodeRecord) else getattr(record, "node_fn", None)
-        if fn is not None and id(fn) in retained and not (isinstance(record, HookRecord) and record.kind == "tensor"):
-            # torch writes a retain_grad() tensor's .grad after the tensor hooks, before node pre-hooks
-            received = record.received if isinstance(record, NodeRecord) else record.grad_in
-            for output_nr, node_id, grad in retained.pop(id(fn)):
-                value = received[output_nr] if isinstance(received, tuple) and output_nr < len(received) else None
-                events.append(GradWritten(step=len(events), node=node_id, name=walk.graph.node(node_id).label,
-                                          grad=grad, received=value, by="retain_grad"))
-        step = len(events)
+        if retained:
+            fn = record.fn if isinstance(record, NodeRecord) else getattr(record, "node_fn", None)
+            if fn is not None and id(fn) in retained \
+                    and not (isinstance(record, HookRecord) and record.kind == "tensor"):
+                # torch writes a retain_grad() tensor's .grad after the tensor hooks, before node pre-hooks
+                received = record.received if isinstance(record, NodeRecord) else record.grad_in
+                for output_nr, node_id, grad in retained.pop(id(fn)):
+                    value = received[output_nr] if isinstance(received, tuple) and output_nr < len(received) else None
+                    append(GradWritten(step=len(events), node=node_id, name=walk.rows.label(node_id),
+                                       grad=grad, received=value, by="retain_grad"))
         if isinstance(record, NodeRecord):
-            events.append(_node_read(walk, record, next_of))  # a plain row: complete() makes its NodeRun
+            append(_node_read(walk, record, next_of))  # a plain row: complete() makes its NodeRun
         elif isinstance(record, GradRecord):
+            key = id(record.fn)
             event = _new(GradWritten)  # as GradWritten(...), its fields in their order
-            event.__dict__.update(step=step, node=walk.function_ids.get(id(record.fn)),
-                                  name=observer.shape.leaf_labels.get(id(record.fn), "leaf"),
+            event.__dict__.update(step=len(events), node=function_id(key), name=leaf_label(key, "leaf"),
                                   grad=record.grad, received=record.received, by="AccumulateGrad")
-            events.append(event)
+            append(event)
         elif isinstance(record, HookRecord):
-            events.append(_hook_event(walk, step, record, index, invocations, ordinals))
+            append(_hook_event(walk, len(events), record, index, invocations, ordinals))
     pass_error = None
     if observer.error is not None:
         error = observer.error
@@ -75,7 +75,7 @@ def read_pass(observer: PassObserver, walk: Walk, index: int, history: dict, inv
     return PassDraft(
         index=index,
         kind=observer.kind,
-        graph=walk.graph,
+        graph=walk.rows,  # made into the Graph by complete(), after the pass
         events=events,
         # the walk's plain indexes (the walk itself holds torch's graph)
         maps=(walk.function_ids, walk.labels, walk.edge_rows, walk.output_edges, drawn_outputs),
@@ -114,14 +114,12 @@ def relabel(walk: Walk, labels: dict[str, str]) -> None:
     for fn_id, node_id in walk.function_ids.items():
         if node_id in labels:
             walk.labels[fn_id] = labels[node_id]
-    nodes = tuple(dataclasses.replace(node, label=labels[node.id]) if node.id in labels else node
-                  for node in walk.graph.nodes)
-    walk.graph = dataclasses.replace(walk.graph, nodes=nodes)
+    walk.rows.relabel(labels)
 
 
 def _retained(walk: Walk, observer: PassObserver) -> dict[int, list[tuple[int, str, Any]]]:
     """id(grad_fn) -> (output_nr, tensor node id, .grad now) of the named tensors that called retain_grad()."""
-    badged = {node.id for node in walk.graph.nodes if "[retain_grad]" in node.hooks}
+    badged = walk.rows.with_badge("[retain_grad]")
     if not badged:
         return {}
     live = {(id(t.grad_fn), t.output_nr): t for t in observer.ensure_names().tensor_objects
@@ -210,44 +208,48 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
     others = any(entry.without is not SAME and entry.ref() is not None and not (
         is_known(entry.without) and values_equal(entry.without, entry.grad)) for entry in history.values())
     spread = hooked and shared_write(observer, history)  # added to shared memory: what flows on may have changed
+    grads, added, added_without, unknown = out["grads"], out["added"], out["added_without"], out["unknown"]
+    ran, records, old_grads, active = observer.ran, observer.records, observer.old_grads, unhooked.active
     for key, fn in observer.shape.leaves.items():
         variable = fn.variable
         real = final_grad(observer, variable)
-        out["grads"][key] = real
-        entry = history.get(id(variable))
+        grads[key] = real
+        leaf_id = id(variable)
+        entry = history.get(leaf_id)
         if entry is not None and entry.ref() is not variable:
             entry = None  # another tensor that happened to get the same id
         # its .grad shared memory with another gradient after an earlier pass (and still does): not known unhooked
         shared = getattr(entry, "shared", False) and hooked
-        position = observer.ran.get(key)
+        position = ran.get(key)
         if position is None:  # not reached in this pass: .grad as before, unless hooks stopped the pass
             shared = shared and variable.grad is not None
-            value = stopped or (Unknown(SHARED) if shared else carry(entry, real, others, touched_leaves.get(id(variable)), any_touched))
+            value = stopped or (Unknown(SHARED) if shared else carry(entry, real, others, touched_leaves.get(leaf_id), any_touched))
             settle(key, value, real)
             if stopped is not None or entry is not None:
-                history[id(variable)] = LeafState(weakref.ref(variable), real, value, shared, hooked)
+                history[leaf_id] = LeafState.of(variable, real, value, shared, hooked)
             continue
-        record = observer.records[position]
-        out["added"][key] = record.received
+        record = records[position]
+        received = record.received
+        added[key] = received
         if untrusted is not None:
             contribution: Any = untrusted
         else:
-            contribution = unhooked.added(fn, record.received) if unhooked.active else record.received
+            contribution = unhooked.added(fn, received) if active else received
         # diverged: a hook changed what reached this leaf, or its .grad after the write (post-accumulate)
-        diverged = contribution is not record.received or (unhooked.active and key in unhooked.leaf)
-        out["added_without"][key] = contribution if is_known(contribution) else None
+        diverged = contribution is not received or (active and key in unhooked.leaf)
+        added_without[key] = contribution if is_known(contribution) else None
         if isinstance(contribution, Unknown):
-            out["unknown"][key] = contribution.reason
-        old = observer.old_grads.get(key)
+            unknown[key] = contribution.reason
+        old = old_grads.get(key)
         shared = shared and old is not None or spread
         if old is None:
             adopted.add(key)
         if entry is not None and old is not None and entry.grad is not None and values_equal(old, entry.grad):
             out["refilled"].append(observer.shape.leaf_labels[key])
-        base = carry(entry, old, others, touched_leaves.get(id(variable)), any_touched)
+        base = carry(entry, old, others, touched_leaves.get(leaf_id), any_touched) if entry is not None else SAME
         if shared:
             without: Any = Unknown(SHARED)
-        elif observer.python_edits and unhooked.active:
+        elif observer.python_edits and active:
             without = Unknown(CHANGED_AND_EDITED)
         elif hooked and old is None and observer.python_edits:
             without = Unknown(ADOPTED_EDIT)
@@ -257,7 +259,7 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
             without = add(old if base is SAME else base, contribution)
         late = late_change(observer, fn, position, real, without is not SAME) if is_known(without) else None
         settle(key, late or without, real)
-        history[id(variable)] = LeafState(weakref.ref(variable), real, late or without, shared, hooked)
+        history[leaf_id] = LeafState.of(variable, real, late or without, shared, hooked)
     for key in shared_leaves(observer, adopted) if hooked else ():
         if id(observer.shape.leaves[key].variable) in history:
             history[id(observer.shape.leaves[key].variable)].shared = True
@@ -280,13 +282,11 @@ def _node_read(walk: Walk, record: NodeRecord, next_of: dict) -> tuple:
     """What a node run needs from torch's live node: (key, name, targets, received, sent); :func:`.draft.node_run`
     makes the NodeRun from it after the pass."""
     fn = record.fn
-    key, name, output_label = id(fn), fn.name(), walk.output_label
+    key = id(fn)
     following = next_of.get(key)
     if following is None:  # a node made during the pass
         following = fn.next_functions
-    targets = tuple([output_label(next_fn, output_nr) if next_fn is not None else "(no grad needed)"
-                     for next_fn, output_nr in following])
-    return key, name, targets, record.received, record.sent
+    return key, fn.name(), walk.target_labels(following), record.received, record.sent
 
 
 def _node_event(walk: Walk, step: int, record: NodeRecord, next_of: dict, drawn_outputs: set) -> NodeRun:

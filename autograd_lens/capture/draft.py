@@ -13,10 +13,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import BackwardPass, Graph, HookCall, NodeRun, PassError
+from ..model import BackwardPass, HookCall, NodeRun, PassError
 from ..notes import note, pass_notes
 from .annotate import moved_leaves
 from .badges import with_ran_hooks
+from .rows import GraphRows
 
 _new = object.__new__  # tests/test_build.py checks that the events made here equal the dataclasses' own
 
@@ -27,7 +28,7 @@ class PassDraft:
 
     index: int
     kind: str
-    graph: Graph
+    graph: GraphRows  # the drawn graph as rows: complete() makes the Graph
     # the pass's events in step order; a node run is still a plain row, (key, name, targets, received, sent)
     events: list
     # the walk's plain indexes (function_ids, labels, edge_rows, output_edges, functions with drawn outputs)
@@ -86,7 +87,7 @@ def complete(draft: PassDraft, moving: Any = None, index: int | None = None) -> 
     built = BackwardPass(
         index=index,
         kind=draft.kind,
-        graph=draft.graph,
+        graph=draft.graph.graph(),
         events=tuple(events),
         leaf_grads=by_name(values["grads"]),
         grads_without_hooks=by_name(values["without"]),

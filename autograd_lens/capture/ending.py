@@ -4,10 +4,7 @@ write by code that is no hook, or sharing memory with another gradient)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
-
-import weakref
 
 import torch
 
@@ -15,7 +12,8 @@ from ..model import TensorSummary, Value, values_equal
 from .hooks import function_name, runs_python
 from .order import NOT_RETURNED, arrange_before, arrange_input_chain, until_error
 from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord
-from .unhooked import LeafHistory, Unknown
+from .unhooked import Unknown
+from .leafstate import LeafState, touched  # noqa: F401  (build.py and tracer.py read them here)
 from .structure import gradient_edge
 from .snapshot import hidden_from_user as _hidden_from_modes
 from .shared import span_of
@@ -312,41 +310,6 @@ def stopped_by_hooks(observer: Any) -> Unknown | None:
 
 
 
-@dataclass
-class LeafState(LeafHistory):
-    """:class:`LeafHistory` and what the pass's end learns about the leaf: its ``.grad`` may share memory with
-    another gradient (in this run, or in a run without hooks), and whether any hook ran in this ``Lens`` yet."""
-
-    shared: bool = False
-    hooked: bool = False
-    mark: Any = None  # (weakref to the .grad tensor or None, its version) after the pass: was it touched since?
-
-    def __post_init__(self) -> None:
-        variable = self.ref()
-        grad = getattr(variable, "grad", None) if variable is not None else None
-        try:
-            self.mark = (None, None) if grad is None else (weakref.ref(grad), grad._version)
-        except (TypeError, RuntimeError):  # no weak reference or no version (some subclasses): not known
-            self.mark = None
-
-
-def touched(entry: Any) -> bool | None:
-    """Whether a leaf's ``.grad`` was replaced or written in place since the end of its last pass (read as the next
-    pass starts): ``clip_grad_norm_`` writes every ``.grad`` even when it leaves the values as they were.  None: not
-    known."""
-    mark = getattr(entry, "mark", None)
-    variable = entry.ref() if entry is not None else None
-    if mark is None or variable is None:
-        return None
-    try:
-        grad = variable.grad
-        if mark[0] is None:
-            return grad is not None
-        return grad is None or grad is not mark[0]() or grad._version != mark[1]
-    except Exception:  # a tensor subclass without a version: not known
-        return None
-
-
 def final_grad(observer: Any, variable: torch.Tensor) -> Value:
     """``.grad`` as the pass left it.  A view's memory (a DDP bucket, the seed it was adopted from) can be written
     by C++ code that does not count versions: it is copied again; otherwise the copy taken as it was written is
@@ -379,6 +342,8 @@ def late_change(observer: Any, fn: Any, position: int, real: Value, diverged: bo
     code then makes the same change without hooks.  Otherwise what it would have made of the values without hooks
     is not known."""
     seen = last_seen(observer, fn, position)
+    if seen is real:  # the copy taken at the write, reused (values_equal would say so): the usual case
+        return None
     if isinstance(seen, TensorSummary) or isinstance(real, TensorSummary) or values_equal(seen, real):
         return None
     later = sorted({function_name(r.function, r.code) if r.function is not None or r.code is not None else "<C hook>"

@@ -102,6 +102,8 @@ class Names:
         """``id(parameter)`` → badges for the backward hooks of the module that owns it."""
         badges: dict[int, tuple[str, ...]] = {}
         for module in self.module_objects:
+            if not module._backward_pre_hooks and not module._backward_hooks:
+                continue  # most modules: no backward hook
             hooks = [("pre-hook", h) for h in module._backward_pre_hooks.values()]
             hooks += [("hook", h) for h in module._backward_hooks.values()]
             if not hooks:

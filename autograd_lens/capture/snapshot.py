@@ -20,7 +20,13 @@ _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
+
+
+_DTYPE_NAMES: dict = {}  # torch.dtype -> its name (a few dozen dtypes exist)
 
 
 def _shape(tensor: torch.Tensor) -> tuple[int, ...]:

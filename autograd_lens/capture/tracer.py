@@ -364,12 +364,14 @@ class Lens(LensViews, DeferredPasses):
         if graph_walk is None:
             options = self.options.replace(show_saved=False)
             graph_walk = walk(observer.shape, names, options, leaf_state=observer.leaf_state)
-        grouped = _groups(graph_walk.graph, self.module_calls, names, self.modules)
+        # (without module groups only the number of boxes is read: the Graph is made from its rows after the pass)
+        grouped = _groups(graph_walk.graph if self.modules else graph_walk.rows, self.module_calls, names,
+                          self.modules)
         relabel(graph_walk, grouped.pop("relabel", {}))  # before the steps are made: they use the same names
         self._invocations.begin(observer.chains, observer.records, self._handles_before)
         draft = read_pass(observer, graph_walk, index, self._history, self._invocations, result)
         # the cell lines are read now: the CellLines of a %%lens cell changes as the cell goes on
-        draft.extra = {**_sources(draft.graph, self.cell_lines), **grouped, "debug": observer.debug,
+        draft.extra = {**_sources(graph_walk.rows, self.cell_lines), **grouped, "debug": observer.debug,
                        "kept_bytes": max(0, observer.bytes_held - observer.earlier_bytes)}
         return draft
 

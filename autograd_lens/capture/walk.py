@@ -16,8 +16,9 @@ from typing import Any, Sequence
 
 import torch
 
-from ..model import Edge, Graph, GraphOptions, Node, TensorSummary, Value
+from ..model import Graph, GraphOptions, TensorSummary, Value
 from .names import Names, hook_name  # hook_name: also imported from here
+from .rows import GraphRows
 from .saved import _drawn_saved_values, _is_constant_name, _number, _saved_summary, _storage_names
 from .snapshot import dtype_name, snapshot
 from .structure import Structure, _leaf_uses, _metadata, _output_shape, _reduced_dims, _within_budget, structure
@@ -62,7 +63,7 @@ class Walk:
     ``(id(grad_fn), k)`` to the tensor node of that output.
     """
 
-    graph: Graph
+    rows: GraphRows  # the graph's boxes and arrows, made into the Graph when first read (``graph``)
     structure: Structure
     function_ids: dict[int, str] = field(default_factory=dict)
     output_edges: dict[tuple[int, int], str] = field(default_factory=dict)
@@ -71,6 +72,17 @@ class Walk:
     tensor_labels: dict[tuple[int, int], str] = field(default_factory=dict)  # as tensor_ids, the node's label
     # id(grad_fn) -> the arrows carrying the gradients it sends, by input slot (None where none is drawn)
     edge_rows: dict[int, tuple] = field(default_factory=dict)
+    # id(grad_fn) of the drawn functions whose output_label is their entry in ``labels`` unless a tensor label
+    # names that output (every drawn function but torch's module-hook boundaries)
+    plain: set[int] = field(default_factory=set)
+
+    @property
+    def graph(self) -> Graph:
+        return self.rows.graph()
+
+    @graph.setter
+    def graph(self, graph: Graph) -> None:
+        self.rows.set_graph(graph)
 
     @property
     def input_edges(self) -> dict[tuple[int, int], str]:
@@ -97,6 +109,22 @@ class Walk:
     @property
     def root_labels(self) -> list[str]:
         return self.structure.root_labels
+
+    def target_labels(self, following: tuple) -> tuple:
+        """``output_label`` of each ``(fn, output_nr)`` of a node's ``next_functions`` ("(no grad needed)" for
+        None): the same, without a call and a ``name()`` read per arrow for the drawn functions."""
+        tensor_labels, labels, plain, output_label = self.tensor_labels, self.labels, self.plain, self.output_label
+        targets = []
+        for next_fn, output_nr in following:
+            if next_fn is None:
+                targets.append("(no grad needed)")
+                continue
+            key = id(next_fn)
+            label = tensor_labels.get((key, output_nr))
+            if label is None:
+                label = labels[key] if key in plain else output_label(next_fn, output_nr)
+            targets.append(label)
+        return tuple(targets)
 
     def output_label(self, fn: Any, output_nr: int) -> str:
         """What a student calls output ``output_nr`` of ``fn``: its tensor's name, or the op."""
@@ -131,32 +159,10 @@ def _hook_badges(tensor: torch.Tensor) -> tuple[str, ...]:
     return tuple(badges)
 
 
-class _Builder:
-    """Numbers nodes and edges in the order they are added."""
-
-    def __init__(self, options: GraphOptions) -> None:
-        self.options = options
-        self.nodes: list[Node] = []
-        self.edges: list[Edge] = []
-
-    def node(self, **fields: Any) -> str:
-        node_id = f"n{len(self.nodes)}"
-        node = _new(Node)  # Node(id=node_id, **fields) without a frozen dataclass's setattr per field
-        node.__dict__.update(_NODE_DEFAULTS, id=node_id, **fields)
-        self.nodes.append(node)
-        return node_id
-
-    def edge(self, src: str, dst: str, kind: str = "data", label: str = "") -> str:
-        edge_id = f"e{len(self.edges)}"
-        edge = _new(Edge)  # as Edge(...): the same fields, in the same order
-        edge.__dict__.update(id=edge_id, src=src, dst=dst, kind=kind, label=label)
-        self.edges.append(edge)
-        return edge_id
+class _Builder(GraphRows):
+    """Numbers nodes and edges in the order they are added (as rows: see ``rows.GraphRows``)."""
 
 
-# Each field of a Node with its default, in field order (every Node made by the walk names kind and label):
-# tests/test_walk.py checks that what _Builder makes equals what the dataclass makes.
-_NODE_DEFAULTS = {item.name: item.default for item in dataclass_fields(Node)}
 _new = object.__new__
 
 
@@ -191,9 +197,11 @@ def walk(
     kept_ids = None if all_kept else {id(fn) for fn in kept}
     build = _Builder(options)
     node, nodes = build.node, build.nodes
-    result = Walk(graph=None, structure=shape)  # type: ignore[arg-type]
+    result = Walk(rows=build, structure=shape)
     function_ids, labels = result.function_ids, result.labels
     tensor_ids, tensor_labels, output_edges = result.tensor_ids, result.tensor_labels, result.output_edges
+    plain_add = result.plain.add
+    max_elements = options.max_elements
     # Summaries of large tensors cost a few reductions each: only for graphs a student reads.
     stats = len(reachable) <= 200
     tensors_by_node = {}
@@ -222,7 +230,11 @@ def walk(
             if leaf_state is not None:
                 value, grad = leaf_state[fn_key]
                 if value is None:
-                    value = _small(variable, options, stats, shape_now)
+                    if not stats and variable.numel() > max_elements:  # as _small(...), without the call
+                        value = _new(TensorSummary)
+                        value.__dict__.update(_SUMMARY_DEFAULTS, shape=shape_now, dtype=dtype_name(variable.dtype))
+                    else:
+                        value = _small(variable, options, stats, shape_now)
             else:
                 value, grad = _small(variable, options, stats, shape_now), _small(variable.grad, options, stats)
             kind = "output" if (fn_key, 0) in root_label else "leaf"
@@ -230,11 +242,8 @@ def walk(
             if module_badges:
                 badges += module_badges.get(id(variable), ())
             if copies == 1 and shortcuts:  # the usual case: one box (as node(...), without the call)
-                node_id = f"n{len(nodes)}"
-                box = _new(Node)
-                box.__dict__.update(_NODE_DEFAULTS, id=node_id, kind=kind, label=label, op=name, shape=shape_now,
-                                    value=value, grad=grad, hooks=badges, sequence_nr=None, detail="")
-                nodes.append(box)
+                node_id = f"n{len(nodes)}"  # a row: id, kind, label, op, shape, value, grad, hooks, detail,
+                nodes.append((node_id, kind, label, name, shape_now, value, grad, badges, "", None, None))  # seq, reduced
                 ids = [node_id]
             else:
                 ids = [node(kind=kind, label=label, op=name, shape=shape_now, value=value, grad=grad, hooks=badges,
@@ -252,22 +261,14 @@ def walk(
             label += "()"
         metadata = _metadata(fn)
         saved = _drawn_saved_values(fn) if show_saved else []  # read once: the summary and the constants
-        node_id = f"n{len(nodes)}"  # as node(kind="function", ...), without the call
-        box = _new(Node)
-        box.__dict__.update(
-            _NODE_DEFAULTS,
-            id=node_id,
-            kind="function",
-            label=label,
-            op=name,
-            shape=_output_shape(metadata, 0),
-            detail=_saved_summary(fn, names, storage_names, options, saved) if show_saved else "",
-            sequence_nr=fn._sequence_nr(),
-            reduced=_reduced_dims(fn),
-        )
-        nodes.append(box)
+        node_id = f"n{len(nodes)}"  # as node(kind="function", ...), without the call: a row in Node's field order
+        nodes.append((node_id, "function", label, name, _output_shape(metadata, 0), None, None, (),
+                      _saved_summary(fn, names, storage_names, options, saved) if show_saved else "",
+                      fn._sequence_nr(), _reduced_dims(fn)))
         function_ids[fn_key] = node_id
         labels[fn_key] = label if named_output is None else f"{label} → {named_output}"
+        if name != "BackwardHookFunctionBackward":
+            plain_add(fn_key)
         # A tensor node for every output that has a name, is a root, or is one of several outputs.
         outputs = len(metadata) or 1
         if shortcuts and outputs == 1 and named_output is None and (fn_key, 0) not in root_label:
@@ -325,9 +326,7 @@ def walk(
             else:
                 src = tensor_ids.get((key, output_nr)) or function_ids[key]
             edge_id = f"e{len(edges)}"  # as edge(src, dst), without the call
-            arrow = _new(Edge)
-            arrow.__dict__.update(id=edge_id, src=src, dst=dst, kind="data", label="")
-            edges.append(arrow)
+            edges.append((edge_id, src, dst, "data", ""))
             row.append(edge_id)
         edge_rows[fn_key] = tuple(row)
 
@@ -341,7 +340,7 @@ def walk(
         for fn, following in zip(kept, nexts):
             if any(n is not None and id(n) not in kept_ids for n, _ in following):
                 build.edge(note, function_ids[id(fn)], kind="hidden")
-    result.graph = Graph(nodes=tuple(build.nodes), edges=tuple(build.edges), hidden_nodes=hidden, options=options)
+    build.hidden = hidden  # the Graph is made from the rows when first read (Walk.graph)
     return result
 
 

@@ -70,6 +70,8 @@ def values_equal(first: Any, second: Any) -> bool:
     >>> values_equal(torch.tensor([1.0, float("nan")]), torch.tensor([1.0, float("nan")]))
     True
     """
+    if first is second:  # what every branch below finds for one object (NaN included): the usual case at a pass's end
+        return True
     if isinstance(first, (tuple, list)) or isinstance(second, (tuple, list)):
         if not (isinstance(first, (tuple, list)) and isinstance(second, (tuple, list))):
             return False

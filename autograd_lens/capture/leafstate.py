@@ -1,0 +1,61 @@
+"""What the lens keeps of each leaf across the passes of one ``Lens`` (``history``): its ``.grad`` after the last
+pass, the value without hooks, and a mark to tell whether code touched ``.grad`` since."""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from .unhooked import LeafHistory
+
+
+@dataclass
+class LeafState(LeafHistory):
+    """:class:`LeafHistory` and what the pass's end learns about the leaf: its ``.grad`` may share memory with
+    another gradient (in this run, or in a run without hooks), and whether any hook ran in this ``Lens`` yet."""
+
+    shared: bool = False
+    hooked: bool = False
+    mark: Any = None  # (weakref to the .grad tensor or None, its version) after the pass: was it touched since?
+
+    def __post_init__(self) -> None:
+        variable = self.ref()
+        self.mark = _mark(getattr(variable, "grad", None) if variable is not None else None)
+
+    @classmethod
+    def of(cls, variable: Any, grad: Any, without: Any, shared: bool, hooked: bool) -> "LeafState":
+        """``LeafState(weakref.ref(variable), grad, without, shared, hooked)`` for a live ``variable``, without the
+        dataclass's ``__init__`` (one per leaf at every pass's end); tests/test_rows.py compares the two."""
+        state = _new(cls)
+        state.__dict__.update(ref=weakref.ref(variable), grad=grad, without=without, shared=shared, hooked=hooked,
+                              mark=_mark(variable.grad))
+        return state
+
+
+def _mark(grad: Any) -> Any:
+    """(weakref to ``.grad`` or None, its version) to tell later whether it was touched; None: cannot be told."""
+    try:
+        return (None, None) if grad is None else (weakref.ref(grad), grad._version)
+    except (TypeError, RuntimeError):  # no weak reference or no version (some subclasses): not known
+        return None
+
+
+_new = object.__new__
+
+
+def touched(entry: Any) -> bool | None:
+    """Whether a leaf's ``.grad`` was replaced or written in place since the end of its last pass (read as the next
+    pass starts): ``clip_grad_norm_`` writes every ``.grad`` even when it leaves the values as they were.  None: not
+    known."""
+    mark = getattr(entry, "mark", None)
+    variable = entry.ref() if entry is not None else None
+    if mark is None or variable is None:
+        return None
+    try:
+        grad = variable.grad
+        if mark[0] is None:
+            return grad is not None
+        return grad is None or grad is not mark[0]() or grad._version != mark[1]
+    except Exception:  # a tensor subclass without a version: not known
+        return None

@@ -1,0 +1,119 @@
+"""A graph's boxes and arrows as plain rows (issue #24), made into a :class:`~autograd_lens.model.Graph` when first
+read: the walk at the end of a large pass (inside ``backward()``) only reads torch's graph into rows, and the
+pass's model makes the ``Node``s and ``Edge``s after it (``draft.complete``).  A row holds no torch object: the
+same values the ``Node`` will hold, in its field order."""
+
+from __future__ import annotations
+
+from dataclasses import fields as dataclass_fields
+from typing import Any
+
+from ..model import Edge, Graph, GraphOptions, Node
+
+NODE_FIELDS = tuple(item.name for item in dataclass_fields(Node))
+_NODE_DEFAULTS = {item.name: item.default for item in dataclass_fields(Node)}
+EDGE_FIELDS = tuple(item.name for item in dataclass_fields(Edge))
+_new = object.__new__
+_LABEL = NODE_FIELDS.index("label")
+_HOOKS = NODE_FIELDS.index("hooks")
+_KIND = NODE_FIELDS.index("kind")
+_SEQUENCE_NR = NODE_FIELDS.index("sequence_nr")
+
+
+class GraphRows:
+    """Numbers nodes and edges in the order they are added, as rows (a ``Node``'s field values in field order; an
+    ``Edge``'s), and makes the :class:`Graph` once, when first asked (:meth:`graph`)."""
+
+    def __init__(self, options: GraphOptions) -> None:
+        self.options = options
+        self.nodes: list[tuple] = []
+        self.edges: list[tuple] = []
+        self.hidden = 0
+        self.relabelled: dict[str, str] = {}  # node id -> label, for the rows not yet made into nodes
+        self._graph: Graph | None = None
+
+    def node(self, **fields: Any) -> str:
+        node_id = f"n{len(self.nodes)}"
+        values = {**_NODE_DEFAULTS, **fields, "id": node_id}
+        self.nodes.append(tuple([values[name] for name in NODE_FIELDS]))
+        return node_id
+
+    def edge(self, src: str, dst: str, kind: str = "data", label: str = "") -> str:
+        edge_id = f"e{len(self.edges)}"
+        self.edges.append((edge_id, src, dst, kind, label))
+        return edge_id
+
+    def graph(self) -> Graph:
+        """The Graph of these rows (made once): each Node and Edge as its dataclass would make it."""
+        if self._graph is None:
+            relabelled = self.relabelled
+            nodes = []
+            append = nodes.append
+            for row in self.nodes:
+                if relabelled and row[0] in relabelled:
+                    row = row[:_LABEL] + (relabelled[row[0]],) + row[_LABEL + 1:]
+                box = _new(Node)  # Node(*row) without a frozen dataclass's setattr per field, its fields in order
+                box.__dict__.update(zip(NODE_FIELDS, row))
+                append(box)
+            edges = []
+            for row in self.edges:
+                arrow = _new(Edge)
+                arrow.__dict__.update(zip(EDGE_FIELDS, row))
+                edges.append(arrow)
+            self._graph = Graph(nodes=tuple(nodes), edges=tuple(edges), hidden_nodes=self.hidden, options=self.options)
+            self.nodes = self.edges = []  # type: ignore[assignment]  # the graph holds them now
+            self.relabelled = {}
+        return self._graph
+
+    def set_graph(self, graph: Graph) -> None:
+        self._graph = graph
+        self.nodes = self.edges = []  # type: ignore[assignment]
+        self.relabelled = {}
+
+    @property
+    def made(self) -> bool:
+        return self._graph is not None
+
+    def count(self) -> int:
+        """How many boxes the graph has."""
+        return len(self._graph.nodes) if self._graph is not None else len(self.nodes)
+
+    def relabel(self, labels: dict[str, str]) -> None:
+        """Rename boxes (node id -> label)."""
+        if self._graph is not None:
+            graph = self._graph
+            nodes = tuple(_with_label(node, labels[node.id]) if node.id in labels else node for node in graph.nodes)
+            self._graph = _with_nodes(graph, nodes)
+        else:
+            self.relabelled.update(labels)
+
+    def with_badge(self, badge: str) -> set[str]:
+        """Ids of the boxes that carry ``badge``."""
+        if self._graph is not None:
+            return {node.id for node in self._graph.nodes if badge in node.hooks}
+        return {row[0] for row in self.nodes if badge in row[_HOOKS]}
+
+    def label(self, node_id: str) -> str:
+        if self._graph is not None:
+            return self._graph.node(node_id).label
+        if node_id in self.relabelled:
+            return self.relabelled[node_id]
+        return self.nodes[int(node_id[1:])][_LABEL]
+
+    def functions(self) -> list[tuple[str, int | None]]:
+        """(node id, sequence number) of every backward function box, in drawing order."""
+        if self._graph is not None:
+            return [(node.id, node.sequence_nr) for node in self._graph.nodes if node.kind == "function"]
+        return [(row[0], row[_SEQUENCE_NR]) for row in self.nodes if row[_KIND] == "function"]
+
+
+def _with_label(node: Node, label: str) -> Node:
+    import dataclasses
+
+    return dataclasses.replace(node, label=label)
+
+
+def _with_nodes(graph: Graph, nodes: tuple) -> Graph:
+    import dataclasses
+
+    return dataclasses.replace(graph, nodes=nodes)
