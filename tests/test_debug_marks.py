@@ -396,6 +396,38 @@ def test_the_static_page_shows_cut_colours_tooltips_and_the_path_highlight(chrom
     page.close()
 
 
+HOOKED_CELL = """x = torch.tensor(1.0, requires_grad=True)
+y = x * 2
+z = y * 3
+z.register_hook(lambda g: g * 2)
+(z + y * 5).backward()"""
+
+
+def test_the_path_note_says_when_hooks_changed_the_gradient(chromium, tmp_path):
+    """The paths add up to x's gradient without hooks (6 + 10 = 16); torch gave 22: the note says so too."""
+    with al.Lens(names={}, why=True) as lens:
+        lens.names = namespace = {"torch": torch}
+        exec(HOOKED_CELL, namespace)
+    assert float(namespace["x"].grad) == 22.0
+    (entry,) = [entry for entry in PassView(lens.passes[0]).data()["paths"] if entry["name"] == "x"]
+    path = tmp_path / "hooked.html"
+    lens.to_html(str(path))
+    from test_browser import open_page
+
+    page, errors = open_page(chromium, path)
+    stepper = page.locator(".al-stepper")
+    leaf = [e["name"] for e in PassView(lens.passes[0]).data()["paths"]].index("x")
+    stepper.locator("select.al-paths").select_option(str(leaf))
+    note = stepper.locator(".al-pathnote").inner_text()
+    assert "= 6.0" in note and "= 10.0" in note
+    assert entry["hooks"] in note and "22.0" in note and "without hooks" in note, note
+    stepper.locator("select.al-paths").select_option(f"{leaf}.1")  # one path: the same line under it
+    assert entry["hooks"] in stepper.locator(".al-pathnote").inner_text()
+    assert "without hooks" in stepper.locator("select.al-paths optgroup").nth(leaf).get_attribute("label")
+    assert errors == []
+    page.close()
+
+
 class _WithWhyNotebook:
     """A tmp_path_factory whose JupyterLab folder also holds why.ipynb (a %%lens --why cell)."""
 

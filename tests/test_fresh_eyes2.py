@@ -572,9 +572,6 @@ def test_paths_say_nothing_more_when_no_hook_changed_the_gradient():
     assert lens.paths_to("w").hooks == ""
 
 
-@pytest.mark.xfail(strict=True, reason="views/marks.py paths_data (helper-47's views/): the stepper's paths menu lists "
-                                       "the paths' contributions without hooks (6 and 10 to an x.grad of 22) and says "
-                                       "nothing of the hooks; PathSet.hooks says it (safe_paths_to)")
 def test_the_stepper_paths_menu_says_when_hooks_changed_the_gradient():
     import json
 

@@ -145,7 +145,7 @@ def safe_paths_to(passes: list, name: str, index: int | None = None) -> PathSet:
                 continue
             evidence = getattr(backward_pass, "debug", None)
             if evidence is not None and name in evidence.paths:
-                return _with_hooks(evidence.paths[name], backward_pass, name)
+                return with_hooks(evidence.paths[name], backward_pass, name)
             if not any(node.label == name and node.kind in ("leaf", "output") for node in backward_pass.graph.nodes):
                 continue
             if evidence is None:
@@ -156,7 +156,7 @@ def safe_paths_to(passes: list, name: str, index: int | None = None) -> PathSet:
         return PathSet(name, unknown=f"could not be worked out ({type(problem).__name__}: {problem})")
 
 
-def _with_hooks(path_set: PathSet, backward_pass: Any, name: str) -> PathSet:
+def with_hooks(path_set: PathSet, backward_pass: Any, name: str) -> PathSet:
     """The paths are the chain rule without hooks (backward functions called directly): when the pass's hooks changed
     what ``name`` received, or may have, the PathSet says so, with what the pass gave it."""
     from ..format import format_value

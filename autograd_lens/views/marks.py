@@ -205,9 +205,12 @@ def path_edges(graph: Graph, path: Any) -> tuple[str, ...] | None:
 
 def paths_data(backward_pass: BackwardPass) -> list[dict]:
     """For the stepper's path highlight: each leaf with known paths, each shown path's text and arrows (a path
-    the drawing cannot place is listed without arrows)."""
+    the drawing cannot place is listed without arrows), and, when the pass's hooks changed what the leaf received,
+    the line that says so (``hooks``: the paths add up to its gradient without hooks)."""
     try:
         found = getattr(getattr(backward_pass, "debug", None), "paths", None) or {}
+        if found:
+            from ..debug import with_hooks  # (only for a pass recorded with why=True: the debug package is loaded)
         result = []
         for name in sorted(found):
             path_set = found[name]
@@ -215,9 +218,13 @@ def paths_data(backward_pass: BackwardPass) -> list[dict]:
                 continue
             if backward_pass.inputs and name not in backward_pass.inputs:  # left out by backward(inputs=...)
                 continue
-            result.append({"name": name, "count": path_set.count,
-                           "paths": [{"text": path.text(), "edges": list(path_edges(backward_pass.graph, path) or ()),
-                                      "rest": path.rest} for path in path_set.paths]})
+            path_set = with_hooks(path_set, backward_pass, name)  # says so when hooks changed what it received
+            entry = {"name": name, "count": path_set.count,
+                     "paths": [{"text": path.text(), "edges": list(path_edges(backward_pass.graph, path) or ()),
+                                "rest": path.rest} for path in path_set.paths]}
+            if path_set.hooks:  # the paths are the chain rule without hooks: what the hooks made of it
+                entry["hooks"] = path_set.hooks
+            result.append(entry)
         return result
     except Exception:
         return []

@@ -145,7 +145,9 @@ function pathControls(toolbar, root, scope, shown) {
     select.value = choice;
     style.textContent = pathCss(scope, paths, choice);
     const chosen = chosenPaths(paths, choice);
-    note.textContent = chosen.map((p) => p.text + (p.edges.length || p.rest ? "" : " (not on the drawing)")).join("\n");
+    const entry = choice && paths ? paths[parseInt(choice.split(".")[0], 10)] : null;
+    note.textContent = chosen.map((p) => p.text + (p.edges.length || p.rest ? "" : " (not on the drawing)"))
+      .concat(chosen.length && entry && entry.hooks ? [entry.hooks] : []).join("\n");
     note.style.display = chosen.length ? "" : "none";
     root.setAttribute("data-paths", choice);
     if (chosen.length && shown) { shown([].concat(...chosen.map((p) => p.edges))); }
@@ -155,7 +157,8 @@ function pathControls(toolbar, root, scope, shown) {
     paths = passPaths || null;
     select.replaceChildren(make("option", { value: "" }, "paths: off"));
     (paths || []).forEach((entry, i) => {
-      const group = make("optgroup", { label: "paths to " + entry.name + " (" + entry.count + ")" });
+      const group = make("optgroup", { label: "paths to " + entry.name + " (" + entry.count + ")" +
+        (entry.hooks ? ", without hooks" : "") });
       group.appendChild(make("option", { value: String(i) }, "all shown paths to " + entry.name));
       entry.paths.forEach((p, j) => {
         const text = p.text.length > 90 ? p.text.slice(0, 89) + "…" : p.text;
