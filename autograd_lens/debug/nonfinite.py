@@ -2,7 +2,8 @@
 
 The origin is the first step, in the order the engine ran them, that received
 only finite gradients and passed on a non-finite one: a backward function (the
-one ``torch.autograd.detect_anomaly`` names), or a hook that returned NaN.  A
+one ``torch.autograd.detect_anomaly`` names), or a hook that returned NaN (also a node's post-hook or a module
+backward hook, which anomaly mode counts as part of their node's output).  A
 non-finite gradient given to ``backward()`` is its own origin.
 """
 
@@ -15,6 +16,9 @@ from typing import Any
 from ..model import BackwardPass, HookCall, NodeRun, SourceLine, TensorSummary
 
 FINITE, NONFINITE, UNREADABLE = "finite", "non-finite", "unreadable"
+# hooks that run as post-hooks of a node (torch's module-hook wrappers are post-hooks of the module's boundary
+# nodes): what the node passed on includes what they returned
+_POST_HOOKS = ("node", "module_full", "module_pre", "legacy")
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,8 @@ def first_nonfinite(backward_pass: BackwardPass) -> NonFinite | None:
     seeds = _seed(backward_pass)
     if seeds is not None:
         return seeds
-    for event in backward_pass.events:
+    events = backward_pass.events
+    for index, event in enumerate(events):
         if isinstance(event, NodeRun):
             received, sent = event.grad_in, event.grad_out
         elif isinstance(event, HookCall) and event.error is None:
@@ -100,7 +105,23 @@ def first_nonfinite(backward_pass: BackwardPass) -> NonFinite | None:
             note = "it already received a non-finite gradient from a step whose values were not recorded"
         elif before == UNREADABLE or unreadable:
             note = "an earlier step's values were not kept, so the NaN may have started there"
+        if isinstance(event, NodeRun) and before == FINITE:
+            event = _post_hook_origin(events, index) or event
         return _origin(backward_pass, event, note)
+    return None
+
+
+def _post_hook_origin(events: Any, index: int) -> HookCall | None:
+    """The first post-hook of the node run at ``events[index]`` that received finite values and returned
+    non-finite ones (the node's own output, which the hook received, was finite): that hook made the NaN."""
+    node = events[index].node
+    for event in events[index + 1:]:
+        if isinstance(event, NodeRun):
+            return None
+        if isinstance(event, HookCall) and event.error is None and node is not None and event.node == node \
+                and (event.kind in _POST_HOOKS or event.kind.startswith("global_")) \
+                and state(event.grad_in) == FINITE and state(event.grad_out) == NONFINITE:
+            return event
     return None
 
 
