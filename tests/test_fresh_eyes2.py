@@ -759,3 +759,20 @@ def test_nan_made_by_a_backward_function_still_starts_there():
         y.sum().backward()
     origin = lens.passes[0].first_nonfinite
     assert origin.kind == "node" and origin.name == "SqrtBackward0", origin.text()
+
+
+def test_a_hook_that_passed_on_none_claims_no_mark_on_the_drawing():
+    """The last card says "The ✂ marks on the drawing show where the path broke" for the reasons it lists: a
+    'hook_none' reason has no mark (views/marks.py draws none for it), so it is not placed and not on that card."""
+    from autograd_lens.views.marks import marks_for
+
+    with al.Lens(why=True) as lens:
+        lin = nn.Linear(2, 2)
+        lin.register_full_backward_pre_hook(lambda module, grad_output: (None,))
+        x = torch.ones(1, 2, requires_grad=True)
+        (lin(x * 2).sum() + (x * 3).sum()).backward()
+    p = lens.passes[0]
+    assert p.unreached["lin.weight"].code == "hook_none"
+    cards = [" ".join(step.lines) for step in steps_for(p, hook_totals(lens.passes)) if step.kind == "end"]
+    marked = " ".join(" ".join(mark.lines) for mark in marks_for(p).nodes.values())
+    assert all("lin.weight" not in card for card in cards) or "lin.weight" in marked

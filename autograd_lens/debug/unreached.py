@@ -157,7 +157,7 @@ def _dropped_by_hook(backward_pass: BackwardPass, name: str) -> Reason | None:
                 and any(before is not None and after is None for before, after in zip(received, passed)):
             return Reason(name, "hook_none", f"the {call.kind_label} hook {call.hook} on {call.target} received a "
                                              "gradient and passed on None in its place; no gradient reached this "
-                                             "leaf", (call.node,) if call.node else ())
+                                             "leaf")  # not placed: the drawing has no mark for it
     return None
 
 
