@@ -825,3 +825,191 @@ def test_a_multi_grad_hook_in_any_mode_says_whose_gradient_it_received():
     assert torch.equal(anys[0], torch.full((2,), 2.0)) and torch.equal(anys[1], torch.tensor([2.0, 4.0]))  # x's, b's
     texts = [card for card in cards if "[2.0, 4.0]" in card and "gradients of x, b" not in card]
     assert any("gradient of b" in card for card in texts), cards
+
+
+# --- 10. more classes where the lens was right -----------------------------------------------------------------------
+
+
+def _autocast_bf16(hooks, log):
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    x = torch.randn(4, 8)
+    if hooks:
+        model[0].weight.register_hook(log.hook("w0", lambda g: g * 2))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(x)
+        if hooks:
+            out.register_hook(log.hook("on_out", lambda g: g * 0.5))
+        loss = out.float().pow(2).mean()
+    loss.backward()
+    return {"model.0.weight": model[0].weight, "model.2.weight": model[2].weight, "model.0.bias": model[0].bias}
+
+
+def _attention(hooks, log):
+    q, k, v = (torch.randn(1, 2, 4, 8, requires_grad=True) for _ in range(3))
+    o = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if hooks:
+        o.register_hook(log.hook("on_o", lambda g: g * 3))
+        k.register_hook(log.hook("on_k", lambda g: None))
+    o.pow(2).sum().backward()
+    return {"q": q, "k": k, "v": v}
+
+
+def _two_roots(hooks, log):
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    a, b = x * 3, x.exp()
+    if hooks:
+        a.register_hook(log.hook("on_a", lambda g: g * 2))
+        x.register_hook(log.hook("on_x", lambda g: g - 1))
+    torch.autograd.backward([a, b], grad_tensors=[torch.tensor([1.0, -1.0]), torch.tensor([0.5, 2.0])])
+    return {"x": x}
+
+
+def _accumulate_grad_node_hooks(hooks, log):
+    """Hooks on a leaf's AccumulateGrad node keep firing on later graphs while the node lives."""
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    node = (x * 1).grad_fn.next_functions[0][0]
+    if hooks:
+        node.register_prehook(log.hook("acc_pre", lambda grad_outputs: (grad_outputs[0] * 2,)))
+    for _ in range(3):
+        (x * x).sum().backward()
+    return {"x": x}
+
+
+def _lstm_hooks(hooks, log):
+    lstm = nn.LSTM(3, 2, batch_first=True)
+    x = torch.randn(1, 4, 3, requires_grad=True)
+    out, (h, c) = lstm(x)
+    if hooks:
+        out.register_hook(log.hook("on_out", lambda g: g * 2))
+        h.register_hook(log.hook("on_h", lambda g: g + 1))
+        lstm.weight_hh_l0.register_hook(log.hook("on_whh", lambda g: None))
+    (out.sum() + h.sum() * 2 + c.sum()).backward()
+    return {"x": x, "weight_hh_l0": lstm.weight_hh_l0, "weight_ih_l0": lstm.weight_ih_l0}
+
+
+@pytest.mark.parametrize("program", [_autocast_bf16, _attention, _two_roots, _accumulate_grad_node_hooks, _lstm_hooks],
+                         ids=["autocast-bf16", "sdpa", "two-roots", "accumulate-grad-node-hooks", "lstm"])
+def test_more_programs_match_torch(program):
+    assert problems(program) == []
+
+
+def test_retain_grad_with_a_hook_over_two_passes():
+    def program():
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        y = x * 2
+        y.retain_grad()
+        y.register_hook(lambda g: g * 3)
+        z = y * y
+        z.sum().backward(retain_graph=True)
+        first = y.grad.clone()
+        z.sum().backward()
+        return x, y, first
+
+    x, y, first = program()
+    with al.Lens() as lens:
+        shown_x, shown_y, _ = program()
+    from autograd_lens.model import GradWritten
+
+    written = [[(e.name, e.by, e.grad, e.received) for e in p.events if isinstance(e, GradWritten)] for p in lens.passes]
+    assert _same(tuple(written[0][0][2:]), (first, first))  # retain_grad's .grad: after the hook, 12, 24
+    assert _same(tuple(written[1][0][2:]), (y.grad, first))  # accumulated: 24, 48, this pass adding 12, 24
+    assert torch.equal(lens.passes[1].leaf_grads["x"], x.grad) and torch.equal(shown_x.grad, x.grad)
+    assert torch.equal(lens.passes[1].grads_without_hooks["x"], torch.tensor([16.0, 32.0]))  # 2 * (2 * 2y)
+
+
+def test_a_module_hook_that_removes_itself():
+    def program(lens_on):
+        log = []
+        lin = nn.Linear(2, 2)
+        handles = {}
+
+        def once(module, grad_input, grad_output):
+            log.append("once")
+            handles["once"].remove()
+            return (grad_input[0] * 2,)
+
+        def other(module, grad_input, grad_output):
+            log.append("other")
+
+        handles["once"] = lin.register_full_backward_hook(once)
+        lin.register_full_backward_hook(other)
+        x = torch.ones(1, 2, requires_grad=True)
+        with (al.Lens() if lens_on else _nothing()) as lens:
+            for _ in range(3):
+                lin(x * 1.0).sum().backward()
+        return log, x.grad, lens, lin
+
+    torch.manual_seed(0)
+    log, plain, _, lin = program(False)
+    torch.manual_seed(0)
+    shown_log, shown, lens, _ = program(True)
+    assert shown_log == log == ["once", "other", "other", "other"] and torch.equal(shown, plain)
+    assert _titles(lens.passes) == [
+        ["hook 1 of 2 on lin: once (module full hook, call 1 of 1 in this recording, for forward call 1)",
+         "hook 2 of 2 on lin: other (module full hook, call 1 of 3 in this recording, for forward call 1)"],
+        ["hook other on lin (module full hook, call 2 of 3 in this recording, for forward call 1)"],
+        ["hook other on lin (module full hook, call 3 of 3 in this recording, for forward call 1)"]]
+    one = lin.weight.sum(0)  # x's gradient from one pass without hooks: W^T 1
+    assert torch.allclose(lens.passes[-1].grads_without_hooks["x"][0], 3 * one)
+    assert torch.allclose(shown[0], 4 * one)
+
+
+@pytest.mark.parametrize("where", ["named", "unnamed"])
+def test_nan_made_by_a_hook_in_c_starts_at_it(where):
+    with al.Lens(why=True) as lens:
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+
+        def build():
+            y = x * 2
+            y.register_hook(torch.log)  # log of a negative gradient: NaN
+            return y
+
+        y = build() if where == "named" else None
+        out = (y if y is not None else build()) * -1.0
+        out.sum().backward()
+    assert bool(x.grad.isnan().all())
+    origin = lens.passes[0].first_nonfinite
+    assert origin.kind == "hook" and origin.name == ("torch.log" if where == "named" else "<C hook>"), origin.text()
+    assert origin.inputs == "[-1.0, -1.0]" and origin.outputs == "[nan, nan]"
+
+
+def test_module_groups_of_a_block_called_twice_match_the_forward():
+    """Each backward function's module group is the innermost module call running when it was made (read with
+    forward pre-hooks and hooks and torch's own sequence numbers)."""
+    sequence_nr = torch._C._autograd._get_sequence_nr
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.act = nn.Linear(3, 3), nn.GELU()
+
+        def forward(self, x):
+            return self.act(self.a(x)) * 2 + x
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.b, self.head = Block(), nn.Linear(3, 1)
+
+        def forward(self, x):
+            return self.head(self.b(self.b(x)).tanh())
+
+    net = Net()
+    spans, running = [], []
+    names = {module: name for name, module in net.named_modules()}
+    handles = [h for module in net.modules() for h in (
+        module.register_forward_pre_hook(lambda m, args: running.append(sequence_nr())),
+        module.register_forward_hook(lambda m, args, out: spans.append((names[m], running.pop(), sequence_nr()))))]
+    with al.Lens(modules=True) as lens:
+        net(torch.randn(2, 3, requires_grad=True)).sum().backward()
+    for handle in handles:
+        handle.remove()
+    p = lens.passes[0]
+    shown = {node: group.path for group in p.groups for node in group.nodes}
+    for node in p.graph.nodes:
+        if node.kind != "function":
+            continue
+        inner = min((span for span in spans if span[1] <= node.sequence_nr < span[2]),
+                    key=lambda span: span[2] - span[1], default=None)
+        truth = None if inner is None else ("net." + inner[0] if inner[0] else "net")
+        assert shown.get(node.id) == truth, (node.label, node.sequence_nr, shown.get(node.id), truth)
