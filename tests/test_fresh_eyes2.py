@@ -1013,3 +1013,50 @@ def test_module_groups_of_a_block_called_twice_match_the_forward():
                     key=lambda span: span[2] - span[1], default=None)
         truth = None if inner is None else ("net." + inner[0] if inner[0] else "net")
         assert shown.get(node.id) == truth, (node.label, node.sequence_nr, shown.get(node.id), truth)
+
+
+def test_is_grads_batched_is_not_recorded_and_unchanged():
+    """Documented as not recorded: no pass, no hook call, nothing said about it; the result and the hook's calls
+    are torch's."""
+    def program():
+        log = []
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        y = x * x
+        y.register_hook(lambda g: log.append(1) or g * 3)
+        (g,) = torch.autograd.grad(y, x, torch.eye(2), is_grads_batched=True)
+        return g, log
+
+    plain, plain_log = program()
+    with al.Lens() as lens:
+        shown, log = program()
+    assert torch.equal(shown, plain) and torch.equal(plain, torch.tensor([[6.0, 0.0], [0.0, 12.0]]))
+    assert log == plain_log == [1]
+    assert len(lens.passes) == 0 and lens.hook_calls == [] and lens.recording_notes == []
+
+
+def _module_pre_hook_raises(hooks, log):
+    lin = nn.Linear(2, 2)
+    x = torch.ones(1, 2, requires_grad=True)
+    w = torch.tensor([2.0, 3.0], requires_grad=True)
+
+    def boom(module, grad_output):
+        raise RuntimeError("pre boom")
+
+    if hooks:
+        lin.register_full_backward_pre_hook(boom)
+        w.register_hook(log.hook("on_w", lambda g: g * 2))
+    out = lin(x * 1.0).sum() + (w * w).sum()
+    with pytest.raises(RuntimeError, match="pre boom") if hooks else _nothing():
+        out.backward()
+    return {"x": x, "w": w, "lin.weight": lin.weight}
+
+
+def test_a_module_pre_hook_that_raises():
+    assert problems(_module_pre_hook_raises) == []
+    _, _, recording = run(_module_pre_hook_raises, hooks=True, lens=True)
+    last = recording.passes[-1]
+    assert last.error.type == "RuntimeError" and last.error.message == "pre boom"
+    assert torch.equal(last.leaf_grads["w"], torch.tensor([8.0, 12.0]))  # written before the hook raised
+    assert torch.equal(last.grads_without_hooks["w"], torch.tensor([4.0, 6.0]))
+    assert all(last.grads_without_hooks[name] is None and "stopped" in last.unknown[name]
+               for name in ("x", "lin.weight"))
