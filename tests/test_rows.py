@@ -18,7 +18,7 @@ from autograd_lens.capture.leafstate import LeafState
 from autograd_lens.capture.names import names_from
 from autograd_lens.capture.rows import GraphRows
 from autograd_lens.capture.walk import walk
-from autograd_lens.model import Edge, GraphOptions, Node
+from autograd_lens.model import Edge, GraphOptions, Node, TensorSummary
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_perf_build import canonical  # noqa: E402  (every field, tensors as their values)
@@ -45,11 +45,11 @@ def _assert_as_the_dataclasses_make(graph) -> None:
         assert list(vars(made)) == [item.name for item in dataclasses.fields(made)]
 
 
-def _mlp(depth: int):
+def _mlp(depth: int, width: int = 5):
     torch.manual_seed(0)
     layers = []
     for _ in range(depth):
-        layers += [nn.Linear(4, 4), nn.Tanh()]
+        layers += [nn.Linear(width, width), nn.Tanh()]
     return nn.Sequential(*layers)
 
 
@@ -68,25 +68,38 @@ def test_no_box_is_made_inside_backward_for_a_large_pass(monkeypatch):
         monkeypatch.setattr(cls, "__init__", init)
     real_new = object.__new__
     news = []
+    others = []  # (class name, made inside backward) of the other dataclasses made without their __init__
 
     def counting_new(cls, *args):
         if cls in (Node, Edge):
             news.append(_inside_backward())
+        else:
+            others.append((cls.__name__, _inside_backward()))
         return real_new(cls)
 
-    monkeypatch.setattr("autograd_lens.capture.rows._new", counting_new)
+    for module in ("rows", "walk", "build", "draft"):  # (build made GradWritten events so, inside the pass)
+        monkeypatch.setattr(f"autograd_lens.capture.{module}._new", counting_new, raising=False)
     net = _mlp(40)  # 40 x (addmm, t, tanh) + 80 leaves + sum: over EAGER_MODEL_LIMIT
-    x = torch.randn(3, 4)
+    x = torch.randn(3, 5)
     loss = net(x).sum()
     with al.Lens(names={"net": net, "x": x}) as lens:
         loss.backward()
     assert not made_inside and not any(news)
+    # nor an AccumulateGrad write's GradWritten, nor a large leaf's value summary: rows until the passes are read
+    assert ("GradWritten", True) not in others and ("TensorSummary", True) not in others
     news.clear()
+    others.clear()
     pending = lens._pending[0].graph
     assert isinstance(pending, GraphRows) and not pending.made and pending.count() > tracer.EAGER_MODEL_LIMIT
     graph = lens.passes[0].graph
     assert len(graph.nodes) == pending.count() and news and not any(news)  # made now, from the rows
+    assert ("GradWritten", False) in others and ("TensorSummary", False) in others
     _assert_as_the_dataclasses_make(graph)
+    # a weight (25 elements) is summarized, its summary made with the Graph; a bias (5) is a value
+    weight, bias = graph.find("net.0.weight"), graph.find("net.0.bias")
+    assert weight.value == TensorSummary(shape=(5, 5), dtype="float32") and _plain(weight.value) == weight.value
+    assert list(vars(weight.value)) == [item.name for item in dataclasses.fields(TensorSummary)]
+    assert torch.equal(bias.value, net[0].bias.detach()) and weight.shape == (5, 5)
 
 
 def test_graphs_made_from_rows_are_those_the_dataclasses_make():

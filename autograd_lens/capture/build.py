@@ -7,6 +7,7 @@ the caller's variables, and :func:`.draft.complete` makes the model when the Len
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Any
 
 import torch
@@ -56,12 +57,9 @@ def read_pass(observer: PassObserver, walk: Walk, index: int, history: dict, inv
                                        grad=grad, received=value, by="retain_grad"))
         if isinstance(record, NodeRecord):
             append(_node_read(walk, record, next_of))  # a plain row: complete() makes its NodeRun
-        elif isinstance(record, GradRecord):
+        elif isinstance(record, GradRecord):  # a plain row too: complete() makes its GradWritten (draft.grad_written)
             key = id(record.fn)
-            event = _new(GradWritten)  # as GradWritten(...), its fields in their order
-            event.__dict__.update(step=len(events), node=function_id(key), name=leaf_label(key, "leaf"),
-                                  grad=record.grad, received=record.received, by="AccumulateGrad")
-            append(event)
+            append((function_id(key), leaf_label(key, "leaf"), record.grad, record.received))
         elif isinstance(record, HookRecord):
             append(_hook_event(walk, len(events), record, index, invocations, ordinals))
     pass_error = None
@@ -137,11 +135,15 @@ def _not_leaves(observer: PassObserver) -> tuple:
     """Named tensors with hooks that look like leaves but are the result of one op on an unnamed leaf
     (``x = torch.randn(2, 2, requires_grad=True) * 10``): (name, op) each; :func:`.draft.complete` makes the notes."""
     names = observer.ensure_names()
-    in_graph = {id(fn) for fn in observer.shape.nodes}
+    in_graph = None  # ids of the graph's nodes, once a named result with hooks is seen (most tensors are leaves)
     found = []
     for tensor in names.tensor_objects:
         fn = tensor.grad_fn
-        if fn is None or id(fn) not in in_graph or tensor.retains_grad or not tensor._backward_hooks:
+        if fn is None or tensor.retains_grad or not tensor._backward_hooks:
+            continue
+        if in_graph is None:
+            in_graph = {id(node) for node in observer.shape.nodes}
+        if id(fn) not in in_graph:
             continue
         inputs = [next_fn for next_fn, _ in fn.next_functions if next_fn is not None]
         if len(inputs) == 1 and type(inputs[0]).__name__ == "AccumulateGrad" \
@@ -199,7 +201,7 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
                 value = _unhooked_input(observer, tensor)
             settle(index, value, out["returned"][index])
         return out
-    hooked = any(isinstance(record, HookRecord) for record in observer.records) \
+    hooked = any(map(isinstance, observer.records, repeat(HookRecord))) \
         or any(getattr(entry, "hooked", False) for entry in history.values())  # a hook ran in this Lens
     adopted: set[int] = set()  # leaves whose .grad was None before this pass
     # some leaf's .grad differed from its value without hooks after the last pass it ran in
@@ -286,7 +288,8 @@ def _node_read(walk: Walk, record: NodeRecord, next_of: dict) -> tuple:
     following = next_of.get(key)
     if following is None:  # a node made during the pass
         following = fn.next_functions
-    return key, fn.name(), walk.target_labels(following), record.received, record.sent
+    name = walk.op_names.get(key) or fn.name()  # (read by the walk for the functions it drew)
+    return key, name, walk.target_labels(following), record.received, record.sent
 
 
 def _node_event(walk: Walk, step: int, record: NodeRecord, next_of: dict, drawn_outputs: set) -> NodeRun:
@@ -295,7 +298,6 @@ def _node_event(walk: Walk, step: int, record: NodeRecord, next_of: dict, drawn_
     return node_run(maps, step, *_node_read(walk, record, next_of))
 
 
-_new = object.__new__  # tests/test_build.py checks that the events made here equal the dataclasses' own
 
 
 def _hook_event(walk: Walk, step: int, call: HookRecord, index: int, invocations: "HookCounter",

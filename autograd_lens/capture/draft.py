@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import BackwardPass, HookCall, NodeRun, PassError
+from ..model import BackwardPass, GradWritten, HookCall, NodeRun, PassError
 from ..notes import note, pass_notes
 from .annotate import moved_leaves
 from .badges import with_ran_hooks
@@ -29,7 +29,8 @@ class PassDraft:
     index: int
     kind: str
     graph: GraphRows  # the drawn graph as rows: complete() makes the Graph
-    # the pass's events in step order; a node run is still a plain row, (key, name, targets, received, sent)
+    # the pass's events in step order; a node run is still a plain row, (key, name, targets, received, sent), and
+    # a .grad written by AccumulateGrad one too, (node, name, grad, received)
     events: list
     # the walk's plain indexes (function_ids, labels, edge_rows, output_edges, functions with drawn outputs)
     maps: tuple
@@ -66,6 +67,13 @@ def node_run(maps: tuple, step: int, key: int, name: str, targets: tuple, receiv
     return event
 
 
+def grad_written(step: int, node: str | None, name: str, grad: Any, received: Any) -> GradWritten:
+    """AccumulateGrad's write from its row (see ``build.read_pass``), as ``GradWritten(...)``, its fields in order."""
+    event = _new(GradWritten)
+    event.__dict__.update(step=step, node=node, name=name, grad=grad, received=received, by="AccumulateGrad")
+    return event
+
+
 def _slots(row: tuple | None, count: int) -> tuple:
     """The arrows of ``count`` input slots from a row of another length (or none): None where it has none."""
     return tuple([row[slot] if row is not None and slot < len(row) else None for slot in range(count)])
@@ -75,7 +83,8 @@ def complete(draft: PassDraft, moving: Any = None, index: int | None = None) -> 
     """The pass's model.  ``moving``: the Lens's first earlier pass whose hooks changed gradients (``Ledger``);
     ``index``: its place among the Lens's passes, when a pass before it could not be made."""
     maps = draft.maps
-    events = [node_run(maps, step, *event) if type(event) is tuple else event for step, event in enumerate(draft.events)]
+    events = [(node_run(maps, step, *event) if len(event) == 5 else grad_written(step, *event))
+              if type(event) is tuple else event for step, event in enumerate(draft.events)]
     if index is not None and index != draft.index:
         events = [dataclasses.replace(event, pass_index=index) if isinstance(event, HookCall) else event
                   for event in events]

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import fields as dataclass_fields
 from typing import Any
 
-from ..model import Edge, Graph, GraphOptions, Node
+from ..model import Edge, Graph, GraphOptions, Node, TensorSummary
+from .snapshot import dtype_name
 
 NODE_FIELDS = tuple(item.name for item in dataclass_fields(Node))
 _NODE_DEFAULTS = {item.name: item.default for item in dataclass_fields(Node)}
@@ -18,11 +19,15 @@ _LABEL = NODE_FIELDS.index("label")
 _HOOKS = NODE_FIELDS.index("hooks")
 _KIND = NODE_FIELDS.index("kind")
 _SEQUENCE_NR = NODE_FIELDS.index("sequence_nr")
+_VALUE = NODE_FIELDS.index("value")
+_SUMMARY_DEFAULTS = {item.name: item.default for item in dataclass_fields(TensorSummary)}
 
 
 class GraphRows:
     """Numbers nodes and edges in the order they are added, as rows (a ``Node``'s field values in field order; an
-    ``Edge``'s), and makes the :class:`Graph` once, when first asked (:meth:`graph`)."""
+    ``Edge``'s), and makes the :class:`Graph` once, when first asked (:meth:`graph`).  A row's value may be a
+    ``(shape, torch.dtype)`` pair: the value is then that shape-and-dtype ``TensorSummary``, made with the Graph (a
+    Node's value is never a tuple)."""
 
     def __init__(self, options: GraphOptions) -> None:
         self.options = options
@@ -52,6 +57,8 @@ class GraphRows:
             for row in self.nodes:
                 if relabelled and row[0] in relabelled:
                     row = row[:_LABEL] + (relabelled[row[0]],) + row[_LABEL + 1:]
+                if type(row[_VALUE]) is tuple:
+                    row = row[:_VALUE] + (_summary(*row[_VALUE]),) + row[_VALUE + 1:]
                 box = _new(Node)  # Node(*row) without a frozen dataclass's setattr per field, its fields in order
                 box.__dict__.update(zip(NODE_FIELDS, row))
                 append(box)
@@ -105,6 +112,29 @@ class GraphRows:
         if self._graph is not None:
             return [(node.id, node.sequence_nr) for node in self._graph.nodes if node.kind == "function"]
         return [(row[0], row[_SEQUENCE_NR]) for row in self.nodes if row[_KIND] == "function"]
+
+
+def without_saved(options: GraphOptions) -> GraphOptions:
+    """``options.replace(show_saved=False)`` (what graphs drawn after their pass use), made once per options."""
+    try:
+        found = _WITHOUT_SAVED.get(options)
+    except TypeError:  # options that cannot be hashed
+        return options.replace(show_saved=False)
+    if found is None:
+        found = options.replace(show_saved=False)
+        if len(_WITHOUT_SAVED) < 64:
+            _WITHOUT_SAVED[options] = found
+    return found
+
+
+_WITHOUT_SAVED: dict[GraphOptions, GraphOptions] = {}
+
+
+def _summary(shape: tuple, dtype: Any) -> TensorSummary:
+    """TensorSummary(shape, dtype name) without a frozen dataclass's setattr per field."""
+    summary = _new(TensorSummary)
+    summary.__dict__.update(_SUMMARY_DEFAULTS, shape=shape, dtype=dtype_name(dtype))
+    return summary
 
 
 def _with_label(node: Node, label: str) -> Node:

@@ -38,6 +38,7 @@ from .snapshot import hidden_from_user, snapshot
 from .unhooked import Unknown
 from .structure import structure
 from .walk import leaf_state, walk
+from .rows import without_saved as _without_saved
 from .annotate import _groups, _module_hooks, _sources
 from .ledger import Ledger, _sequence_nr
 from .nodes import budget_note
@@ -309,7 +310,7 @@ class Lens(LensViews, DeferredPasses):
             # small graphs: read saved tensors and values now, they are gone after the pass
             observer.walk = walk(observer.shape, observer.ensure_names(), self.options)
         else:  # large graphs: keep what the pass will change (leaf values), draw after it
-            observer.leaf_state = leaf_state(observer.shape, self.options.replace(show_saved=False))
+            observer.leaf_state = leaf_state(observer.shape, _without_saved(self.options))
         observer.debug = self._debug.before_pass(observer)  # evidence for .unreached / paths_to (never raises)
         return observer
 
@@ -362,7 +363,7 @@ class Lens(LensViews, DeferredPasses):
         names = observer.ensure_names()
         graph_walk = observer.walk
         if graph_walk is None:
-            options = self.options.replace(show_saved=False)
+            options = _without_saved(self.options)
             graph_walk = walk(observer.shape, names, options, leaf_state=observer.leaf_state)
         # (without module groups only the number of boxes is read: the Graph is made from its rows after the pass)
         grouped = _groups(graph_walk.graph if self.modules else graph_walk.rows, self.module_calls, names,

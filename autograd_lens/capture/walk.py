@@ -75,6 +75,7 @@ class Walk:
     # id(grad_fn) of the drawn functions whose output_label is their entry in ``labels`` unless a tensor label
     # names that output (every drawn function but torch's module-hook boundaries)
     plain: set[int] = field(default_factory=set)
+    op_names: dict[int, str] = field(default_factory=dict)  # id(grad_fn) -> its name(), for the drawn functions
 
     @property
     def graph(self) -> Graph:
@@ -200,7 +201,7 @@ def walk(
     result = Walk(rows=build, structure=shape)
     function_ids, labels = result.function_ids, result.labels
     tensor_ids, tensor_labels, output_edges = result.tensor_ids, result.tensor_labels, result.output_edges
-    plain_add = result.plain.add
+    plain_add, op_names = result.plain.add, result.op_names
     max_elements = options.max_elements
     # Summaries of large tensors cost a few reductions each: only for graphs a student reads.
     stats = len(reachable) <= 200
@@ -218,11 +219,14 @@ def walk(
 
     shortcuts = _SHORTCUTS
     leaf_copies: dict[int, list[str]] = {}
+    leaf_type = leaf_name = None  # torch's AccumulateGrad type and its name() (the same for every node of the type)
     for fn in kept:
-        name = fn.name()
         fn_key = id(fn)
         label = leaf_labels.get(fn_key)
         if label is not None:
+            if type(fn) is not leaf_type:
+                leaf_type, leaf_name = type(fn), fn.name()
+            name = leaf_name
             variable = fn.variable
             count_uses = uses.get(fn_key, 0)
             copies = count_uses if count_uses > split else 1
@@ -230,9 +234,8 @@ def walk(
             if leaf_state is not None:
                 value, grad = leaf_state[fn_key]
                 if value is None:
-                    if not stats and variable.numel() > max_elements:  # as _small(...), without the call
-                        value = _new(TensorSummary)
-                        value.__dict__.update(_SUMMARY_DEFAULTS, shape=shape_now, dtype=dtype_name(variable.dtype))
+                    if not stats and variable.numel() > max_elements:  # as _small(...), without the call:
+                        value = (shape_now, variable.dtype)  # the summary's (shape, dtype), made with the Graph
                     else:
                         value = _small(variable, options, stats, shape_now)
             else:
@@ -255,6 +258,7 @@ def walk(
             tensor_ids[(fn_key, 0)] = ids[0]
             tensor_labels[(fn_key, 0)] = label
             continue
+        name = fn.name()
         named_output = outputs_named.get((fn_key, 0))
         label = op_label(name)
         if label in user_names:  # the user has a tensor of that name (a target ``t``): not this op, say it's a call
@@ -267,6 +271,7 @@ def walk(
                       fn._sequence_nr(), _reduced_dims(fn)))
         function_ids[fn_key] = node_id
         labels[fn_key] = label if named_output is None else f"{label} → {named_output}"
+        op_names[fn_key] = name
         if name != "BackwardHookFunctionBackward":
             plain_add(fn_key)
         # A tensor node for every output that has a name, is a root, or is one of several outputs.
