@@ -1087,3 +1087,48 @@ def test_a_parameter_frozen_after_the_forward():
     assert p.unreached["lin.weight"].code == "requires_grad_false", p.unreached["lin.weight"]
     cards = [" ".join(step.lines) for step in steps_for(p, hook_totals(lens.passes)) if step.kind == "grad"]
     assert not any("added this pass's gradient None" in card for card in cards), cards
+
+
+# --- 12. a hook that clears another leaf's .grad during the pass ----------------------------------------------------
+# x.grad holds 2 from pass 1; in pass 2 a tensor hook on y = x * w sets x.grad = None (or zero_()s it, or assigns
+# zeros) before x's AccumulateGrad runs: torch leaves x.grad = 3. Without the hook it would be 2 + 3 = 5. The lens
+# shows x's value without hooks as 3, and the card "AccumulateGrad added this pass's gradient [3.0, 3.0] to x.grad.
+# No hook changed it: the same as without hooks." capture/build.py takes the .grad read at AccumulateGrad's pre-hook
+# (observer.old_grads, after the hook cleared it) as the value the pass started from, and carry() then reads the
+# change as the user's zero_grad between passes. Fix (capture/build.py, helper-45's): compare that value with the
+# one the pass started with (identity and version, as tracer._run's `touched` does); if a hook changed it during
+# the pass, the value without hooks starts from the pass-start one (carry of it, plus what this pass adds without
+# hooks), or is unknown with that reason.
+
+
+@pytest.mark.xfail(strict=True, reason="capture/build.py (helper-45): .grad changed by a hook during the pass before "
+                                       "AccumulateGrad wrote it is taken as the pass's starting value")
+@pytest.mark.parametrize("how", ["set-None", "zero_", "assign-zeros"])
+def test_a_hook_that_clears_another_leafs_grad_during_the_pass(how):
+    def program(hooks, log):
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        w = torch.tensor([3.0], requires_grad=True)
+        (x * 2).sum().backward()  # x.grad = 2
+
+        def clear(g):
+            if how == "set-None":
+                x.grad = None
+            elif how == "zero_":
+                x.grad.zero_()
+            else:
+                x.grad = torch.zeros(2)
+
+        y = x * w
+        if hooks:
+            y.register_hook(log.hook("clear", clear))
+        y.sum().backward()
+        return {"x": x, "w": w}
+
+    plain, _, _ = run(program, hooks=True)
+    unhooked, _, _ = run(program, hooks=False)
+    assert torch.equal(plain["x"], torch.full((2,), 3.0)) and torch.equal(unhooked["x"], torch.full((2,), 5.0))
+    assert problems(program) == []
+    _, _, recording = run(program, hooks=True, lens=True)
+    cards = [" ".join(step.lines) for step in steps_for(recording.passes[-1], hook_totals(recording.passes))
+             if step.kind == "grad" and "x.grad" in " ".join(step.lines)]
+    assert not any("the same as without hooks" in card for card in cards), cards
