@@ -1132,3 +1132,30 @@ def test_a_hook_that_clears_another_leafs_grad_during_the_pass(how):
     cards = [" ".join(step.lines) for step in steps_for(recording.passes[-1], hook_totals(recording.passes))
              if step.kind == "grad" and "x.grad" in " ".join(step.lines)]
     assert not any("the same as without hooks" in card for card in cards), cards
+
+
+def test_a_hook_that_changes_another_leafs_grad_after_its_write_makes_it_unknown():
+    """The other side of section 12: when the hook runs after x's AccumulateGrad (a post-accumulate hook on w, written
+    later), the change is seen and x's value without hooks is unknown, naming the hook."""
+    def program(hooks, log):
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        w = torch.tensor([3.0], requires_grad=True)
+
+        def scale_x(p):
+            if x.grad is not None:
+                x.grad.mul_(10)
+
+        if hooks:
+            w.register_post_accumulate_grad_hook(scale_x)
+        w_part = w.exp().log()  # made first: lower sequence numbers, so x's AccumulateGrad runs before w's
+        ((x * 2).exp().log().sum() * w_part).backward()
+        return {"x": x, "w": w}
+
+    plain, _, _ = run(program, hooks=True)
+    unhooked, _, _ = run(program, hooks=False)
+    assert torch.allclose(plain["x"], torch.full((2,), 60.0)) and torch.allclose(unhooked["x"], torch.full((2,), 6.0))
+    _, _, recording = run(program, hooks=True, lens=True)
+    last = recording.passes[-1]
+    assert [e.name for e in last.events if type(e).__name__ == "GradWritten"] == ["x", "w"]
+    assert torch.equal(last.leaf_grads["x"], plain["x"])
+    assert last.grads_without_hooks["x"] is None and "scale_x" in last.unknown["x"]
