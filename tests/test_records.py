@@ -163,8 +163,9 @@ def test_nodes_without_hooks_in_c_record_what_the_general_way_records(monkeypatc
 @pytest.mark.parametrize("profiled", [False, True])
 def test_each_node_is_recorded_with_the_users_dispatch_modes_off(monkeypatch, profiled):
     """_on_node enters torch's DisableTorchDispatch guard itself when no profiler is on (hidden_from_user's work
-    without its Python object, issue #24) and hidden_from_user when one is: either way every node is recorded with
-    the Python dispatch key excluded (no user TorchDispatchMode sees the lens's copies), and it is back on after."""
+    without its Python object, issue #24) and hidden_from_user when one is, unless nothing could reach Python dispatch
+    at that node (no mode on, plain tensors, no Python run by the engine yet in the pass): the Python dispatch key is
+    excluded wherever a user TorchDispatchMode could see the lens's copies, and it is back on after."""
     from torch.profiler import profile
 
     import autograd_lens as al
@@ -188,6 +189,96 @@ def test_each_node_is_recorded_with_the_users_dispatch_modes_off(monkeypatch, pr
             stack.enter_context(profile())
         with al.Lens(names={"x": x, "y": y}) as lens:
             y.sum().backward()
-    assert len(lens.passes[0].node_runs) == 3 and excluded == [True] * 4  # and x's AccumulateGrad
+    # with a profiler on, every node under hidden_from_user; without, the guard from the first Python the engine runs
+    # (y's hook, before sin's backward) on: before it, no mode is on and every tensor is a plain one, nothing to hide
+    # from (snapshot.unseen_by_modes; with a mode on, see test_a_dispatch_mode_on_during_backward_sees_no_lens_op)
+    assert len(lens.passes[0].node_runs) == 3 and excluded == ([True] * 4 if profiled else [False] + [True] * 3)
     assert not torch._C._dispatch_tls_is_dispatch_key_excluded(torch._C.DispatchKey.Python)
     assert torch.equal(x.grad, 2 * 3 * torch.cos(3 * x.detach()))
+
+
+class _OpLog(torch.utils._python_dispatch.TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+class _Logged(torch.Tensor):
+    """A tensor subclass whose __torch_dispatch__ logs every op run on it (and unwraps)."""
+
+    ops: list = []
+
+    @staticmethod
+    def __new__(cls, data):
+        return torch.Tensor._make_wrapper_subclass(cls, data.shape, dtype=data.dtype, device=data.device)
+
+    def __init__(self, data):
+        self.data_ = data
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        _Logged.ops.append(str(func))
+        unwrap = lambda value: value.data_ if isinstance(value, _Logged) else value  # noqa: E731
+        result = func(*torch.utils._pytree.tree_map(unwrap, args), **torch.utils._pytree.tree_map(unwrap, kwargs or {}))
+        return torch.utils._pytree.tree_map(lambda v: _Logged(v) if isinstance(v, torch.Tensor) else v, result)
+
+
+def _mode_program(logged_seed: bool = False):
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    out = net(torch.randn(5, 3)).reshape(-1)
+    return net, out
+
+
+def test_a_dispatch_mode_on_during_backward_sees_no_lens_op():
+    """A TorchDispatchMode entered around backward() is on inside the engine too: the lens records every node under
+    the guard then, and the mode logs exactly the ops of a plain backward (the engine's own), none of the lens's."""
+    import autograd_lens as al
+
+    with al.Lens():  # the self-check: before comparing
+        torch.ones(1, requires_grad=True).sum().backward()
+    logs = []
+    for traced in (False, True):
+        net, out = _mode_program()
+        mode = _OpLog()
+        lens = al.Lens(names={"net": net})
+        if traced:
+            lens.__enter__()
+        try:
+            with mode:
+                out.sum().backward()
+        finally:
+            if traced:
+                lens.__exit__(None, None, None)
+        logs.append(mode.ops)
+        if traced:
+            assert len(lens.passes[0].node_runs) == 7
+    assert logs[0] == logs[1] and logs[0]
+
+
+def test_a_gradient_subclass_with_torch_dispatch_sees_no_lens_op():
+    """A gradient that is a tensor subclass with __torch_dispatch__ (passed to backward()): the lens's copies of it
+    and of everything after it are made under the guard, so the subclass logs only what a plain backward runs."""
+    import autograd_lens as al
+
+    with al.Lens():  # the self-check: before comparing
+        torch.ones(1, requires_grad=True).sum().backward()
+    logs = []
+    for traced in (False, True):
+        torch.manual_seed(0)
+        x = torch.randn(4, requires_grad=True)
+        y = (x * 2).tanh()
+        seed = _Logged(torch.ones(4))
+        _Logged.ops = []
+        if traced:
+            with al.Lens(names={"x": x}) as lens:
+                y.backward(seed)
+            assert len(lens.passes[0].node_runs) == 2
+        else:
+            y.backward(seed)
+        logs.append(list(_Logged.ops))
+    assert logs[0] == logs[1] and logs[0]

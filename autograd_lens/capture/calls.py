@@ -3,6 +3,7 @@ calls, with what, and what it returns; backward runs nested inside the pass, not
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from types import FrameType
@@ -63,6 +64,7 @@ class HookCalls(NestedCalls):
                 parent = frame.f_back
                 if parent is self.engine_frame:
                     code = frame.f_code
+                    self.plain = self.plain and (code is NODE_CODE or code is WRITE_CODE)  # see unseen_by_modes
                     if code in self._own_codes:
                         if code is LATE_CODE:  # a late post-hook's wrapper (late.py): the user's hook is inside
                             self.late_frame = frame
@@ -384,8 +386,6 @@ _WEAKREF_FILES = (os.sep + "weakref.py", os.sep + "_weakrefset.py")
 def _run_by_collector(code: Any) -> bool:
     """A ``gc.callbacks`` function or a ``__del__``: Python runs them whenever it frees memory, also in the middle
     of a backward pass (the engine's frame is then their caller), with nothing of torch behind them."""
-    import gc
-
     return code.co_name == "__del__" or any(getattr(callback, "__code__", None) is code for callback in gc.callbacks)
 
 

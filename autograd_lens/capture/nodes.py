@@ -15,7 +15,7 @@ from .order import _MISSING, arrange_after, arrange_before
 from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord, copy_tuple, snapshot_all, usual_leaf
 from .snapshot import fast_snapshot, held_bytes, snapshot
 from .snapshot import _disable_dispatch, _enter_dispatch, _exit_dispatch, _profiler_enabled
-from .snapshot import hidden_from_user as _hidden_from_modes
+from .snapshot import hidden_from_user as _hidden_from_modes, plain_or_none, unseen_by_modes
 from .unexplained import UnexplainedChanges
 from .shared import edited_spans
 from .structure import gradient_edge
@@ -35,6 +35,7 @@ class NodeRecorder(UnexplainedChanges):
     """Part of :class:`~autograd_lens.capture.observe.PassObserver`: the node observers and the copies they keep."""
 
     paused = False  # the profile function switched itself off as one of the two hooks below started (calls.py)
+    plain = True  # in this pass so far, nothing the lens copied could reach Python dispatch (see unseen_by_modes)
 
     def _before_write(self, grad_outputs: tuple) -> None:
         """Pre-hook on ``AccumulateGrad``: the old ``.grad`` and what is about to be added.  Returns None."""
@@ -46,9 +47,10 @@ class NodeRecorder(UnexplainedChanges):
                 return None
             profiling = profiling or self._pause_profile()
             with _hidden_from_modes():
-                fn = _current_node()
-                self.old_grads[id(fn)] = self._keep(fn.variable.grad)
-                self.incoming[id(fn)] = self._keep(grad_outputs[0] if grad_outputs else None)
+                fn, incoming = _current_node(), grad_outputs[0] if grad_outputs else None
+                old = fn.variable.grad
+                self.plain = self.plain and plain_or_none(old) and plain_or_none(incoming)  # kept, compared later
+                self.old_grads[id(fn)], self.incoming[id(fn)] = self._keep(old), self._keep(incoming)
         except Exception as problem:
             self._failed("a leaf's .grad", problem)
         finally:
@@ -70,6 +72,8 @@ class NodeRecorder(UnexplainedChanges):
             if _profiler_enabled():  # hidden_from_user also switches record functions off
                 with _hidden_from_modes():
                     self._record_node(fn, grad_inputs, grad_outputs)
+            elif self.plain and unseen_by_modes(self, fn, grad_inputs, grad_outputs):
+                self._record_node(fn, grad_inputs, grad_outputs)  # nothing for a mode to see: no guard needed
             else:  # hidden_from_user with no profiler on, inline: no user dispatch mode sees the lens's tensor work
                 guard = _disable_dispatch()
                 _enter_dispatch(guard)

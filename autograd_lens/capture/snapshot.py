@@ -9,6 +9,7 @@ None of them keeps a reference to the tensor it was given.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import torch
 
@@ -194,3 +195,41 @@ _disable_dispatch = torch._C._DisableTorchDispatch
 _enter_dispatch = _disable_dispatch.__enter__
 _exit_dispatch = _disable_dispatch.__exit__
 _profiler_enabled = torch._C._autograd._profiler_enabled
+
+
+_dispatch_modes = torch._C._len_torch_dispatch_stack  # dispatch modes on: the user's, and torch's (fake, proxy, ...)
+_Tensor = torch.Tensor
+
+
+def plain_or_none(value: object) -> bool:
+    """None, or a plain ``torch.Tensor`` (no subclass: no ``__torch_dispatch__`` of a user's to reach)."""
+    return value is None or type(value) is _Tensor
+
+
+def unseen_by_modes(observer: Any, fn: Any, grad_inputs: Any, grad_outputs: Any) -> bool:
+    """True when the lens's tensor work at node ``fn`` cannot reach Python dispatch even without the guard of
+    :class:`hidden_from_user` (``torch._C._DisableTorchDispatch``, about 0.9 us a node, at every node): no
+    ``TorchDispatchMode`` on (the user's, or torch's own), every gradient the node got or sent a plain
+    ``torch.Tensor``, a leaf's ``.grad`` too, no replay of the graph without hooks (``unhooked``: saved tensors),
+    and the profile function watching (it sees any Python the engine runs).  ``observer.plain`` turns False for the
+    rest of the pass the first time one of these fails, or when the engine runs Python other than the lens's own
+    hooks (a hook could leave a tensor subclass where the lens copies it later, calls.py): so every value the lens
+    compares on the way was copied from plain tensors.  Otherwise the node is recorded under the guard, as always."""
+    if _dispatch_modes() or not observer.profiling or observer.unhooked.active or type(grad_inputs) is not tuple \
+            or type(grad_outputs) is not tuple:
+        observer.plain = False
+        return False
+    for value in grad_inputs:
+        if value is not None and type(value) is not _Tensor:
+            observer.plain = False
+            return False
+    for value in grad_outputs:
+        if value is not None and type(value) is not _Tensor:
+            observer.plain = False
+            return False
+    if id(fn) in observer.shape.leaves:
+        grad = fn.variable.grad
+        if grad is not None and type(grad) is not _Tensor:
+            observer.plain = False
+            return False
+    return True
