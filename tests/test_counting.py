@@ -234,3 +234,51 @@ def test_hooks_written_in_c_on_a_tensor_whose_name_went_away_are_still_shown(for
     assert [c.target for c in lens.hook_calls[2:]] == ["split[1]"] * 2  # its drawn label now, not the lost name
     assert x.grad is not None and torch.equal(x.grad, 2 * torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]]) + 2 * (
         torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]]) * -(1 + torch.cos(x))))
+
+
+# A registration removed and the same function registered again is a new hook (torch counts nothing across them).
+# Module hooks were keyed by their function alone and a multi-grad hook by the id of its wrapper's state, which a
+# new registration made at the freed one's address shares: both kept counting the old registration.
+MODULE = torch.nn.modules.module
+REGISTER = {  # kind -> (how to register hook on (lin, x, y), the hook's arguments but the log)
+    "module full": lambda lin, x, y, hook: lin.register_full_backward_hook(hook),
+    "module full pre": lambda lin, x, y, hook: lin.register_full_backward_pre_hook(hook),
+    "module legacy": lambda lin, x, y, hook: lin.register_backward_hook(hook),
+    "global full": lambda lin, x, y, hook: MODULE.register_module_full_backward_hook(hook),
+    "global full pre": lambda lin, x, y, hook: MODULE.register_module_full_backward_pre_hook(hook),
+    "multi-grad all": lambda lin, x, y, hook: torch.autograd.graph.register_multi_grad_hook((x, y), hook),
+    "multi-grad any": lambda lin, x, y, hook: torch.autograd.graph.register_multi_grad_hook((x, y), hook, mode="any"),
+    "tensor": lambda lin, x, y, hook: y.register_hook(hook),
+}
+
+
+def logger(log: list):
+    def hook(*args):
+        log.append("ran")
+    return hook
+
+
+@pytest.mark.parametrize("same_function", [True, False], ids=["same-function", "new-closure"])
+@pytest.mark.parametrize("kind", sorted(REGISTER))
+def test_a_hook_removed_and_registered_again_is_counted_as_a_new_hook(kind, same_function):
+    log: list = []
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(1, 1)
+    x = torch.tensor([[1.0]], requires_grad=True)
+    with al.Lens() as lens:
+        y = x * 2
+        hook = logger(log)
+        handle = REGISTER[kind](lin, x, y, hook)
+        lin(y).sum().backward(retain_graph=True)  # a forward each pass: module hooks are set up by the call
+        handle.remove()
+        lin(y).sum().backward(retain_graph=True)
+        handle = REGISTER[kind](lin, x, y, hook if same_function else logger(log))
+        lin(y).sum().backward(retain_graph=True)
+        lin(y).sum().backward(retain_graph=True)
+        handle.remove()
+    assert log == ["ran"] * 3  # torch: the first registration once, the second twice
+    counts = [[(call.invocation, call.registration) for call in lens.hook_calls if call.pass_index == index]
+              for index in range(4)]
+    (first,), (), (second,), (third,) = counts
+    assert (first[0], second[0], third[0]) == (1, 1, 2), counts
+    assert second[1] == third[1] != first[1], counts

@@ -642,8 +642,6 @@ def test_a_tensor_hook_registered_again_is_a_new_hook():
                                     ["hook hook on x (tensor hook, call 2 of 2 in this recording)"]]
 
 
-@pytest.mark.xfail(strict=True, reason="capture/calls.py (helper-46): a module hook's calls carry no handle key, so a "
-                                       "module hook removed and registered again keeps counting as the old one")
 def test_a_module_hook_registered_again_is_a_new_hook():
     log = []
 
@@ -665,15 +663,12 @@ def test_a_module_hook_registered_again_is_a_new_hook():
     assert _titles(lens.passes) == [[title.format(1, 1)], [], [title.format(1, 2)], [title.format(2, 2)]]
 
 
-# The same for a global module hook (keyed by its function alone) and for register_multi_grad_hook (keyed by the
-# id of its wrapper's state dict: the removed registration's dict is freed, and the new one, made next, gets its
-# address; keeping the first handle alive makes the ids differ and the counts right). Fix: calls.py records a
-# registration key for both (the global dict's handle id; a weak reference to the multi-grad wrapper's function, or
-# the state kept with a guard), and counting.py keys on it.
+# The same for a global module hook (it was keyed by its function alone) and for register_multi_grad_hook (it was
+# keyed by the id of its wrapper's state dict: the removed registration's dict is freed, and the new one, made next,
+# gets its address). counting.py now keys a module hook, global or not, on its handle's id in torch's dict, and a
+# multi-grad hook on its wrapper's lock, guarded by a weak reference.
 
 
-@pytest.mark.xfail(strict=True, reason="capture/calls.py + counting.py: a global module hook or a multi-grad hook "
-                                       "removed and registered again keeps counting as the old registration")
 @pytest.mark.parametrize("kind", ["global-module-hook", "multi-grad-hook"])
 def test_a_global_or_multi_grad_hook_registered_again_is_a_new_hook(kind):
     import torch.nn.modules.module as module_globals

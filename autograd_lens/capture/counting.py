@@ -5,6 +5,8 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+import torch.nn.modules.module as module_hooks
+
 from .hooks import code_of, multi_grad_user_fn
 from .records import HookRecord, KnownHook
 
@@ -44,6 +46,7 @@ class HookCounter:
         # registration -> the registrations counted earlier from the tensor with no name that it may be one of: its
         # calls' numbers are not known (HookCall.invocation None), and those registrations' totals are lower bounds
         self.ambiguous: dict[int, tuple[int, ...]] = {}
+        self._module_handles: dict[tuple, tuple] = {}  # (kind, where, function id) -> (function guard, handle id)
         self._registrations = 0
         self._passes = 0  # passes begun
 
@@ -181,16 +184,37 @@ class HookCounter:
                 return ()
         return unknown
 
-    @staticmethod
-    def _key(call: HookRecord, ordinal: int) -> tuple[tuple, Any]:
+    def _module_handle(self, call: HookRecord, where: tuple, module: Any = None) -> Any:
+        """A module hook's handle id (see _handle_key); one removed after the forward call that set it up still runs
+        for that call's graph: the id it had when last seen registered (torch calls what the forward collected)."""
+        place = (call.kind, where, id(call.function))
+        handle = _handle_key(call, module)
+        if handle is not None:
+            self._module_handles[place] = (_guard(call.function), handle)
+            return handle
+        seen = self._module_handles.get(place)
+        if seen is not None and _same(seen[0], call.function):
+            return seen[1]
+        return None
+
+    def _key(self, call: HookRecord, ordinal: int) -> tuple[tuple, Any]:
         fn = call.node_fn
         holder = None
         if call.kind.startswith("global_"):
             where: tuple = ()
+            handle = self._module_handle(call, where)
+            if handle is not None:  # its handle's id names the registration: registered again, it is a new one
+                ordinal = ("key", handle)
         elif call.kind == "multi_grad":
-            where = ("multi", call.state if call.state is not None else call.target)
+            state = call.state[0] if isinstance(call.state, tuple) else call.state
+            where = ("multi", call.target if state is None else state)
+            if isinstance(call.state, tuple):  # guarded: a new registration at a freed one's address is new (once
+                holder = call.state[1]()  # removed and freed, None: the id alone tells it)
         elif call.module is not None:
             where, holder = ("module", id(call.module)), call.module
+            handle = self._module_handle(call, where, call.module) if call.kind.startswith("module_") else None
+            if handle is not None:  # as for a global hook
+                ordinal = ("key", handle)
         elif fn is not None and hasattr(fn, "variable"):  # a leaf: its hooks live on the tensor, whatever node
             where, holder = ("leaf", id(fn.variable)), fn.variable
         elif fn is not None:  # a node lives as long as its graph: its number tells a new one at the same address
@@ -229,6 +253,21 @@ def earlier_hooks(earlier: dict, chains: dict, nodes: list) -> list[KnownHook]:
         found += [KnownHook(hook, "tensor", None, grad_fn, output_nr, position, len(entries), rank, hooks, key)
                   for position, (key, hook) in enumerate(entries)]
     return found
+
+
+def _handle_key(call: HookRecord, module: Any = None) -> int | None:
+    """The handle id of a module hook (``module``'s, or a global one), when its function is registered once in
+    the dict torch keeps it in."""
+    pre = call.kind.endswith("_pre")
+    if module is None:
+        hooks = module_hooks._global_backward_pre_hooks if pre else module_hooks._global_backward_hooks
+    else:
+        hooks = getattr(module, "_backward_pre_hooks" if pre else "_backward_hooks", None) or {}
+    try:
+        keys = [key for key, function in list(hooks.items()) if function is call.function]
+    except Exception:
+        return None
+    return keys[0] if len(keys) == 1 else None
 
 
 def _sequence_nr(fn: Any) -> int | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import weakref
 from dataclasses import dataclass
 from types import CodeType, FrameType
 from typing import Any
@@ -122,12 +123,20 @@ def user_function(frame: FrameType, wrapper: Wrapper | None) -> Any:
     return None
 
 
-def wrapper_state(wrapper: Wrapper) -> int | None:
-    """The per-registration state of torch's multi-grad wrapper (its closure's dict): one registration of
-    ``register_multi_grad_hook`` watches several tensors and is called once per pass."""
+def wrapper_state(wrapper: Wrapper) -> Any:
+    """The per-registration state of torch's multi-grad wrapper: one registration of ``register_multi_grad_hook``
+    watches several tensors and is called once per pass.  Its lock's id with a weak reference to it (an id alone
+    would name a new registration made at a freed one's address as the old one), else the id of its closure's
+    dict."""
     if wrapper.family != "multi_grad":
         return None
     local = wrapper.frame.f_locals
+    lock = local.get("lock")
+    if lock is not None:
+        try:
+            return id(lock), weakref.ref(lock)
+        except TypeError:
+            pass
     state = local.get("count", local.get("ran_hook"))
     return None if state is None else id(state)
 

@@ -61,7 +61,7 @@ class HookRecord:
     edited_in_place: bool = False
     unseen: str | None = None  # a hook the profile function cannot see run (C code): how its values are known
     position: int | None = None  # its place among the hooks on its tensor, when known
-    state: int | None = None  # id of the per-registration state of torch's wrapper (multi-grad hooks)
+    state: Any = None  # the per-registration state of torch's wrapper (multi-grad hooks): hooks.wrapper_state
     slot: int | None = None  # a multi-grad hook (mode="all"): which watched tensor's hook called it
     present: frozenset | None = None  # the keys of its tensor's hook dict when it started (hooks removed meanwhile)
     key: Any = None  # its registration's key in its hook dict (the handle's id), when known: tensor and node hooks
