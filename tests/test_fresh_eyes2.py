@@ -1096,8 +1096,6 @@ def test_a_parameter_frozen_after_the_forward():
 # hooks), or is unknown with that reason.
 
 
-@pytest.mark.xfail(strict=True, reason="capture/build.py (helper-45): .grad changed by a hook during the pass before "
-                                       "AccumulateGrad wrote it is taken as the pass's starting value")
 @pytest.mark.parametrize("how", ["set-None", "zero_", "assign-zeros"])
 def test_a_hook_that_clears_another_leafs_grad_during_the_pass(how):
     def program(hooks, log):

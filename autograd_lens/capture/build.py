@@ -18,6 +18,7 @@ from .observe import PassObserver
 from .records import GradRecord, HookRecord, NodeRecord
 from .snapshot import snapshot
 from .ending import LeafState, final_grad, late_change, stopped_by_hooks, untrusted_pass
+from .leafstate import changed_since
 from .shared import SHARED, shared_leaves, shared_write
 from .unhooked import SAME, Unknown, add, carry, is_known
 from .structure import gradient_edge
@@ -165,6 +166,8 @@ ADOPTED_EDIT = ("a custom autograd.Function's backward edited a gradient in plac
 # a hook changed a gradient and a custom backward edited one in place: whether that edit reached a tensor other
 # branches hold (an edit of the hook's new tensor does not; of the one torch passed to several, it does) depends on
 # the hooks
+GRAD_CHANGED_IN_PASS = ("a hook of this pass replaced or wrote this .grad before the pass added to it (it is not the "
+                        ".grad the pass started with): what it would hold without hooks is not known")
 CHANGED_AND_EDITED = ("a hook changed a gradient and a custom autograd.Function's backward edited one in place in this "
                       "pass; without hooks that edit may have reached other branches' gradients, or not: not known")
 
@@ -226,6 +229,8 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
         if position is None:  # not reached in this pass: .grad as before, unless hooks stopped the pass
             shared = shared and variable.grad is not None
             value = stopped or (Unknown(SHARED) if shared else carry(entry, real, others, touched_leaves.get(leaf_id), any_touched))
+            if not observer.plain and changed_since(observer.start_marks.get(key), variable.grad):
+                value = Unknown(GRAD_CHANGED_IN_PASS)  # by a hook: nothing else runs during a pass
             settle(key, value, real)
             if stopped is not None or entry is not None:
                 history[leaf_id] = LeafState.of(variable, real, value, shared, hooked)
@@ -249,8 +254,10 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
         if entry is not None and old is not None and entry.grad is not None and values_equal(old, entry.grad):
             out["refilled"].append(observer.shape.leaf_labels[key])
         base = carry(entry, old, others, touched_leaves.get(leaf_id), any_touched) if entry is not None else SAME
-        if shared:
-            without: Any = Unknown(SHARED)
+        if key in observer.changed_before_write:
+            without: Any = Unknown(GRAD_CHANGED_IN_PASS)
+        elif shared:
+            without = Unknown(SHARED)
         elif observer.python_edits and active:
             without = Unknown(CHANGED_AND_EDITED)
         elif hooked and old is None and observer.python_edits:

@@ -7,6 +7,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+from .snapshot import plain_or_none
 from .unhooked import LeafHistory
 
 
@@ -59,3 +60,35 @@ def touched(entry: Any) -> bool | None:
         return grad is None or grad is not mark[0]() or grad._version != mark[1]
     except Exception:  # a tensor subclass without a version: not known
         return None
+
+
+def watch(observer: Any, fn: Any, variable: Any) -> None:
+    """The lens's pre-hook on a leaf's ``AccumulateGrad`` (it reads ``.grad`` before the write), and the mark of that
+    ``.grad`` as the pass starts."""
+    observer.handles.append(fn.register_prehook(observer._before_write))
+    observer.watched.add(id(fn))
+    observer.start_marks[id(fn)] = _mark(variable.grad)
+
+
+def read_before_write(observer: Any, fn: Any, old: Any, incoming: Any) -> None:
+    """What the pre-hook keeps: ``.grad`` before the write (``old``) and what is about to be added; and whether
+    ``.grad`` is another tensor, or was written, since the pass started: a hook of this pass changed it (nothing
+    else runs during a pass), so what it would hold without hooks is not what it holds now."""
+    key = id(fn)
+    if not observer.plain and changed_since(observer.start_marks.get(key), old):  # (plain: no user Python ran yet)
+        observer.changed_before_write.add(key)
+    observer.plain = observer.plain and plain_or_none(old) and plain_or_none(incoming)  # kept, compared later
+    observer.old_grads[key], observer.incoming[key] = observer._keep(old), observer._keep(incoming)
+
+
+def changed_since(mark: Any, grad: Any) -> bool:
+    """``grad`` is not the ``.grad`` that ``mark`` (see :func:`_mark`) was taken of, or was written since."""
+    if mark is None:  # not known: no mark could be taken
+        return False
+    ref, version = mark
+    if ref is None or grad is None:
+        return (ref is None) != (grad is None)
+    try:
+        return grad is not ref() or grad._version != version
+    except Exception:  # no version: not known
+        return False

@@ -15,7 +15,8 @@ from .order import _MISSING, arrange_after, arrange_before
 from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord, copy_tuple, snapshot_all, usual_leaf
 from .snapshot import fast_snapshot, held_bytes, snapshot
 from .snapshot import _disable_dispatch, _enter_dispatch, _exit_dispatch, _profiler_enabled
-from .snapshot import hidden_from_user as _hidden_from_modes, plain_or_none, unseen_by_modes
+from .snapshot import hidden_from_user as _hidden_from_modes, unseen_by_modes
+from .leafstate import read_before_write
 from .unexplained import UnexplainedChanges
 from .shared import edited_spans
 from .structure import gradient_edge
@@ -49,8 +50,7 @@ class NodeRecorder(UnexplainedChanges):
             with _hidden_from_modes():
                 fn, incoming = _current_node(), grad_outputs[0] if grad_outputs else None
                 old = fn.variable.grad
-                self.plain = self.plain and plain_or_none(old) and plain_or_none(incoming)  # kept, compared later
-                self.old_grads[id(fn)], self.incoming[id(fn)] = self._keep(old), self._keep(incoming)
+                read_before_write(self, fn, old, incoming)
         except Exception as problem:
             self._failed("a leaf's .grad", problem)
         finally:

@@ -44,6 +44,7 @@ from .ledger import made_by
 from .hooks import TORCH_DIR, Wrapper, code_of, may_edit_in_place, multi_grad_user_fn, runs_python
 from .late import LATE_CODE
 from .late import restore as restore_late_hooks
+from .leafstate import watch
 from .names import Names, names_from
 from .nodes import NodeRecorder
 from .order import describe_c_hooks
@@ -103,7 +104,7 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         self.nested_frames: list[FrameType] = []  # engine frames of backward runs inside this pass, innermost last
         self.nested_wrapper: Wrapper | None = None
         self.nested_running = False  # the innermost nested engine is running (C++), not its Python wrapper
-        self.watched: set[int] = set()  # id(AccumulateGrad) with the lens's pre-hook (reads .grad before the write)
+        self.watched, self.start_marks, self.changed_before_write = set(), {}, set()  # (leafstate.watch): id(leaf)
         self.c_nodes: set[int] = set()  # id(node) with a hook written in C of its own or on one of its tensors
         self.edited_in_place = False  # a hook seen in this pass edited the gradient it received, in place
         self.edits: list = []  # (memory it wrote (shared.span_of), value before) per such edit, or invented call
@@ -161,8 +162,7 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
             variable = fn.variable
             self.leaf_ids.add(id(variable))
             if variable.grad is not None or getattr(variable, "_post_accumulate_grad_hooks", None):
-                self.handles.append(fn.register_prehook(self._before_write))
-                self.watched.add(id(fn))
+                watch(self, fn, variable)
         if self.shape.depth > DEEP_GRAPH:
             self.note(f"this graph is {self.shape.depth:,} functions deep: torch keeps a Python object for every "
                       "function any Python code has looked at (this lens included), and freeing a chain that deep "
