@@ -51,6 +51,13 @@ def _hook_step(index: int, call: HookCall, context: _Pass, totals: dict, positio
             lines.append(f"What .grad holds after it is not known ({call.unseen or 'not recorded'}).")
         elif call.modified:
             lines.append(f".grad is now {format_value(call.grad_out)}.")
+    elif call.kind == "multi_grad" and not isinstance(call.grad_in, (tuple, list)) and "," in call.target:
+        # mode="any": one gradient, the first of its tensors' to be computed, not the gradients of them all
+        lines = [f"It received one gradient (mode=\"any\": the first computed of {call.target}'s): "
+                 f"{format_value(call.grad_in)}."]
+        if call.modified:
+            lines.append(f"It changed it in place, to {format_value(call.grad_out)}: the changed tensor flows on "
+                         "(its return value is ignored).")
     elif call.kind == "multi_grad":
         lines = [f"It received the gradients of {call.target}: {format_value(call.grad_in)}."]
         if call.modified:
