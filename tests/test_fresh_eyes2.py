@@ -1070,8 +1070,6 @@ def test_a_module_pre_hook_that_raises():
 # (debug/unreached.py can then give "requires_grad_false").
 
 
-@pytest.mark.xfail(strict=True, reason="capture/names.py: a parameter frozen after the forward is named 'leaf', and "
-                                       "its AccumulateGrad step says it added None")
 def test_a_parameter_frozen_after_the_forward():
     with al.Lens(why=True) as lens:
         lin = nn.Linear(2, 1)

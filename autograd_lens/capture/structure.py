@@ -110,7 +110,8 @@ class Structure:
             self.root_labels.append(root_label.setdefault((id(fn), output_nr), label))
         unnamed = 0
         for key, fn in self.leaves.items():
-            label = names.leaves.get(id(fn.variable)) or root_label.get((key, 0))
+            variable = id(fn.variable)  # (a parameter frozen after the forward no longer requires grad: tensors)
+            label = names.leaves.get(variable) or names.tensors.get(variable) or root_label.get((key, 0))
             if label is None:
                 unnamed += 1
                 label = "leaf" if unnamed == 1 else f"leaf_{unnamed}"

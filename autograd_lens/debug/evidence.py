@@ -77,8 +77,8 @@ def collect(shape: Any, names: Any, recorder: Any = None, paths_note: str = "") 
         if reachable:
             candidate = _new(Candidate)  # Candidate(name, ...) without a frozen dataclass's setattr per field
             candidate.__dict__.update(_CANDIDATE_DEFAULTS, name=tensors[id(tensor)], leaf=fn is None,
-                                      requires_grad=True, reachable=True, node=None if fn is None else _key(fn),
-                                      output_nr=tensor.output_nr)
+                                      requires_grad=requires_grad,  # False: a parameter frozen after the forward
+                                      reachable=True, node=None if fn is None else _key(fn), output_nr=tensor.output_nr)
             candidates.append(candidate)
         else:
             missing.append((tensors[id(tensor)], tensor))

@@ -92,6 +92,10 @@ def _on_graph(backward_pass: BackwardPass, candidate: Any, received: dict[str, A
                                             "autograd.grad computes gradients for its inputs only", at)
         return Reason(name, "excluded", f"backward(inputs=[{', '.join(inputs)}]) computes gradients for those "
                                         f"only; {name} is on the graph but not among them", at)
+    if candidate.leaf and not candidate.requires_grad:  # frozen after the forward: the graph still reaches it
+        at = tuple(node.id for node in backward_pass.graph.nodes if node.label == name and node.kind == "leaf")
+        return Reason(name, "requires_grad_false", f"{name} no longer required grad when the pass ran (set after the "
+                                                   "forward): its AccumulateGrad drops what arrives", at)
     if backward_pass.error is not None:
         return Reason(name, "unknown", f"the pass stopped with {backward_pass.error.type} before a gradient "
                                        "reached it")

@@ -1,11 +1,9 @@
 """A backward pass as a list of steps a student can walk through.
 
-Step 0 is the moment before the engine starts; step k (k ≥ 1) is event k-1 of
-the pass.  Each step says which node is running, which arrows got a gradient,
-which leaf's ``.grad`` changed, and what happened, in plain words.  The
-stepper widget and the static HTML page both draw from these steps; what a
-step *shows* (highlight, marks, labels) is computed by :func:`frame`, which
-the front-end script mirrors.
+Step 0 is the moment before the engine starts; step k (k ≥ 1) is event k-1 of the pass.  Each step says which
+node is running, which arrows got a gradient, which leaf's ``.grad`` changed, and what happened, in plain words.
+The stepper widget and the static HTML page both draw from these steps; what a step *shows* (highlight, marks,
+labels) is computed by :func:`frame`, which the front-end script mirrors.
 """
 
 from __future__ import annotations
@@ -289,7 +287,9 @@ def _grad_step(index: int, event: GradWritten, context: _Pass) -> Step:
                  f"{event.name} is not a leaf: without retain_grad() its .grad would stay None.")
         text = format_value(event.grad, 48)
         return Step(index, "grad", event.node, title, lines=lines, grads=((event.node, text),) if event.node else ())
-    lines = [f"AccumulateGrad added this pass's gradient {format_value(event.received)} to {event.name}.grad."]
+    lines = [f"AccumulateGrad added this pass's gradient {format_value(event.received)} to {event.name}.grad."
+             if event.received is not None else f"AccumulateGrad wrote no gradient to {event.name}.grad: none was "
+             f"passed on to it, or {event.name} no longer requires grad (set after the forward) and torch drops it."]
     without = backward_pass.grads_without_hooks.get(event.name)
     reason = backward_pass.unknown.get(event.name)
     final = backward_pass.leaf_grads.get(event.name)
