@@ -1082,6 +1082,8 @@ def test_a_parameter_frozen_after_the_forward():
     assert p.unreached["lin.weight"].code == "requires_grad_false", p.unreached["lin.weight"]
     cards = [" ".join(step.lines) for step in steps_for(p, hook_totals(lens.passes)) if step.kind == "grad"]
     assert not any("added this pass's gradient None" in card for card in cards), cards
+    titles = [step.title for step in steps_for(p, hook_totals(lens.passes)) if step.kind == "grad"]
+    assert "lin.weight.grad not written: None" in titles and "lin.bias.grad written: [1.0]" in titles, titles
 
 
 # --- 12. a hook that clears another leaf's .grad during the pass ----------------------------------------------------

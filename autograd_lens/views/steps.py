@@ -280,7 +280,7 @@ def _output_tensors(graph: Graph, event: NodeRun) -> list[str]:
 
 def _grad_step(index: int, event: GradWritten, context: _Pass) -> Step:
     graph, backward_pass = context.graph, context.backward_pass
-    title = f"{event.name}.grad written: {format_value(event.grad)}"
+    title = f"{event.name}.grad {'written' if event.received is not None else 'not written'}: {format_value(event.grad)}"
     if event.by == "retain_grad":
         lines = (f"retain_grad() keeps the gradient {format_value(event.received)} that reached {event.name}, "
                  f"after its tensor hooks: {event.name}.grad is {format_value(event.grad)} once this pass ends.",
