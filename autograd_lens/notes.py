@@ -55,6 +55,11 @@ MESSAGES = {
     "old_model_hook": (
         "The backward hook on {target} never fired: no backward pass here went through that module. Was the output "
         "computed by another copy of the model (e.g. before reloading)? Recompute it with this one.", PERSISTING),
+    "late_module_hook": (
+        "The backward hook on {target} never fired, though a backward pass here wrote the .grad of its parameters: "
+        "torch attaches a module's backward hooks when the module's forward runs, so a hook registered after the "
+        "forward that made the output does not fire for it (nor when the parameters were used outside the module's "
+        "call). Register the hook before the forward.", MODULES),
 }
 
 

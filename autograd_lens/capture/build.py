@@ -251,7 +251,8 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
         shared = shared and old is not None or spread
         if old is None:
             adopted.add(key)
-        if entry is not None and old is not None and entry.grad is not None and values_equal(old, entry.grad):
+        if entry is not None and old is not None and entry.grad is not None and values_equal(old, entry.grad) \
+                and not _all_zero(old):  # zeros (zero_grad(set_to_none=False) after a zero gradient) add nothing
             out["refilled"].append(observer.shape.leaf_labels[key])
         base = carry(entry, old, others, touched_leaves.get(leaf_id), any_touched) if entry is not None else SAME
         if key in observer.changed_before_write:
@@ -378,3 +379,10 @@ class _Namer:
                 if id(fn) in observer.shape.leaf_labels:
                     return observer.shape.leaf_labels[id(fn)]
         return f"input {index}"
+
+
+def _all_zero(value: Any) -> bool:
+    """A kept .grad that holds only zeros (a summary: min and max 0); False when that cannot be told."""
+    if isinstance(value, torch.Tensor):
+        return value.layout == torch.strided and not value.is_complex() and not bool(value.any())
+    return getattr(value, "kind", "") == "dense" and getattr(value, "min", None) == 0 == getattr(value, "max", None)

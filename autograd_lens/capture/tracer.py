@@ -20,7 +20,7 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from ..debug import DebugRecording
-from ..model import GraphOptions, Note, values_equal
+from ..model import GradWritten, GraphOptions, Note, values_equal
 from ..notes import note
 from .build import read_pass, relabel
 from .deferred import DeferredPasses
@@ -198,9 +198,12 @@ class Lens(LensViews, DeferredPasses):
         if not added:  # (the usual case: no pass's calls are read, however many passes the Lens holds)
             return
         fired = {call.target for call in self.hook_calls if "module" in call.kind}
+        written = {event.name for p in self.passes for event in p.events  # leaves whose .grad a pass added to
+                   if isinstance(event, GradWritten) and event.by == "AccumulateGrad" and event.received is not None}
         for name, key in added:
-            if name not in fired and not any(n.code == "old_model_hook" and name in n.message for n in self._notes):
-                self._notes.append(note("old_model_hook", target=name))
+            if name not in fired and not any(n.code.endswith("_hook") and name in n.message for n in self._notes):
+                late = any(written_name.startswith(name + ".") for written_name in written)  # its parameters' .grad
+                self._notes.append(note("late_module_hook" if late else "old_model_hook", target=name))
 
     def _say(self, text: str, stacklevel: int = 4) -> None:
         """A problem of the lens itself: a note, and at most one quiet warning per Lens."""

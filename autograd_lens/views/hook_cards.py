@@ -264,10 +264,14 @@ def _sole_cause(call: HookCall, backward_pass: BackwardPass) -> str:
             added, without = backward_pass.added.get(name), backward_pass.added_without_hooks.get(name)
             if added is None or without is None:
                 return ""
+            if values_equal(added, without):
+                continue  # its .grad differs by what an earlier pass's hooks did: this pass added the same
             said.append(f"this pass adds {format_value(added)} to {name}.grad instead of {format_value(without)}")
         else:
             said.append(f"{name} ends with {format_value(backward_pass.grads[name])} instead of "
                         f"{format_value(backward_pass.grads_without_hooks[name])}")
+    if not said:
+        return ""
     return "It is the only hook that changed anything in this pass, so it is why " + ", ".join(said) + "."
 
 
