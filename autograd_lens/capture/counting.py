@@ -225,7 +225,10 @@ class HookCounter:
             ordinal = 0  # its wrapper's state names the registration, wherever it fires
         elif call.key is not None and call.kind != "multi_grad":
             ordinal = ("key", call.key)  # its handle's id names the registration: hooks removed before it do not count
-        function = id(call.function) if call.function is not None else None  # guarded in count()
+        # guarded in count(); a handle's id names the registration alone (two hooks of one code on a tensor: which
+        # function ran is not known when both run, known when one did: the same registration either way)
+        keyed = isinstance(ordinal, tuple) and ordinal[0] == "key"
+        function = id(call.function) if call.function is not None and not keyed else None
         return (call.kind, _function_key(call), where, function, ordinal), holder
 
 
