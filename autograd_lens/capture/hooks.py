@@ -228,6 +228,16 @@ def multi_grad_user_fn(hook: Any) -> Any:
         return None
 
 
+def multi_grad_slot(hook: Any) -> int | None:
+    """Which of the tensors given to ``register_multi_grad_hook`` the inner hook ``hook`` watches (mode="all": its
+    closure's ``idx``, the order of the gradients the function receives); None where that cannot be read."""
+    try:
+        closure = dict(zip(hook.__code__.co_freevars, hook.__closure__ or ()))
+        return closure["idx"].cell_contents
+    except Exception:
+        return None
+
+
 def runs_in(function: Any, frame: FrameType) -> bool:
     """Whether ``frame`` (running ``function``'s code) runs this very object: what a closure's cells hold, a bound
     method's or callable object's ``self``, the arguments a ``functools.partial`` bound are the frame's own.  Two

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..model import InventoryEntry
-from .hooks import function_name, multi_grad_user_fn
+from .hooks import function_name, multi_grad_slot, multi_grad_user_fn
 from .walk import op_label
 
 NODE_HOOKS_NOTE = ("hooks on tensors that have no name here cannot be listed before they run: one written in Python "
@@ -31,6 +31,7 @@ def inventory(observer: Any) -> tuple[InventoryEntry, ...]:
     in_graph = {id(fn) for fn in shape.nodes}
     seen: set[int] = set()
     multi: dict[int, int] = {}  # id(user function of a multi-grad hook) -> its entry
+    multi_labels: dict[int, list] = {}  # its entry -> (slot, label) of each tensor: named in the order given to torch
     labelled = [(names.tensors[id(t)], t) for t in names.tensor_objects]
     labelled += [(shape.leaf_labels[id(fn)], fn.variable) for fn in leaf_nodes.values()]
     labelled += [(f"input {i}", t) for i, t in enumerate(observer.inputs) if isinstance(t, torch.Tensor)]
@@ -55,16 +56,19 @@ def inventory(observer: Any) -> tuple[InventoryEntry, ...]:
                 place += 1
                 entries.append(InventoryEntry("tensor", label, function_name(hook), place, len(plain)))
             elif id(user) in multi:  # one multi-grad hook watches several tensors: one entry naming them all
-                index = multi[id(user)]
-                entries[index] = dataclasses.replace(entries[index], target=f"{entries[index].target}, {label}")
+                multi_labels[multi[id(user)]].append((multi_grad_slot(hook), label))
             else:
                 multi[id(user)] = len(entries)
+                multi_labels[len(entries)] = [(multi_grad_slot(hook), label)]
                 entries.append(InventoryEntry("multi_grad", label, function_name(user), 1, 1))
         if tensor.grad_fn is not None and tensor.retains_grad:
             entries.append(InventoryEntry("retain_grad", label, "retain_grad", 1, 1))
         after = list((after_hooks or {}).values())
         for position, hook in enumerate(after, 1):
             entries.append(InventoryEntry("post_accumulate_grad", label, function_name(hook), position, len(after)))
+    for index, found in multi_labels.items():
+        ordered = sorted(range(len(found)), key=lambda i: (found[i][0] is None, found[i][0] or 0, i))
+        entries[index] = dataclasses.replace(entries[index], target=", ".join(found[i][1] for i in ordered))
     node_hooks = observer.node_hooks  # nodes with hooks of the user's only
     for fn in shape.nodes if node_hooks else ():  # hooks on backward functions (grad_fn.register_prehook / register_hook)
         pre, post = node_hooks.get(id(fn), ((), ()))

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..model import TensorSummary, values_equal
-from .hooks import function_name, runs_python
+from .hooks import function_name, multi_grad_slot, runs_python
 from .records import HookRecord
 from .unhooked import Unknown
 
@@ -326,14 +326,8 @@ def multi_grad_targets(candidates: list) -> list[str]:
     """The tensors of a ``register_multi_grad_hook`` call (its KnownHooks), in the order given to it, which is the
     order of the gradients its function receives (mode="all": each inner hook's closure holds its ``idx``); in the
     order found where that cannot be read."""
-    def slot(known: Any) -> int | None:
-        try:
-            hook = known.holder.get(known.key) if known.holder is not None else None
-            closure = dict(zip(hook.__code__.co_freevars, hook.__closure__ or ()))
-            return closure["idx"].cell_contents
-        except Exception:
-            return None
     found = [known.target for known in candidates]
-    slots = [slot(known) for known in candidates]
+    slots = [multi_grad_slot(known.holder.get(known.key)) if known.holder is not None else None
+             for known in candidates]
     order = sorted(range(len(candidates)), key=lambda i: (slots[i] is None, slots[i] or 0, i))
     return sorted({found[i] for i in order}, key=[found[i] for i in order].index)
