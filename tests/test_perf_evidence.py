@@ -30,7 +30,9 @@ def _general(shape, names, recorder=None):
         reachable = id(tensor) in leaf_ids if fn is None else (id(fn), tensor.output_nr) in consumed
         if reachable:
             node = None if fn is None else (fn._sequence_nr(), fn.name())
-            candidates.append(Candidate(name, fn is None, True, True, node, tensor.output_nr))
+            # requires_grad as it is: a parameter frozen after the forward is reachable and False (the code as it
+            # was wrote True for every reachable one, which made --why say no gradient reached it: 810921d)
+            candidates.append(Candidate(name, fn is None, tensor.requires_grad, True, node, tensor.output_nr))
         else:
             missing.append(name)
     return candidates, missing

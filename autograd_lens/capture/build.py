@@ -166,8 +166,8 @@ ADOPTED_EDIT = ("a custom autograd.Function's backward edited a gradient in plac
 # a hook changed a gradient and a custom backward edited one in place: whether that edit reached a tensor other
 # branches hold (an edit of the hook's new tensor does not; of the one torch passed to several, it does) depends on
 # the hooks
-GRAD_CHANGED_IN_PASS = ("a hook of this pass replaced or wrote this .grad before the pass added to it (it is not the "
-                        ".grad the pass started with): what it would hold without hooks is not known")
+GRAD_CHANGED_IN_PASS = (".grad was replaced or written during this pass before the pass added to it (by a hook, or "
+                        "through memory it shares with another gradient): what it would hold without hooks is not known")
 CHANGED_AND_EDITED = ("a hook changed a gradient and a custom autograd.Function's backward edited one in place in this "
                       "pass; without hooks that edit may have reached other branches' gradients, or not: not known")
 
