@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 
 import autograd_lens as al
+from programs import _nodes  # every backward function of a graph, once
 from autograd_lens.model import NodeRun
 from autograd_lens.views.steps import hook_totals, steps_for
 
@@ -340,25 +341,13 @@ def test_a_late_hook_on_a_frozen_module_is_not_said_to_be_on_a_module_no_pass_we
 
 # --- 2. predict questions: every answer is what torch computed ------------------------------------------------------
 
-def _walk(root):
-    seen, order, stack = set(), [], [root]
-    while stack:
-        fn = stack.pop()
-        if fn is None or id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        order.append(fn)
-        stack.extend(f for f, _ in fn.next_functions)
-    return order
-
-
 def _truth(program):
     """Per backward function run (AccumulateGrad aside), in order: (name, what it sends: each slot, and the sum of
     the slots going to one function), from node post-hooks registered after the program's own; and each leaf's .grad."""
     torch.manual_seed(0)
     root, leaves = program()
     runs = []
-    for fn in _walk(root.grad_fn):
+    for fn in _nodes(root):
         if type(fn).__name__ == "AccumulateGrad":
             continue
 

@@ -21,16 +21,8 @@ from autograd_lens.capture.walk import walk
 from autograd_lens.model import Edge, GraphOptions, Node, TensorSummary
 
 sys.path.insert(0, str(Path(__file__).parent))
+from test_deferred import _inside_backward  # noqa: E402
 from test_perf_build import canonical  # noqa: E402  (every field, tensors as their values)
-
-
-def _inside_backward() -> bool:
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code is tracer.Lens._run.__code__:
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _plain(made):
