@@ -17,6 +17,7 @@ INVOCATIONS = "notebooks/03_multiple_invocations.ipynb"
 MODIFIED = "notebooks/04_modified_gradients.ipynb"
 MODULES = "notebooks/05_module_hooks.ipynb"
 PERSISTING = "notebooks/07_persisting_hooks.ipynb"
+JACOBIANS = "notebooks/10_chain_rule_and_jacobians.ipynb"
 
 MESSAGES = {
     "nonleaf_grad": (
@@ -55,6 +56,10 @@ MESSAGES = {
     "old_model_hook": (
         "The backward hook on {target} never fired: no backward pass here went through that module. Was the output "
         "computed by another copy of the model (e.g. before reloading)? Recompute it with this one.", PERSISTING),
+    "untraced_pass": (
+        "{what} ran a backward pass here {times}, of a kind the lens leaves alone: what it computed is torch's own, "
+        "but its steps and any hook calls in it are not shown, and a hook's \"call i of n\" counts the recorded "
+        "passes only.", JACOBIANS),
     "late_module_hook": (
         "The backward hook on {target} never fired, though a backward pass here wrote the .grad of its parameters: "
         "torch attaches a module's backward hooks when the module's forward runs, so a hook registered after the "

@@ -1013,8 +1013,8 @@ def test_module_groups_of_a_block_called_twice_match_the_forward():
 
 
 def test_is_grads_batched_is_not_recorded_and_unchanged():
-    """Documented as not recorded: no pass, no hook call, nothing said about it; the result and the hook's calls
-    are torch's."""
+    """Documented as not recorded: no pass, no hook call, a note that says so (tests/test_untraced.py); the result
+    and the hook's calls are torch's."""
     def program():
         log = []
         x = torch.tensor([1.0, 2.0], requires_grad=True)
@@ -1028,7 +1028,8 @@ def test_is_grads_batched_is_not_recorded_and_unchanged():
         shown, log = program()
     assert torch.equal(shown, plain) and torch.equal(plain, torch.tensor([[6.0, 0.0], [0.0, 12.0]]))
     assert log == plain_log == [1]
-    assert len(lens.passes) == 0 and lens.hook_calls == [] and lens.recording_notes == []
+    assert len(lens.passes) == 0 and lens.hook_calls == []
+    assert [n.code for n in lens.notes] == ["untraced_pass"] and len(lens.recording_notes) == 1
 
 
 def _module_pre_hook_raises(hooks, log):

@@ -16,6 +16,8 @@ import threading
 from typing import Any
 
 from ..model import BackwardPass, HookCall, Note
+from ..notes import note
+from .entry import UNTRACED
 from .draft import PassDraft, complete
 from .snapshot import hidden_from_user
 
@@ -28,6 +30,7 @@ class DeferredPasses:
 
     _ledger: Any
     _notes: list[Note]
+    _untraced: dict[str, int]
 
     def _init_passes(self) -> None:
         self._built: list[BackwardPass] = []  # the passes modelled so far (what ``passes`` returns)
@@ -50,7 +53,9 @@ class DeferredPasses:
     @property
     def notes(self) -> list[Note]:
         """Classic mistakes noticed in this block, each with the course notebook about it."""
-        return [note for backward_pass in self.passes for note in backward_pass.mistakes] + self._notes
+        left_alone = [note("untraced_pass", what=UNTRACED[kind], times=_times(count))
+                      for kind, count in list(self._untraced.items())]
+        return [n for backward_pass in self.passes for n in backward_pass.mistakes] + self._notes + left_alone
 
     @property
     def hook_calls(self) -> list[HookCall]:
@@ -95,6 +100,10 @@ class DeferredPasses:
                 self._built.append(made)
 
     _say: Any  # Lens._say(text, stacklevel)
+
+
+def _times(count: int) -> str:
+    return {1: "once", 2: "twice"}.get(count, f"{count} times")
 
 
 def user_level() -> int:

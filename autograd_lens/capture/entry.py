@@ -56,17 +56,26 @@ def _collector_paused() -> Any:
         _resume_collector(collecting)
 
 
-def _untraceable(args: tuple) -> bool:
-    """Passes the lens leaves alone: vmap'ed grads (``is_grads_batched``), ``torch.func`` transforms,
-    and the autograd calls ``torch.compile`` makes on fake tensors while it compiles."""
+def _untraceable(args: tuple) -> str:
+    """Passes the lens leaves alone, by kind ("" for a pass it traces): vmap'ed grads (``is_grads_batched``,
+    "vmap"), ``torch.func`` transforms ("func"), and the autograd calls ``torch.compile`` makes on fake tensors
+    while it compiles ("compile": not a pass of the user's program)."""
     grads = args[0] if args else None
     functorch = torch._C._functorch
     for grad in grads or ():
         if isinstance(grad, torch.Tensor) and (functorch.is_legacy_batchedtensor(grad) or functorch.is_batchedtensor(grad)):
-            return True
+            return "vmap"
     if torch._C._are_functorch_transforms_active():
-        return True
+        return "func"
     modes = torch._C._TorchDispatchModeKey
     if any(torch._C._get_dispatch_mode(key) is not None for key in (modes.FAKE, modes.PROXY, modes.FUNCTIONAL)):
-        return True
-    return bool(torch.compiler.is_compiling())
+        return "compile"
+    return "compile" if torch.compiler.is_compiling() else ""
+
+
+# what each kind of pass left alone is, in a note's words (see ``notes.MESSAGES["untraced_pass"]``)
+UNTRACED = {
+    "vmap": "torch.autograd.grad(..., is_grads_batched=True)",
+    "func": "a torch.func transform (grad, vjp, jacrev, vmap, ...)",
+    "thread": "another thread",
+}

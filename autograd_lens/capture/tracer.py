@@ -28,7 +28,7 @@ from .draft import PassDraft
 from .counting import HookCounter
 from .ending import touched
 from .entry import _check_options, _collector_paused, _untraceable  # noqa: F401  (api.py reads _check_options)
-from .entry import _pause_collector, _resume_collector
+from .entry import UNTRACED, _pause_collector, _resume_collector
 from .lines import CellLines
 from .modules import ModuleCalls
 from .names import caller_namespace, user_frame
@@ -109,6 +109,7 @@ class Lens(LensViews, DeferredPasses):
         self._thread: int | None = None
         self._recording = False
         self._nested = 0
+        self._untraced: dict[str, int] = {}  # passes left alone, by kind (entry.UNTRACED): said in ``notes``
         self._warned = False
         self._notes: list[Note] = []  # classic mistakes seen outside any pass's record
         self._showwarning: Any = None
@@ -212,10 +213,19 @@ class Lens(LensViews, DeferredPasses):
             self._warned = True
             warnings.warn(f"autograd_lens: {text}", RuntimeWarning, stacklevel=stacklevel)
 
+    def _left_alone(self, kind: str) -> None:
+        """A pass of the user's program that the lens does not record (not one torch.compile makes): counted, for
+        the note that says so, and a recording note the first time."""
+        if kind in UNTRACED:
+            if kind not in self._untraced:
+                self._recording_notes.append(f"{UNTRACED[kind]} ran a backward pass: not recorded (left alone)")
+            self._untraced[kind] = self._untraced.get(kind, 0) + 1
+
     def _run(self, t_outputs: Any, args: tuple, kwargs: dict) -> Any:
         __tracebackhide__ = True  # noqa: F841
         original = self._original
         if threading.get_ident() != self._thread:  # another thread's backward: neither traced nor touched
+            self._left_alone("thread")
             return original(t_outputs, *args, **kwargs)
         if self._recording:  # a backward run inside a hook: not mixed into the outer pass
             self._nested += 1
@@ -226,8 +236,9 @@ class Lens(LensViews, DeferredPasses):
         try:
             untraceable = _untraceable(args)
         except Exception:  # cannot tell: leave the pass alone
-            untraceable = True
+            untraceable = "compile"
         if untraceable:
+            self._left_alone(untraceable)
             return original(t_outputs, *args, **kwargs)
         failure: Exception | None = None
         try:

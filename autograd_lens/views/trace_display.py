@@ -45,7 +45,10 @@ def pass_html(backward_pass: BackwardPass, predict: bool = False) -> str:
 
 def events_bundle(lens: Any, hint: str = "", predict: bool = False) -> dict[str, str]:
     """The passes as HTML lists and tables: what shows when no drawing can be made."""
-    if not lens.passes:
+    if not lens.passes and any(note.code == "untraced_pass" for note in lens.notes):
+        body = ("<p>No backward pass was recorded: the ones that ran here are of a kind the lens leaves alone "
+                "(its notes say which).</p>")
+    elif not lens.passes:
         body = (
             "<p>No backward pass was recorded: call <code>loss.backward()</code> "
             "(or <code>torch.autograd.grad</code>) inside the <code>%%lens</code> cell or the "
