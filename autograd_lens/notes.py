@@ -65,6 +65,12 @@ MESSAGES = {
         "torch attaches a module's backward hooks when the module's forward runs, so a hook registered after the "
         "forward that made the output does not fire for it (nor when the parameters were used outside the module's "
         "call). Register the hook before the forward.", MODULES),
+    "unsure_module_hook": (
+        "The backward hook on {target} never fired, and the lens cannot tell why ({why}): either the output came from "
+        "another copy of the model (e.g. made before reloading), so that no pass here went through this one, "
+        "or the hook was registered after the forward that made the output: torch attaches a module's backward hooks "
+        "when the module's forward runs. Register the hook before the forward, on the model that computes the output.",
+        MODULES),
 }
 
 

@@ -812,8 +812,8 @@ def test_a_multi_grad_hook_card_pairs_each_gradient_with_its_tensor():
 
 def test_a_multi_grad_hook_in_any_mode_says_it_received_one_gradient():
     """mode="any": fn receives one gradient, the first computed (pass 1: x's [2, 2]; pass 2: b's [2, 4]). The card
-    said "It received the gradients of x, b: [2.0, 4.0]"; it now says it is one gradient, the first computed.
-    Whose it was (b's) is not said: the call does not carry the tensor whose hook called it to the card."""
+    said "It received the gradients of x, b: [2.0, 4.0]"; it now says it is one gradient, the first computed, and
+    (helper-52, tests/test_fresh_eyes4.py) whose it was: b's."""
     got, lens, cards = _multi_grad_cards()
     anys = [grad for kind, grad in got if kind == "any"]
     assert torch.equal(anys[0], torch.full((2,), 2.0)) and torch.equal(anys[1], torch.tensor([2.0, 4.0]))  # x's, b's
@@ -821,7 +821,7 @@ def test_a_multi_grad_hook_in_any_mode_says_it_received_one_gradient():
     assert [torch.equal(c.grad_in, grad) for c, grad in zip(shown, anys)] == [True, True]
     texts = [card for card in cards if "[2.0, 4.0]" in card and "a, b, x" not in card]
     assert texts and not any("gradients of" in card for card in texts), cards
-    assert all('one gradient (mode="any": the first computed of' in card for card in texts), texts
+    assert all('one gradient, b\'s (mode="any": the first computed of' in card for card in texts), texts
 
 
 # --- 10. more classes where the lens was right -----------------------------------------------------------------------

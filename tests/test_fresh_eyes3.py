@@ -9,7 +9,8 @@ Two notes were false and are fixed here: "forgot_zero_grad" after optimizer.zero
 previous gradient was all zeros (a dead ReLU: the zeros were "the previous pass's gradient", and the note told the user
 to call the zero_grad they had called), and "old_model_hook" ("no backward pass here went through that module") for a
 module hook registered after the forward, when the pass wrote the module's parameters' .grad (now "late_module_hook").
-The strict xfail is what is left false (a module with no parameter gradient: nothing recorded tells the two apart)."""
+A module with no parameter gradient (nothing recorded tells the two apart) was left as a strict xfail; helper-52 made
+the note say the lens cannot tell (tests/test_fresh_eyes4.py)."""
 
 from __future__ import annotations
 
@@ -325,8 +326,7 @@ def test_late_module_hook_in_a_lens_cell(shell):
     assert [n.code for n in shell.user_ns["_lens"].notes] == ["late_module_hook"]
 
 
-@pytest.mark.xfail(strict=True, reason="capture/tracer.py: a module hook registered after the forward, on a module "
-                   "with no parameter gradient, is said to be on a module 'no backward pass here went through'")
+# Was false (helper-52 fixed it): now "unsure_module_hook", which says the lens cannot tell (tests/test_fresh_eyes4.py).
 def test_a_late_hook_on_a_frozen_module_is_not_said_to_be_on_a_module_no_pass_went_through():
     lin = nn.Linear(2, 2).requires_grad_(False)
     x = torch.ones(1, 2, requires_grad=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model import values_equal
+from ..model import GradWritten, values_equal
+from ..notes import note
 from .lines import CellLines
 from .modules import ModuleCalls, groups_for
 from .names import names_from
@@ -76,6 +77,31 @@ def _module_hooks(namespace: dict) -> set[tuple[str, int]]:
     for module in names.module_objects:
         for hooks in (module._backward_hooks, module._backward_pre_hooks):
             found.update((names.module_name(module), key) for key in hooks)
+    return found
+
+
+def unfired_module_hook_notes(added: set, passes: Any, notes: list, namespace: dict) -> list:
+    """Notes on the module backward hooks registered in a block (``added``: (module name, key)) that never fired.
+    Registered after the forward when a pass wrote the module's parameters' .grad; on a module no pass went through
+    when one with a parameter requiring grad got no .grad from plain backward() passes; else the lens cannot tell."""
+    fired = {call.target for p in passes for call in p.hook_calls if "module" in call.kind}
+    written = {event.name for p in passes for event in p.events  # leaves whose .grad a pass added to
+               if isinstance(event, GradWritten) and event.by == "AccumulateGrad" and event.received is not None}
+    names = names_from(namespace)
+    trainable = {names.module_name(module) for module in names.module_objects
+                 if any(p.requires_grad for p in module.parameters())}
+    unsure = any(p.kind != "backward" or p.inputs for p in passes)  # autograd.grad, inputs=: no parameter .grad
+    found: list = []
+    for name, _ in added:
+        if name in fired or any(n.code.endswith("_hook") and name in n.message for n in notes + found):
+            continue
+        late = any(written_name.startswith(name + ".") for written_name in written)  # its parameters' .grad
+        if late or (name in trainable and not unsure):
+            found.append(note("late_module_hook" if late else "old_model_hook", target=name))
+        else:
+            why = "a pass here used autograd.grad or inputs=, which write no .grad of its parameters" if unsure else \
+                "it has no parameter that requires grad, whose .grad a pass through it would write"
+            found.append(note("unsure_module_hook", target=name, why=why))
     return found
 
 

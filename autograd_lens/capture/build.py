@@ -18,7 +18,8 @@ from .observe import PassObserver
 from .records import GradRecord, HookRecord, NodeRecord
 from .snapshot import snapshot
 from .ending import LeafState, final_grad, late_change, stopped_by_hooks, untrusted_pass
-from .leafstate import changed_since
+from .leafstate import changed_off_graph, changed_since
+from .retained import written_as_retained
 from .shared import SHARED, shared_leaves, shared_write
 from .unhooked import SAME, Unknown, add, carry, is_known
 from .structure import gradient_edge
@@ -42,7 +43,7 @@ def read_pass(observer: PassObserver, walk: Walk, index: int, history: dict, inv
     events: list[Any] = []
     ordinals: dict[Any, int] = {}  # (hook, node) -> calls seen in this pass
     _name_hook_boundaries(walk, observer)
-    retained = _retained(walk, observer)
+    retained = written_as_retained(walk, observer)
     next_of = walk.structure.next_of()  # each node's next_functions, as read before the pass
     append, function_id, leaf_label = events.append, walk.function_ids.get, observer.shape.leaf_labels.get
     for record in observer.records:
@@ -52,10 +53,9 @@ def read_pass(observer: PassObserver, walk: Walk, index: int, history: dict, inv
                     and not (isinstance(record, HookRecord) and record.kind == "tensor"):
                 # torch writes a retain_grad() tensor's .grad after the tensor hooks, before node pre-hooks
                 received = record.received if isinstance(record, NodeRecord) else record.grad_in
-                for output_nr, node_id, grad in retained.pop(id(fn)):
+                for output_nr, node_id, grad, name, by in retained.pop(id(fn)):
                     value = received[output_nr] if isinstance(received, tuple) and output_nr < len(received) else None
-                    append(GradWritten(step=len(events), node=node_id, name=walk.rows.label(node_id),
-                                       grad=grad, received=value, by="retain_grad"))
+                    append(GradWritten(step=len(events), node=node_id, name=name, grad=grad, received=value, by=by))
         if isinstance(record, NodeRecord):
             append(_node_read(walk, record, next_of))  # a plain row: complete() makes its NodeRun
         elif isinstance(record, GradRecord):  # a plain row too: complete() makes its GradWritten (draft.grad_written)
@@ -114,22 +114,6 @@ def relabel(walk: Walk, labels: dict[str, str]) -> None:
         if node_id in labels:
             walk.labels[fn_id] = labels[node_id]
     walk.rows.relabel(labels)
-
-
-def _retained(walk: Walk, observer: PassObserver) -> dict[int, list[tuple[int, str, Any]]]:
-    """id(grad_fn) -> (output_nr, tensor node id, .grad now) of the named tensors that called retain_grad()."""
-    badged = walk.rows.with_badge("[retain_grad]")
-    if not badged:
-        return {}
-    live = {(id(t.grad_fn), t.output_nr): t for t in observer.ensure_names().tensor_objects
-            if t.grad_fn is not None and t.retains_grad}
-    found: dict[int, list[tuple[int, str, Any]]] = {}
-    for (fn_id, output_nr), node_id in walk.tensor_ids.items():
-        tensor = live.get((fn_id, output_nr))
-        if node_id in badged and tensor is not None:
-            grad = snapshot(tensor.grad, observer.store_limit) if tensor.grad is not None else None
-            found.setdefault(fn_id, []).append((output_nr, node_id, grad))
-    return found
 
 
 def _not_leaves(observer: PassObserver) -> tuple:
@@ -270,6 +254,7 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
         late = late_change(observer, fn, position, real, without is not SAME) if is_known(without) else None
         settle(key, late or without, real)
         history[leaf_id] = LeafState.of(variable, real, late or without, shared, hooked)
+    changed_off_graph(observer, history, {id(fn.variable) for fn in observer.shape.leaves.values()})
     for key in shared_leaves(observer, adopted) if hooked else ():
         if id(observer.shape.leaves[key].variable) in history:
             history[id(observer.shape.leaves[key].variable)].shared = True
@@ -323,8 +308,7 @@ def _hook_event(walk: Walk, step: int, call: HookRecord, index: int, invocations
     ordinals[position] = ordinal + 1
     invocation, registration = invocations.count(call, ordinal)
     return HookCall(
-        hook=function_name(call.function, call.code) if call.function is not None or call.code is not None
-        else "<C hook>",
+        hook=_shown_name(call),
         kind=call.kind,
         target=call.target or "?",
         pass_index=index,
@@ -343,6 +327,17 @@ def _hook_event(walk: Walk, step: int, call: HookRecord, index: int, invocations
         unseen=call.unseen,
         may_be=invocations.ambiguous.get(registration, ()),
     )
+
+
+def _shown_name(call: HookRecord) -> str:
+    """The hook's name; when which of several hooks of one code ran is not known, the name they all share
+    (``functools.wraps`` wrappers of one function: its name, as the drawing and the inventory show them)."""
+    if call.function is None and call.candidates:
+        names = {function_name(known.function) for known in call.candidates}
+        if len(names) == 1:
+            return names.pop()
+    return function_name(call.function, call.code) if call.function is not None or call.code is not None \
+        else "<C hook>"
 
 
 def _node_id_for(walk: Walk, call: HookRecord) -> str | None:

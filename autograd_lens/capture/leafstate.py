@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .snapshot import plain_or_none
-from .unhooked import LeafHistory
+from .unhooked import LeafHistory, Unknown
 
 
 @dataclass
@@ -92,3 +92,34 @@ def changed_since(mark: Any, grad: Any) -> bool:
         return grad is not ref() or grad._version != version
     except Exception:  # no version: not known
         return False
+
+
+def pass_marks(history: dict) -> dict:
+    """id(leaf) -> the mark (see :func:`_mark`) of each known leaf's ``.grad`` as a pass starts."""
+    marks = {}
+    for key, entry in history.items():
+        variable = entry.ref()
+        if variable is not None:
+            marks[key] = _mark(variable.grad)
+    return marks
+
+
+CHANGED_OFF_GRAPH = (".grad was replaced or written during a pass that did not reach this leaf (by a hook, "
+                     "or through memory it shares with another gradient): what it would hold without hooks is not "
+                     "known")
+
+
+def changed_off_graph(observer: Any, history: dict, seen: set) -> None:
+    """Leaves of earlier passes that this pass does not reach (``seen``: their ids) whose ``.grad`` was replaced or
+    written while it ran: user code of this pass did it (a hook; nothing else runs during a pass), so the lens's
+    history of them no longer says what they would hold without hooks."""
+    if observer.plain:  # no user Python ran in this pass
+        return
+    marks = getattr(observer, "pass_marks", {})
+    for key, entry in list(history.items()):
+        variable = entry.ref()
+        if key in seen or variable is None or key not in marks or not changed_since(marks[key], variable.grad):
+            continue
+        # (.grad as its last pass left it stays: a hook's change is not "the previous pass's gradient")
+        history[key] = LeafState.of(variable, entry.grad, Unknown(CHANGED_OFF_GRAPH), getattr(entry, "shared", False),
+                                    True)

@@ -20,13 +20,14 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from ..debug import DebugRecording
-from ..model import GradWritten, GraphOptions, Note, values_equal
+from ..model import GraphOptions, Note, values_equal
 from ..notes import note
 from .build import read_pass, relabel
 from .deferred import DeferredPasses
 from .draft import PassDraft
 from .counting import HookCounter
 from .ending import touched
+from .leafstate import pass_marks
 from .entry import _check_options, _collector_paused, _untraceable  # noqa: F401  (api.py reads _check_options)
 from .entry import UNTRACED, _pause_collector, _resume_collector
 from .lines import CellLines
@@ -39,7 +40,7 @@ from .unhooked import Unknown
 from .structure import structure
 from .walk import leaf_state, walk
 from .rows import without_saved as _without_saved
-from .annotate import _groups, _module_hooks, _sources
+from .annotate import _groups, _module_hooks, _sources, unfired_module_hook_notes
 from .ledger import Ledger, _sequence_nr
 from .nodes import budget_note
 from .selfcheck_run import _SELF_CHECK, _self_check  # noqa: F401  (tests read tracer._SELF_CHECK)
@@ -198,13 +199,7 @@ class Lens(LensViews, DeferredPasses):
         added = _module_hooks(namespace) - self._hooks_before
         if not added:  # (the usual case: no pass's calls are read, however many passes the Lens holds)
             return
-        fired = {call.target for call in self.hook_calls if "module" in call.kind}
-        written = {event.name for p in self.passes for event in p.events  # leaves whose .grad a pass added to
-                   if isinstance(event, GradWritten) and event.by == "AccumulateGrad" and event.received is not None}
-        for name, key in added:
-            if name not in fired and not any(n.code.endswith("_hook") and name in n.message for n in self._notes):
-                late = any(written_name.startswith(name + ".") for written_name in written)  # its parameters' .grad
-                self._notes.append(note("late_module_hook" if late else "old_model_hook", target=name))
+        self._notes += unfired_module_hook_notes(added, self.passes, self._notes, namespace)
 
     def _say(self, text: str, stacklevel: int = 4) -> None:
         """A problem of the lens itself: a note, and at most one quiet warning per Lens."""
@@ -261,6 +256,7 @@ class Lens(LensViews, DeferredPasses):
             try:
                 # which leaves' .grad code wrote since their last pass (before this pass writes any)
                 observer.touched = {key: touched(entry) for key, entry in self._history.items()}
+                observer.pass_marks = pass_marks(self._history)  # (leafstate.changed_off_graph reads them)
                 observer.made_by_hooked = self._ledger.made_by_hooked
                 observer.start()
             finally:

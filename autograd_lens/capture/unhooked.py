@@ -303,6 +303,8 @@ def carry(history: LeafHistory | None, old: Any, others_diverged: bool = False, 
             return Unknown("code wrote other leaves' .grad between passes (clip_grad_norm_?) and might have written "
                            "this one's, which differed without hooks")
         return _earlier(history.without)  # untouched since the last pass (None included: nothing has written it)
+    if touched is False and isinstance(history.without, Unknown):
+        return _earlier(history.without)  # untouched since (a hook of a pass that did not reach it set it to None?)
     if old is None:
         return None if history.without is not SAME else SAME  # set to None by the user (zero_grad): so without hooks
     if isinstance(old, torch.Tensor) and not old.any():

@@ -106,7 +106,8 @@ class GradWritten:
     name: str
     grad: Value  # .grad right after the write (before post-accumulate hooks)
     received: Value  # the gradient this pass contributed
-    by: str = "AccumulateGrad"  # or "retain_grad": a non-leaf's .grad, kept because retain_grad() was called
+    by: str = "AccumulateGrad"  # or "retain_grad": a non-leaf's .grad, kept because retain_grad() was called; or
+    # "inputs": a non-leaf given to backward(inputs=...) (torch calls retain_grad() on it)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..model import BackwardPass, Graph, HookCall, NodeRun
+from ..format import format_value
+from ..model import BackwardPass, GradWritten, Graph, HookCall, NodeRun
 from .questions import Question
 
 
@@ -170,3 +171,13 @@ def inventory_lines(backward_pass: BackwardPass) -> list[str]:
                      f"{'them' if elsewhere > 1 else 'it'} here.)")
     return lines
 
+
+def kept_lines(event: GradWritten) -> tuple[str, ...]:
+    """The card of a non-leaf's ``.grad`` write: kept by ``retain_grad()``, or by ``backward(inputs=[…])``."""
+    name, received, grad = event.name, format_value(event.received), format_value(event.grad)
+    if event.by == "inputs":
+        return (f"backward(inputs=[…]) writes the gradient {received} that reached {name}, after its tensor hooks, to "
+                f"{name}.grad: {grad} once this pass ends.", f"{name} is not a leaf: for inputs= torch called "
+                f"{name}.retain_grad(), so later passes add to {name}.grad too.")
+    return (f"retain_grad() keeps the gradient {received} that reached {name}, after its tensor hooks: {name}.grad is "
+            f"{grad} once this pass ends.", f"{name} is not a leaf: without retain_grad() its .grad would stay None.")

@@ -53,8 +53,10 @@ def _hook_step(index: int, call: HookCall, context: _Pass, totals: dict, positio
             lines.append(f".grad is now {format_value(call.grad_out)}.")
     elif call.kind == "multi_grad" and not isinstance(call.grad_in, (tuple, list)) and "," in call.target:
         # mode="any": one gradient, the first of its tensors' to be computed, not the gradients of them all
-        lines = [f"It received one gradient (mode=\"any\": the first computed of {call.target}'s): "
-                 f"{format_value(call.grad_in)}."]
+        whose = _received_from(graph, call)
+        whose = f", {whose}'s" if whose else ""
+        lines = [f"It received one gradient{whose} (mode=\"any\": the first computed of "
+                 f"{call.target}'s): {format_value(call.grad_in)}."]
         if call.modified:
             lines.append(f"It changed it in place, to {format_value(call.grad_out)}: the changed tensor flows on "
                          "(its return value is ignored).")
@@ -281,3 +283,16 @@ def _changed_leaves(backward_pass: BackwardPass) -> list[str]:
         if backward_pass.grads_without_hooks.get(name) is not None
         and not values_equal(value, backward_pass.grads_without_hooks[name])
     ]
+
+
+def _received_from(graph, call: HookCall) -> str:
+    """Whose gradient a mode="any" multi-grad hook received: the tensor its call is drawn at (torch runs it as a
+    tensor hook of that tensor), when that is one of its tensors; "" when not known."""
+    if not call.node:
+        return ""
+    try:
+        node = graph.node(call.node)
+    except KeyError:
+        return ""
+    names = [name.strip() for name in call.target.split(",")]
+    return node.label if node.is_tensor and node.label in names else ""

@@ -19,6 +19,7 @@ from ..capture.inventory import NODE_HOOKS_NOTE
 from .chain import chain_rule
 from .operands import card_targets, input_keys, numbered_note
 from .context import BOUNDARY_TEXT, STEP_LIMIT, Step, inventory_lines, _Pass, hook_positions, hook_totals, leaf_copies
+from .context import kept_lines
 from .endcard import end_step, mark_nonfinite
 from .hook_cards import _hook_step, _sum_text, _summable
 from .questions import (CHAIN_RULE_LIMIT, Question, check_answer, check_answers, question_about, question_html,
@@ -281,12 +282,9 @@ def _output_tensors(graph: Graph, event: NodeRun) -> list[str]:
 def _grad_step(index: int, event: GradWritten, context: _Pass) -> Step:
     graph, backward_pass = context.graph, context.backward_pass
     title = f"{event.name}.grad {'written' if event.received is not None else 'not written'}: {format_value(event.grad)}"
-    if event.by == "retain_grad":
-        lines = (f"retain_grad() keeps the gradient {format_value(event.received)} that reached {event.name}, "
-                 f"after its tensor hooks: {event.name}.grad is {format_value(event.grad)} once this pass ends.",
-                 f"{event.name} is not a leaf: without retain_grad() its .grad would stay None.")
+    if event.by in ("retain_grad", "inputs"):  # a non-leaf's .grad (views.context.kept_lines)
         text = format_value(event.grad, 48)
-        return Step(index, "grad", event.node, title, lines=lines, grads=((event.node, text),) if event.node else ())
+        return Step(index, "grad", event.node, title, lines=kept_lines(event), grads=((event.node, text),) if event.node else ())
     lines = [f"AccumulateGrad added this pass's gradient {format_value(event.received)} to {event.name}.grad."
              if event.received is not None else f"AccumulateGrad wrote no gradient to {event.name}.grad: none was "
              f"passed on to it, or {event.name} no longer requires grad (set after the forward) and torch drops it."]
