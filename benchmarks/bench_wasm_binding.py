@@ -1,5 +1,6 @@
-"""What wasmtime-py's Python costs a first picture: Graphviz's compiled wasm run through wasmtime-py (as the lens
-does) and through a minimal ctypes binding to the same C library (an experiment, not used by the package).
+"""What wasmtime-py's Python costs a first picture: Graphviz's compiled wasm run through wasmtime-py and through
+a minimal ctypes binding to the same C library (the experiment that became ``autograd_lens/views/wasmfast.py``,
+which the package now uses where it was checked; this copy is kept as it was measured).
 
     python benchmarks/bench_wasm_binding.py [--rounds 7]
 
@@ -7,7 +8,8 @@ Each run is a fresh Python: mlp-50's DOT made by the lens, the heap frozen (as a
 clock (wall and thread CPU) runs from nothing of the renderer loaded to the SVG. The two ways alternate; the medians
 are printed, and the SVGs must be the same bytes. The binding reads the compiled module from the lens's cache
 (``views/wasmcache``: run a picture once first) and knows the struct layouts of wasmtime 50 only; ``--abi`` checks
-them against wasmtime-py's own ``_bindings`` (a wrong size is no exception: the process aborts). benchmarks/README.md,
+them against wasmtime-py's own ``_bindings`` (a wrong size is no exception: the process aborts; the package's
+binding is checked, every struct and function, by ``tests/test_wasm_binding.py``). benchmarks/README.md,
 the note of 2026-11-27 on the one-cell first picture, says what landing such a binding would take.
 """
 
@@ -212,6 +214,7 @@ if sys.argv[1] == "binding":
     session = binding.Session(os.path.join(wasmcache._cache_dir(), f"graphviz-{key}.cwasm"), wasmcache.WASM_STACK)
     svg = session.render(source)
 else:
+    os.environ["AUTOGRAD_LENS_WASM_BINDING"] = "0"  # wasmtime-py's backend, not the package's own binding
     from autograd_lens.views import render
     render._import_wasm_backend()
     render._prepare_wasm_backend()

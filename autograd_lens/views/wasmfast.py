@@ -133,6 +133,8 @@ def cached_module(wasm_path) -> str | None:
     """The compiled module's file in the cache, when the binding can run here; else None."""
     if _off or os.environ.get("AUTOGRAD_LENS_WASM_BINDING") == "0":
         return None
+    if _state.get("cwasm") is not None:  # found once in this process (a first picture asks 3 times, ~1 ms each)
+        return _state["cwasm"]  # type: ignore[return-value]
     try:
         if sys.platform != "linux" or os.uname().machine != "x86_64" or sys.maxsize <= 2**32:
             return None
@@ -143,7 +145,10 @@ def cached_module(wasm_path) -> str | None:
                 or not os.path.samefile(wasm, wasm_path):
             return None
         path = cache_file(wasm_path)
-        return path if os.path.isfile(path) else None
+        if not os.path.isfile(path):
+            return None
+        _state["cwasm"] = path
+        return path
     except Exception:  # another layout of either package, no cache folder, ...
         return None
 
