@@ -4,6 +4,7 @@ write by code that is no hook, or sharing memory with another gradient)."""
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Any
 
 import torch
@@ -347,8 +348,8 @@ def late_change(observer: Any, fn: Any, position: int, real: Value, diverged: bo
     if isinstance(seen, TensorSummary) or isinstance(real, TensorSummary) or values_equal(seen, real):
         return None
     later = sorted({function_name(r.function, r.code) if r.function is not None or r.code is not None else "<C hook>"
-                    for r in observer.records[position + 1:] if isinstance(r, HookRecord)
-                    and not (r.kind == "post_accumulate_grad" and (r.current_fn is fn or r.node_fn is fn))})
+                    for r in _hook_records_after(observer, position)
+                    if not (r.kind == "post_accumulate_grad" and (r.current_fn is fn or r.node_fn is fn))})
     if not diverged and not later:
         return None
     foreign = ", ".join(observer.foreign_calls)
@@ -358,3 +359,15 @@ def late_change(observer: Any, fn: Any, position: int, real: Value, diverged: bo
                    + (f"a hook that ran after it ({', '.join(later)}) " if later else "")
                    + "or through memory it shares with another gradient; what that change would have been without "
                    "hooks is not known")
+
+
+def _hook_records_after(observer: Any, position: int) -> list:
+    """The hook calls recorded after ``position``, in order.  The pass's hook calls and their positions are found
+    once per pass (``late_change`` asks for each leaf whose ``.grad`` changed late: going through every record after
+    each leaf's would take the records times the leaves)."""
+    found = vars(observer).get("hook_positions")
+    if found is None:  # once per pass: (positions, calls), both in record order
+        calls = [(index, record) for index, record in enumerate(observer.records) if isinstance(record, HookRecord)]
+        found = observer.hook_positions = ([index for index, _ in calls], [record for _, record in calls])
+    positions, records = found
+    return records[bisect_right(positions, position):]
