@@ -86,7 +86,8 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         self.in_engine = False
         self.wrapper: Wrapper | None = None
         self.profiling = False
-        self.handles: list[Any] = []
+        self.handles: list[Any] = []  # the lens's pre-hooks (leafstate.watch); its post-hooks: post_refs, post_keys
+        self.post_refs, self.post_keys = [], []  # per node: weak ref to its post-hook dict, key of the lens's hook
         self.notes: list[str] = []
         self.broken = False
         self.bytes_held = 0  # bytes of kept values, this Lens's earlier passes' included (memory_budget is per Lens)
@@ -150,7 +151,8 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
     # ------------------------------------------------------------------ set-up / tear-down
     def start(self) -> None:
         observe = self._on_node
-        self.handles = [fn.register_hook(observe) for fn in self.shape.nodes]
+        handles = [fn.register_hook(observe) for fn in self.shape.nodes]
+        self.post_refs, self.post_keys = [h.hooks_dict_ref for h in handles], [h.id for h in handles]
         self._read_node_hooks(observe)
         made = self.made_by_hooked
         for fn in self.shape.nodes:  # torch.compile traces hooks registered in its forward into its backward
@@ -211,8 +213,8 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         node: the handle of the lens's post-hook points to the post-hook dict, and a pre-hook registered and
         removed at once to the pre-hook dict (``grad_fn.register_prehook`` / ``register_hook`` of the user)."""
         probe = _no_hook
-        for fn, handle in zip(self.shape.nodes, self.handles):
-            posts = handle.hooks_dict_ref()
+        for fn, post_ref in zip(self.shape.nodes, self.post_refs):
+            posts = post_ref()
             # usually the lens's own hook alone: nothing to go through
             post = tuple(hook for hook in posts.values() if hook is not observe and _users(hook)) \
                 if posts and len(posts) > 1 else ()
@@ -239,6 +241,10 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
             sys.setprofile(None)
         self.profiling = False
         restore_late_hooks(self)
+        for post_ref, key in zip(self.post_refs, self.post_keys):  # RemovableHandle.remove, without the handle
+            if (posts := post_ref()) is not None and key in posts:
+                del posts[key]
+        self.post_refs, self.post_keys = [], []
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
@@ -259,7 +265,7 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         self.walk = self.leaf_state = None
         self.roots = self.inputs = self.seeds = self.start_seeds = self.seed_objects = ()
         self.old_grads, self.incoming, self.written = {}, {}, {}
-        self.copies = {}
+        self.copies, self.hook_positions = {}, None  # (hook_positions: ending.late_change's, holds nodes)
         self.post_dicts, self.registering, self.late_frame, self.tensor_registering = None, None, None, None
         self.unhooked = Unhooked(None)  # type: ignore[arg-type]  # empty, and no cycle with this observer
         self.error = None
@@ -376,13 +382,7 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         else:
             self.unseen_hooks.append(known)
 
-    # ------------------------------------------------------------------ the profile function
-
-
-    # ------------------------------------------------------------------ node observers
-
-
-    # ------------------------------------------------------------------ end of the pass
+    # the profile function: calls.py; the node observers: nodes.py; the end of the pass: ending.py
 
 
 def _users(hook: Any) -> bool:
