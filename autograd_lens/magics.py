@@ -114,6 +114,9 @@ class LensMagics(Magics):
             modules=args.modules,
             why=args.why is not None,
         )
+        # what each leaf's .grad would hold without hooks carries over from the earlier %%lens cells of this kernel:
+        # a .grad a hook changed in one cell is not "the same as without hooks" in the next
+        lens._history = self.__dict__.setdefault("_leaf_history", {})
         self.shell.user_ns[args.name] = lens
         result = self._run_quietly(lens, cell)
         if result.error_in_exec is not None:

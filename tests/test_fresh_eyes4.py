@@ -234,3 +234,42 @@ def test_a_module_hook_that_never_fired_is_explained_only_as_far_as_the_record_t
     assert [n.code for n in found] == [code]
     if code != "old_model_hook":
         assert "no backward pass here went through that module" not in found[0].message
+
+
+# --- 6. %%lens cells one after another: "if no hook had run" -----------------------------------------------------------
+# Was false: cell 1 runs a pass with a hook doubling x's gradient (x.grad = 6; 3 without it), cell 2 a pass without
+# hooks. Cell 2's table said x.grad "if no hook had run" is 9 and its card "No hook changed it: the same as without
+# hooks": without the hook x.grad is 6. Each cell's Lens started with no history. The magic now carries what each leaf's
+# .grad would hold without hooks from one %%lens cell to the next (magics.py); code between the cells is read as code
+# between passes is (zero_grad makes it known again).
+
+CELL_1 = ("x = torch.tensor([1.0, 2.0], requires_grad=True)\nh = x.register_hook(lambda g: g * 2)\n"
+          "(x * 3).sum().backward()\nh.remove()\n")
+CELL_2 = "(x * 3).sum().backward()\n"
+
+
+def _cells(shell, between=""):
+    for cell in (CELL_1, between, CELL_2):
+        if cell:
+            magic = "%%lens --no-show\n" if cell is not between else ""
+            result = shell.run_cell(magic + cell, store_history=False)
+            assert result.success, result.error_in_exec
+    return shell.user_ns["_lens"].passes[0]
+
+
+@pytest.mark.parametrize("between, expected", [("", [6.0, 6.0]), ("x.grad = None\n", [3.0, 3.0]),
+                                                ("x.grad.zero_()\n", [3.0, 3.0])])
+def test_a_lens_cell_knows_what_an_earlier_lens_cells_hooks_did_to_grad(shell, between, expected):
+    from autograd_lens.views.steps import steps_for
+    x = torch.tensor([1.0, 2.0], requires_grad=True)  # torch, no hook at all: the same three steps
+    (x * 3).sum().backward()
+    exec(between, {"x": x})
+    (x * 3).sum().backward()
+    assert x.grad.tolist() == expected
+    second = _cells(shell, between)
+    assert shell.user_ns["x"].grad.tolist() == ([9.0, 9.0] if not between else [3.0, 3.0])  # with the hook
+    shown = second.grads_without_hooks["x"]
+    assert shown is not None and shown.tolist() == expected, (shown, second.unknown)
+    if not between:
+        (step,) = [s for s in steps_for(second) if s.kind == "grad"]
+        assert "No hook changed it: the same as without hooks." not in step.lines
