@@ -273,3 +273,38 @@ def test_a_lens_cell_knows_what_an_earlier_lens_cells_hooks_did_to_grad(shell, b
     if not between:
         (step,) = [s for s in steps_for(second) if s.kind == "grad"]
         assert "No hook changed it: the same as without hooks." not in step.lines
+
+
+# --- 7. "call i of n" when a reentrant checkpoint runs the hook again in a nested backward ----------------------------
+# Was misleading: torch called lin's full backward hook 3 times in one pass (once inside the nested backward of a
+# reentrant checkpoint); the cards said "call 1 of 2", "call 2 of 2" with nothing on the title about the third, which
+# only a pass note listed. The title now says the count leaves calls in a nested backward out (views/hook_cards.py).
+
+def _checkpointed(reentrant):
+    from torch.utils.checkpoint import checkpoint
+    torch.manual_seed(2)
+    lin = torch.nn.Linear(3, 3)
+    calls = []
+    lin.register_full_backward_hook(lambda m, gi, go: calls.append(1))
+    x = torch.randn(2, 3, requires_grad=True)
+    y = checkpoint(lambda a: lin(a).relu(), x, use_reentrant=False)
+    z = checkpoint(lambda a: lin(a).tanh(), lin(y), use_reentrant=reentrant)
+    z.sum().backward()
+    return len(calls), x.grad.clone()
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_call_numbers_say_when_calls_in_a_nested_backward_are_left_out(reentrant):
+    from autograd_lens.views.steps import hook_totals, steps_for
+    real_calls, real_grad = _checkpointed(reentrant)
+    assert real_calls == 3
+    lens, (calls, grad) = lensed(lambda: _checkpointed(reentrant))
+    assert calls == real_calls and torch.equal(grad, real_grad)
+    titles = [s.title for s in steps_for(lens.passes[0], hook_totals(lens.passes)) if s.kind == "hook"]
+    shown = len(titles)
+    if reentrant:
+        assert shown == 2 and all("not counting its calls inside a nested backward: see the notes" in t for t in titles)
+        assert any("lin: module full hook <lambda>" in n for n in lens.passes[0].notes)
+    else:
+        assert shown == 3 and not any("nested" in t for t in titles)
+        assert [t.split("call ")[1].split(" in this")[0] for t in titles] == ["1 of 3", "2 of 3", "3 of 3"]

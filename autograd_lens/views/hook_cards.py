@@ -26,7 +26,7 @@ def _call_number(call: HookCall, totals: dict) -> str:
 
 def _hook_step(index: int, call: HookCall, context: _Pass, totals: dict, position: tuple[int, int] = (1, 1)) -> Step:
     graph = context.graph
-    where = _call_number(call, totals)
+    where = _call_number(call, totals) + _nested_calls(call, context.backward_pass)
     if call.forward_call:
         where += f", for forward call {call.forward_call}"
     place, count = position
@@ -296,3 +296,20 @@ def _received_from(graph, call: HookCall) -> str:
         return ""
     names = [name.strip() for name in call.target.split(",")]
     return node.label if node.is_tensor and node.label in names else ""
+
+
+NESTED = "hooks ran inside a nested backward run by "
+
+
+def _nested_calls(call: HookCall, backward_pass: BackwardPass) -> str:
+    """What "call i of n" leaves out: calls of this hook inside a nested backward of the pass (reentrant
+    checkpointing), which the pass's note lists by target and name (module hooks) or by name alone."""
+    for text in backward_pass.notes:
+        if text.startswith(NESTED) and "not recorded as steps of this pass: " in text:
+            listed = text.split("not recorded as steps of this pass: ", 1)[1].rsplit("; values without hooks", 1)[0]
+            entries = listed.split("; ")
+            if f"{call.target}: {call.kind_label} hook {call.hook}" in entries:
+                return ", not counting its calls inside a nested backward: see the notes"
+            if call.hook in entries:
+                return f"; a hook named {call.hook} also ran inside a nested backward, not counted: see the notes"
+    return ""
