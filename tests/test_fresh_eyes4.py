@@ -308,3 +308,355 @@ def test_call_numbers_say_when_calls_in_a_nested_backward_are_left_out(reentrant
     else:
         assert shown == 3 and not any("nested" in t for t in titles)
         assert [t.split("call ")[1].split(" in this")[0] for t in titles] == ["1 of 3", "2 of 3", "3 of 3"]
+
+
+# --- 8. real-world code where the lens agreed with torch (each run plainly, under the lens, with its hooks logged and
+# every node observed, and with no hook: tests/programs.compare checks every hook call, node run, .grad, value without
+# hooks or its reason, and card title): checkpointing both ways with hooks inside, saved-tensor hooks and save_on_cpu,
+# custom Functions (mark_dirty, set_materialize_grads, an unused output's hook), double backward, no_grad /
+# inference_mode / set_grad_enabled islands, retain_grad, views, hooks before an in-place op, micro-batch accumulation
+# with clip_grad_norm_, a loss scaler skipping an inf step, parametrize and weight_norm, inputs= of a non-leaf,
+# autograd.grad of parameters, multi-grad hooks both modes.
+
+REAL_WORLD = {
+    "ckpt_reentrant_hook_inside": (["x", "w"], """
+torch.manual_seed(1)
+x = torch.randn(3, requires_grad=True)
+w = torch.randn(3, requires_grad=True)
+def f(a):
+    b = a * w
+    REG(b, 'register_hook', make_hook('inner', 'scale'))
+    return b.sin()
+y = checkpoint(f, x, use_reentrant=True)
+h = REG(y, 'register_hook', make_hook('outer', 'observe'))
+PASS('backward', y.sum())
+"""),
+    "ckpt_nonreentrant_hook_inside": (["x", "w"], """
+torch.manual_seed(1)
+x = torch.randn(3, requires_grad=True)
+w = torch.randn(3, requires_grad=True)
+def f(a):
+    b = a * w
+    REG(b, 'register_hook', make_hook('inner', 'scale'))
+    return b.sin()
+y = checkpoint(f, x, use_reentrant=False)
+h = REG(x, 'register_hook', make_hook('xh', 'scale'))
+PASS('backward', y.sum())
+"""),
+    "ckpt_nonreentrant_twice": (["x", "w"], """
+torch.manual_seed(1)
+x = torch.randn(3, requires_grad=True)
+w = torch.randn(3, requires_grad=True)
+def f(a):
+    return (a * w).sin() * w
+y = checkpoint(f, x, use_reentrant=False)
+h = REG(w, 'register_hook', make_hook('wh', 'scale'))
+PASS('backward', y.sum(), retain_graph=True)
+PASS('backward', y.sum())
+"""),
+    "saved_tensor_hooks": (["x", "w"], """
+torch.manual_seed(1)
+x = torch.randn(3, requires_grad=True)
+w = torch.randn(3, requires_grad=True)
+with torch.autograd.graph.saved_tensors_hooks(lambda t: t * 1, lambda t: t):
+    y = (x * w).exp()
+h = REG(y, 'register_hook', make_hook('yh', 'scale'))
+PASS('backward', y.sum())
+"""),
+    "save_on_cpu": (["x", "w"], """
+torch.manual_seed(1)
+x = torch.randn(3, requires_grad=True)
+w = torch.randn(3, requires_grad=True)
+with torch.autograd.graph.save_on_cpu():
+    y = (x * w).tanh()
+h = REG(w, 'register_hook', make_hook('wh', 'scale'))
+PASS('backward', y.sum())
+"""),
+    "function_mark_dirty": (["x"], """
+class AddOne(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a):
+        a.add_(1)
+        ctx.mark_dirty(a)
+        return a
+    @staticmethod
+    def backward(ctx, g):
+        return g * 3
+torch.manual_seed(1)
+x = torch.randn(3, requires_grad=True)
+a = x * 2
+REG(a, 'register_hook', make_hook('ah', 'scale'))
+b = AddOne.apply(a)
+REG(b, 'register_hook', make_hook('bh', 'observe'))
+PASS('backward', (b * b).sum())
+"""),
+    "function_materialize": (["x", "w"], """
+class Two(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.set_materialize_grads(False)
+        return a * 2, a * 3
+    @staticmethod
+    def backward(ctx, g1, g2):
+        out = 0
+        if g1 is not None: out = out + g1 * 2
+        if g2 is not None: out = out + g2 * 3
+        return out
+torch.manual_seed(1)
+x = torch.randn(3, requires_grad=True)
+w = torch.randn(3, requires_grad=True)
+p, q = Two.apply(x * w)
+REG(p, 'register_hook', make_hook('ph', 'scale'))
+PASS('backward', p.sum())
+"""),
+    "double_backward_pass": (["x"], """
+torch.manual_seed(1)
+x = torch.randn(3, requires_grad=True)
+y = (x ** 3).sum()
+h = REG(x, 'register_hook', make_hook('xh', 'scale'))
+PASS('backward', y, create_graph=True)
+g = x.grad
+REG(g, 'register_hook', make_hook('gh', 'observe'))
+x.grad = None
+PASS('backward', g.sum())
+"""),
+    "noGrad_island": (["x", "w"], """
+torch.manual_seed(1)
+x = torch.randn(3, requires_grad=True)
+w = torch.randn(3, requires_grad=True)
+with torch.no_grad():
+    s = (x * 2).sum()
+with torch.inference_mode():
+    t = torch.ones(3) * 2
+y = x * w * s + t.clone()
+REG(y, 'register_hook', make_hook('yh', 'scale'))
+PASS('backward', y.sum())
+"""),
+    "retain_grad_nonleaf": (["x", "y"], """
+torch.manual_seed(1)
+x = torch.randn(3, requires_grad=True)
+y = x * 2
+y.retain_grad()
+REG(y, 'register_hook', make_hook('yh', 'scale'))
+z = y.exp()
+PASS('backward', z.sum(), retain_graph=True)
+PASS('backward', z.sum())
+"""),
+    "accumulate_micro": (["w"], """
+torch.manual_seed(1)
+w = torch.randn(3, requires_grad=True)
+REG(w, 'register_hook', make_hook('wh', 'scale'))
+opt = torch.optim.SGD([w], lr=0.1)
+for step in range(2):
+    opt.zero_grad()
+    for mb in range(2):
+        xb = torch.randn(3)
+        PASS('backward', (w * xb).sum() / 2)
+    torch.nn.utils.clip_grad_norm_([w], 0.5)
+    opt.step()
+"""),
+    "accum_no_zero_clip": (["w", "v"], """
+torch.manual_seed(1)
+w = torch.randn(3, requires_grad=True)
+v = torch.randn(3, requires_grad=True)
+REG(v, 'register_hook', make_hook('vh', 'scale'))
+for step in range(3):
+    PASS('backward', (w * v).sin().sum())
+    torch.nn.utils.clip_grad_norm_([w, v], 0.1)
+"""),
+    "parametrize": (["lin.parametrizations.weight.original", "lin.bias"], """
+import torch.nn as nn
+import torch.nn.utils.parametrize as parametrize
+class Sym(nn.Module):
+    def forward(self, X):
+        return X.triu() + X.triu(1).transpose(-1, -2)
+torch.manual_seed(1)
+lin = nn.Linear(3, 3)
+parametrize.register_parametrization(lin, "weight", Sym())
+W0 = lin.parametrizations.weight.original
+REG(W0, 'register_hook', make_hook('Wh', 'scale'))
+x = torch.randn(2, 3)
+PASS('backward', lin(x).pow(2).sum())
+PASS('backward', lin(x).sum())
+"""),
+    "weight_norm": (["lin.parametrizations.weight.original0", "lin.parametrizations.weight.original1"], """
+import torch.nn as nn
+torch.manual_seed(1)
+lin = torch.nn.utils.parametrizations.weight_norm(nn.Linear(3, 2))
+g0 = lin.parametrizations.weight.original0
+REG(g0, 'register_hook', make_hook('gh', 'scale'))
+REG(lin, 'register_full_backward_hook', make_module_hook('mh', 'scale'))
+x = torch.randn(4, 3, requires_grad=True)
+PASS('backward', lin(x).tanh().sum())
+"""),
+    "inputs_nonleaf": (["x"], """
+torch.manual_seed(1)
+x = torch.randn(3, requires_grad=True)
+y = x * 2
+REG(y, 'register_hook', make_hook('yh', 'scale'))
+PASS('backward', (y * y).sum(), inputs=[y], retain_graph=True)
+PASS('backward', (y * 3).sum())
+"""),
+    "ckpt_param_hook_twice": (["lin.weight", "lin.bias", "x"], """
+import torch.nn as nn
+torch.manual_seed(2)
+lin = nn.Linear(3, 3)
+REG(lin.weight, 'register_hook', make_hook('wh', 'scale'))
+REG(lin.weight, 'register_post_accumulate_grad_hook', make_after('wa', 'inplace'))
+x = torch.randn(2, 3, requires_grad=True)
+for i in range(2):
+    y = checkpoint(lambda a: lin(lin(a)).sin(), x, use_reentrant=False)
+    PASS('backward', y.sum())
+"""),
+    "retain_grad_scaled_two": (["x", "y"], """
+torch.manual_seed(1)
+x = torch.randn(3, requires_grad=True)
+y = x * 2
+REG(y, 'register_hook', make_hook('yh', 'scale'))
+y.retain_grad()
+z = (y * y).sum()
+PASS('backward', z, retain_graph=True)
+PASS('backward', z, inputs=[x])
+"""),
+    "view_hooks": (["x"], """
+torch.manual_seed(1)
+x = torch.randn(2, 3, requires_grad=True)
+y = x * 2
+v = y.view(6)
+REG(v, 'register_hook', make_hook('vh', 'scale'))
+t = y.t()
+REG(t, 'register_hook', make_hook('th', 'inplace'))
+PASS('backward', (v.sin().sum() + t.cos().sum()))
+"""),
+    "inplace_after_hook": (["x"], """
+torch.manual_seed(1)
+x = torch.randn(3, requires_grad=True)
+y = x * 2
+REG(y, 'register_hook', make_hook('old', 'scale'))
+y.mul_(3)
+REG(y, 'register_hook', make_hook('new', 'observe'))
+PASS('backward', (y * y).sum())
+"""),
+    "scaler_skip_inf": (["w"], """
+torch.manual_seed(1)
+w = torch.randn(3, requires_grad=True)
+REG(w, 'register_hook', make_hook('wh', 'scale'))
+opt = torch.optim.SGD([w], lr=0.1)
+for scale in (2.0 ** 200, 8.0):
+    opt.zero_grad()
+    loss = (w.exp() * scale * scale).sum()
+    PASS('backward', loss)
+    with torch.no_grad():
+        w.grad.div_(scale)
+    if torch.isfinite(w.grad).all():
+        opt.step()
+"""),
+    "grad_of_params": (["w", "v"], """
+torch.manual_seed(1)
+w = torch.randn(3, requires_grad=True)
+v = torch.randn(3, requires_grad=True)
+REG(v, 'register_hook', make_hook('vh', 'scale'))
+loss = (w * v).exp().sum()
+PASS('grad', loss, inputs=[w, v], retain_graph=True)
+PASS('backward', loss)
+"""),
+    "multi_all_and_any": (["a", "b"], """
+torch.manual_seed(1)
+a = torch.randn(3, requires_grad=True)
+b = torch.randn(3, requires_grad=True)
+REG(None, 'multi', (a, b), make_multi('m1', 'inplace'), 'all')
+REG(None, 'multi', (a, b), make_multi('m2', 'observe'), 'any')
+c = a * b
+PASS('backward', (c.sin() + a).sum(), retain_graph=True)
+PASS('backward', (c * 2).sum())
+"""),
+    "no_grad_param_update_mid": (["w"], """
+torch.manual_seed(1)
+w = torch.randn(3, requires_grad=True)
+REG(w, 'register_hook', make_hook('wh', 'scale'))
+y = (w * 2).exp()
+PASS('backward', y.sum(), retain_graph=True)
+with torch.no_grad():
+    w.grad.zero_()
+PASS('backward', y.sum())
+"""),
+    "set_grad_enabled_false_island": (["x"], """
+torch.manual_seed(1)
+x = torch.randn(3, requires_grad=True)
+with torch.set_grad_enabled(False):
+    c = x * 3
+y = x * c
+REG(y, 'register_hook', make_hook('yh', 'scale'))
+PASS('backward', y.sum())
+"""),
+    "fn_unused_output_hook": (["x"], """
+class Two(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.set_materialize_grads(False)
+        return a * 2, a * 3
+    @staticmethod
+    def backward(ctx, g1, g2):
+        out = torch.zeros(3)
+        if g1 is not None: out = out + g1 * 2
+        if g2 is not None: out = out + g2 * 3
+        return out
+torch.manual_seed(1)
+x = torch.randn(3, requires_grad=True)
+p, q = Two.apply(x * 1)
+REG(q, 'register_hook', make_hook('qh', 'scale'))
+REG(p, 'register_hook', make_hook('ph', 'scale'))
+PASS('backward', p.sum())
+"""),
+    "fn_mark_dirty_view": (["x"], """
+class Scale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a):
+        a.mul_(2)
+        ctx.mark_dirty(a)
+        return a
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+torch.manual_seed(1)
+x = torch.randn(4, requires_grad=True)
+y = x.clone()
+REG(y, 'register_hook', make_hook('before', 'scale'))
+z = Scale.apply(y)
+REG(z, 'register_hook', make_hook('after', 'observe'))
+PASS('backward', (z ** 2).sum())
+"""),
+    "fn_nonreentrant_ckpt_custom": (["x", "w"], """
+torch.manual_seed(1)
+x = torch.randn(3, requires_grad=True)
+w = torch.randn(3, requires_grad=True)
+def f(a):
+    b = Double.apply(a * w)
+    REG(b, 'register_hook', make_hook('bh', 'scale'))
+    return b.exp()
+y = checkpoint(f, x, use_reentrant=False)
+REG(w, 'register_hook', make_hook('wh', 'observe'))
+PASS('backward', y.sum(), retain_graph=True)
+PASS('backward', y.sum())
+"""),
+    "accum_micro_no_zero_between": (["lin.weight", "lin.bias"], """
+import torch.nn as nn
+torch.manual_seed(3)
+lin = nn.Linear(3, 1)
+opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+REG(lin, 'register_full_backward_hook', make_module_hook('mh', 'scale'))
+for step in range(2):
+    for mb in range(3):
+        PASS('backward', lin(torch.randn(2, 3)).sum() / 3)
+    torch.nn.utils.clip_grad_norm_(lin.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad()
+"""),
+}
+
+
+@pytest.mark.parametrize("name", list(REAL_WORLD))
+def test_real_world_code_agrees_with_torch(name):
+    import programs
+    leaves, source = REAL_WORLD[name]
+    assert programs.compare(programs.Program(source.strip().splitlines(), leaves)) == []
