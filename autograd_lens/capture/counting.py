@@ -246,9 +246,12 @@ def earlier_hooks(earlier: dict, chains: dict, nodes: list) -> list[KnownHook]:
             continue
         if by_id is None:
             by_id = {id(fn): fn for fn in nodes}
+            by_number = {_sequence_nr(fn): fn for fn in nodes}  # (a node's Python object may be a new one now)
         grad_fn = by_id.get(fn_id)
         if grad_fn is None or _sequence_nr(grad_fn) != sequence_nr:
-            continue
+            grad_fn = by_number.get(sequence_nr) if sequence_nr is not None else None
+            if grad_fn is None or (id(grad_fn), output_nr) in chains:
+                continue
         entries = list(hooks.items())
         if any(multi_grad_user_fn(hook) is not None for _, hook in entries):
             continue  # a multi-grad hook's card names its tensors: not without their names

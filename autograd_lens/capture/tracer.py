@@ -30,6 +30,7 @@ from .ending import touched
 from .leafstate import pass_marks
 from .entry import _check_options, _collector_paused, _untraceable  # noqa: F401  (api.py reads _check_options)
 from .entry import UNTRACED, _pause_collector, _resume_collector
+from . import registrations
 from .lines import CellLines
 from .modules import ModuleCalls
 from .names import caller_namespace, user_frame
@@ -142,6 +143,7 @@ class Lens(LensViews, DeferredPasses):
         torch.autograd._engine_run_backward = traced_run_backward
         lens_frame(traced_run_backward.__code__)
         install_warn()  # warnings raised in a pass point past the lens's two frames, as without it
+        registrations.install(self._invocations.dicts, self._thread)  # hooks in C on tensors that lose their name
         _ACTIVE.append(self)
         if self.modules:
             self.module_calls = ModuleCalls().__enter__()
@@ -156,6 +158,7 @@ class Lens(LensViews, DeferredPasses):
     def __exit__(self, exc_type: Any = None, exc: Any = None, traceback: Any = None) -> None:
         torch.autograd._engine_run_backward = self._original
         uninstall_warn()
+        registrations.uninstall()
         _ACTIVE.remove(self)
         if self.module_calls is not None:
             self.module_calls.__exit__()
