@@ -174,6 +174,43 @@ def test_a_compiled_function_that_registers_a_hook_in_c_gives_torchs_gradients_a
     assert torch.equal(shown[0], plain[0]) and shown[1] == plain[1] == 1 and shown[2] == plain[2]
 
 
+def test_the_wrapper_reaches_no_torch_function_mode_or_subclass_of_the_user():
+    """What the lens reads of the tensor (its hook dict, node, output number) goes past the user's
+    TorchFunctionMode: it sees what it sees without a Lens (it saw four extra property reads, '__get__')."""
+    from torch.overrides import TorchFunctionMode
+
+    class Log(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.calls.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    class Sub(torch.Tensor):
+        pass
+
+    def program():
+        log = []
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        with Log() as mode:
+            y = x * 2
+            y.register_hook(log.append)
+        z = (x * 3).as_subclass(Sub)
+        z.register_hook(log.append)
+        w = z.sum()
+        del z  # a subclass tensor with no name left: its hook in C is known too
+        (y.sum() + w).backward()
+        return x.grad, len(log), mode.calls
+
+    plain, _ = run(program, False)
+    shown, lens = run(program, True)
+    assert torch.equal(shown[0], plain[0]) and shown[1] == plain[1] == 2 and shown[2] == plain[2]
+    assert plain[2] == ["mul", "register_hook"]
+    assert sorted((c.hook, c.target) for c in lens.hook_calls) == [("list.append", "alias"), ("list.append", "y")]
+
+
 @pytest.mark.xfail(strict=True, reason="a hook in C registered before the Lens started, that passes the gradient on "
                                        "unchanged, on a tensor with no Python reference left: nothing the lens can read")
 def test_a_c_hook_registered_before_the_lens_on_a_dead_tensor_is_shown():

@@ -32,11 +32,13 @@ def install(dicts: dict, thread: int) -> None:
     @functools.wraps(original)
     def register_hook(self: Any, hook: Any) -> Any:
         __tracebackhide__ = True  # noqa: F841  (IPython and pytest hide this frame)
-        created = getattr(self, "_backward_hooks", None) is None if type(self) is torch.Tensor else False
+        with torch._C.DisableTorchFunction():  # the lens's reads reach no mode or subclass of the user's
+            created = isinstance(self, torch.Tensor) and getattr(self, "_backward_hooks", None) is None
         handle = original(self, hook)
         try:
             if threading.get_ident() == thread and not runs_python(hook):
-                _remember(self, created, attached, dicts)
+                with torch._C.DisableTorchFunction():
+                    _remember(self, created, attached, dicts)
         except Exception:  # a help for what is shown later, never a reason to fail the user's call
             pass
         return handle
