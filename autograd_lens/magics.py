@@ -117,8 +117,19 @@ class LensMagics(Magics):
         # what each leaf's .grad would hold without hooks carries over from the earlier %%lens cells of this kernel:
         # a .grad a hook changed in one cell is not "the same as without hooks" in the next
         lens._history = self.__dict__.setdefault("_leaf_history", {})
+        # and so does the first earlier pass whose hooks changed gradients (an optimizer step may have used them)
+        earlier, pending = self.__dict__.get("_earlier_lens"), None
+        if earlier is not None and any(getattr(entry, "hooked", False) for entry in lens._history.values()):
+            from .capture.ledger import inheritable
+
+            pending = inheritable(earlier, self.shell.user_ns)
+        self._earlier_lens = lens
         self.shell.user_ns[args.name] = lens
         result = self._run_quietly(lens, cell)
+        if pending is not None:
+            from .capture.ledger import inherit
+
+            inherit(lens._ledger, pending, self.shell.user_ns)
         if result.error_in_exec is not None:
             lens.saw_error(result.error_in_exec)
         if not args.no_show and (lens.passes or result.success):

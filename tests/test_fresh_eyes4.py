@@ -660,3 +660,41 @@ def test_real_world_code_agrees_with_torch(name):
     import programs
     leaves, source = REAL_WORLD[name]
     assert programs.compare(programs.Program(source.strip().splitlines(), leaves)) == []
+
+
+# --- 9. an optimizer step in an earlier %%lens cell used gradients its hooks changed ---------------------------------
+# Was false: cell 1 halves w's gradient with a hook and steps SGD; cell 2 (no hooks) said w.grad "if no hook had run"
+# is [1.8, 3.6] with no note; torch without the hook gives [1.6, 3.2] (w moved less). Within one cell the pass says
+# "w changed since pass 1, whose hooks changed gradients ...". The magic now hands that earlier pass on to the next
+# cell (capture/ledger.inheritable / inherit), for leaves that are still the same tensors under the same names: a new
+# tensor given an old name is not said to have moved.
+
+STEP_CELL = ("w = torch.tensor([1.0, 2.0], requires_grad=True)\nopt = torch.optim.SGD([w], lr=0.1)\n"
+             "h = w.register_hook(lambda g: g * 0.5)\n(w * w).sum().backward()\nopt.step(); opt.zero_grad(); h.remove()\n")
+
+
+@pytest.mark.parametrize("then, moved", [("", True), ("w = torch.tensor([0.5, 1.0], requires_grad=True)\n", False),
+                                         ("(w * 1).sum().backward(); w.grad = None\n", True)])
+def test_a_later_lens_cell_says_its_leaves_moved_after_hooks_changed_gradients(shell, then, moved):
+    cells = [STEP_CELL] + ([then] if then else []) + ["(w * w).sum().backward()\n"]
+    for cell in cells:
+        result = shell.run_cell("%%lens --no-show\n" + cell, store_history=False)
+        assert result.success, result.error_in_exec
+    last = shell.user_ns["_lens"].passes[-1]
+    said = [n for n in last.notes if "changed since pass 1 of an earlier %%lens cell, whose hooks changed" in n]
+    assert len(said) == (1 if moved else 0), last.notes
+    if moved:  # torch without the hook: w moved by the whole gradient
+        w = torch.tensor([1.0, 2.0], requires_grad=True)
+        (w * w).sum().backward()
+        with torch.no_grad():
+            w -= 0.1 * w.grad
+        w.grad = None
+        (w * w).sum().backward()
+        assert w.grad.tolist() != last.leaf_grads["w"].tolist() and said[0].startswith("w changed since")
+
+
+def test_no_note_from_earlier_cells_without_hooks(shell):
+    for cell in (STEP_CELL.replace("h = w.register_hook(lambda g: g * 0.5)\n", "").replace(" h.remove()", ""),
+                 "(w * w).sum().backward()\n"):
+        assert shell.run_cell("%%lens --no-show\n" + cell, store_history=False).success
+    assert not any("earlier %%lens cell" in n for n in shell.user_ns["_lens"].passes[-1].notes)

@@ -129,12 +129,13 @@ def moved_leaves(moving: tuple[Any, tuple[bool, bool, bool]] | None, built: Any)
     if moving is None:
         return {}
     now = {node.label: node.value for node in built.graph.nodes if node.kind == "leaf"}
-    earlier, (changed, stopped, maybe) = moving
+    earlier, (changed, stopped, maybe), *cell = moving  # cell: (" of an earlier %%lens cell", its same leaves)
+    where = f"pass {earlier.index + 1}{cell[0] if cell else ''}"
     before = {node.label: node.value for node in earlier.graph.nodes if node.kind == "leaf"}
-    moved = [name for name, value in now.items() if name in before and value is not None
-             and before[name] is not None and not values_equal(value, before[name])]
+    moved = [name for name, value in now.items() if name in before and value is not None and (
+        not cell or name in cell[1]) and before[name] is not None and not values_equal(value, before[name])]
     if not moved and stopped:  # nothing moved here; without the hooks that pass would have gone on
-        note = (f"pass {earlier.index + 1} stopped at a hook's error before it reached every leaf: if code used "
+        note = (f"{where} stopped at a hook's error before it reached every leaf: if code used "
                 ".grad since (an optimizer step), a run that never had the hooks would have other parameters and "
                 "other values here, which the lens does not compute")
         return {"notes": tuple(built.notes) + (note,)}
@@ -143,7 +144,7 @@ def moved_leaves(moving: tuple[Any, tuple[bool, bool, bool]] | None, built: Any)
     shown = ", ".join(moved[:3]) + (f" and {len(moved) - 3} more" if len(moved) > 3 else "")
     why = "changed gradients" if changed else "stopped it before it reached every leaf" if stopped else \
         "may have changed gradients (hooks in C, or in a nested backward)"
-    note = (f"{shown} changed since pass {earlier.index + 1}, whose hooks {why} (an optimizer step "
+    note = (f"{shown} changed since {where}, whose hooks {why} (an optimizer step "
             "used them?): 'without hooks' here is this pass with its hooks removed, on the values the leaves "
             "hold now; a run that never had the hooks would have reached other values, which the lens does "
             "not compute")

@@ -7,6 +7,7 @@ start."""
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -34,6 +35,9 @@ class Ledger:
         # (first, end, pass number): sequence numbers of the backward functions a pass made (create_graph=True) while
         # its hooks changed gradients; a later pass through them computes with what the hooks made
         self.made_by_hooked: list[tuple[int, int, int]] = []
+        # (pass, flags, where, names) from the %%lens cells before this one: their first pass whose hooks changed
+        # gradients, and the names of its leaves that are still the same tensors (see inherit)
+        self.inherited: tuple | None = None
 
     def note_made(self, observer: Any, first: int, number: int) -> None:
         """After pass ``number``: the functions it made, numbered from ``first`` on, when hooks changed gradients."""
@@ -56,6 +60,8 @@ class Ledger:
                     found = (index, passes[index], flags)
                     break
         self._moving = (len(passes), passes[-1] if passes else None, found)
+        if self.inherited is not None:  # earlier than any of this Lens's own
+            return self.inherited
         return None if found is None else (found[1], found[2])
 
     def kept_bytes(self, passes: list) -> int:
@@ -72,3 +78,36 @@ class Ledger:
 def _changed(passes: list, checked: int, last: Any) -> bool:
     """Whether ``passes`` is no longer the list read up to ``checked`` (ending with ``last``) plus new passes."""
     return checked > len(passes) or (checked > 0 and passes[checked - 1] is not last)
+
+
+def inheritable(earlier: Any, namespace: dict) -> tuple | None:
+    """What a %%lens cell takes over from the cell before (``earlier``, its Lens), read before it runs: the first
+    pass whose hooks changed gradients there (or in a cell before it) and weak references to its leaves."""
+    found = earlier._ledger.first_moving(earlier.passes)
+    if found is None:
+        return None
+    refs = {}
+    for node in found[0].graph.nodes:
+        value = _resolve(namespace, node.label) if node.kind == "leaf" else None
+        if isinstance(value, torch.Tensor):
+            refs[node.label] = weakref.ref(value)
+    return (found[0], found[1], " of an earlier %%lens cell", refs) if refs else None
+
+
+def inherit(ledger: Ledger, pending: tuple | None, namespace: dict) -> None:
+    """After the cell ran: its leaves still named as then and still the same tensors may have moved since."""
+    if pending is None:
+        return
+    earlier, flags, where, refs = pending
+    same = frozenset(name for name, ref in refs.items() if ref() is not None and _resolve(namespace, name) is ref())
+    if same:
+        ledger.inherited = (earlier, flags, where, same)
+
+
+def _resolve(namespace: dict, label: str) -> Any:
+    """The object a drawn leaf's label names in ``namespace`` ("w", "model.0.weight"); None when it names none."""
+    first, *rest = label.split(".")
+    value = namespace.get(first)
+    for part in rest:
+        value = getattr(value, part, None)
+    return value
