@@ -224,3 +224,52 @@ def test_a_c_hook_registered_before_the_lens_on_a_dead_tensor_is_shown():
         out.backward()
     assert len(log) == 1
     assert len(lens.hook_calls) == 1
+
+
+# --- a tensor with no name whose hook dict also holds a multi-grad hook's inner hook (programs.py 2026-11-27) ---
+
+def test_a_c_hook_and_a_multi_grad_hook_on_a_dead_tensor_are_shown_in_torchs_order():
+    """Seed 9100234: the dict of t (list.append, then the multi-grad hook's inner hook) was left out whole, so the
+    C hook was missing; then the multi-grad call, with no place known, was put before it."""
+    def program():
+        log = []
+        torch.manual_seed(0)
+        x = torch.randn(2, 3, requires_grad=True)
+        t = x.sin()
+        t.register_hook(lambda g, log=log: None)  # (a Python hook first: found as it runs)
+        t.register_hook(log.append)
+        torch.autograd.graph.register_multi_grad_hook((t,), lambda grads: log.append("multi"))
+        out = x.sum() + x.tanh().sum() + t.sum()
+        t = t.detach()
+        out.backward(inputs=[x])
+        return x.grad, [g if isinstance(g, str) else "append" for g in log]
+
+    (plain_grad, plain_log), _ = run(program, False)
+    (grad, log), lens = run(program, True)
+    assert torch.equal(grad, plain_grad) and log == plain_log == ["append", "multi"]
+    shown = [(c.hook.split(".")[-1], c.kind) for c in lens.hook_calls]
+    assert shown == [("<lambda>", "tensor"), ("append", "tensor"), ("<lambda>", "multi_grad")]
+
+
+def test_call_numbers_of_a_hook_on_a_renamed_tensor_whose_dict_holds_a_multi_grad_hook():
+    """Seed 9900290: t1 named in pass 1, the name given to another tensor before pass 2; its dict also held a
+    multi-grad hook's inner hook, so it was not read in pass 2 and the hook's second call was shown as call 1 of
+    a new hook."""
+    def program():
+        log = []
+        x = torch.tensor([0.3, -0.2], requires_grad=True)
+        t1 = x + x
+        torch.autograd.graph.register_multi_grad_hook((x, t1), lambda grads: None)
+        t1.register_hook(lambda g: log.append(g.clone()) or g * 2)
+        out = t1.sum() + (t1 * 0.5).exp().sum()
+        out.backward(retain_graph=True)
+        t1 = t1 * 1.0  # noqa: F841  (the name now holds another tensor)
+        out.backward()
+        return x.grad, len(log)
+
+    (plain_grad, plain_calls), _ = run(program, False)
+    (grad, calls), lens = run(program, True)
+    assert torch.equal(grad, plain_grad) and calls == plain_calls == 2
+    tensor_calls = [c for c in lens.hook_calls if c.kind == "tensor"]
+    assert [(c.pass_index, c.invocation) for c in tensor_calls] == [(0, 1), (1, 2)]
+    assert tensor_calls[0].registration == tensor_calls[1].registration

@@ -253,11 +253,10 @@ def earlier_hooks(earlier: dict, chains: dict, nodes: list) -> list[KnownHook]:
             if grad_fn is None or (id(grad_fn), output_nr) in chains:
                 continue
         entries = list(hooks.items())
-        if any(multi_grad_user_fn(hook) is not None for _, hook in entries):
-            continue  # a multi-grad hook's card names its tensors: not without their names
         rank = min(entries)[0]
         found += [KnownHook(hook, "tensor", None, grad_fn, output_nr, position, len(entries), rank, hooks, key)
-                  for position, (key, hook) in enumerate(entries)]
+                  for position, (key, hook) in enumerate(entries)
+                  if multi_grad_user_fn(hook) is None]  # a multi-grad hook's card names its tensors: found as it runs
     return found
 
 

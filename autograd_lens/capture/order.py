@@ -49,6 +49,12 @@ def arrange_before(observer: "PassObserver", fn: Any, before: list["HookRecord"]
     returned for it."""
     if id(fn) not in observer.c_nodes and arrived is not None:
         return before  # no hook in C here: the calls seen are all there were, in firing order
+    for call in before:  # a multi-grad hook on a tensor with no name: its place, if that tensor's dict is known
+        if call.kind == "multi_grad" and call.output_nr is None and call.position is None \
+                and not any(known.grad_fn is fn for known in call.candidates):
+            place = _multi_place(observer.chains, fn, call.function)
+            if place is not None:
+                call.output_nr, call.position = place
     # hooks of an input of autograd.grad fire when its gradient is captured (its node does not run), before this
     # node's: they are placed on their own tensor and are no neighbours of this node's hooks
     # (so are the calls of a multi-grad hook watching no tensor this node made: placed here, as it ran next)
@@ -177,6 +183,22 @@ def _with_c_entries(seen: list["HookRecord"], known: list["KnownHook"], fn: Any,
                 result.append(pending.pop(0))
         result.append(call)
     return result + pending
+
+
+def _multi_place(chains: dict, fn: Any, function: Any) -> tuple[int, int] | None:
+    """(output, place in its hook dict) of the inner hook of the multi-grad hook ``function`` among the hook
+    dicts known on ``fn``'s outputs (read through a tensor with no name, where it has no entry of its own)."""
+    from .hooks import multi_grad_user_fn
+
+    for (node, output), known in list(chains.items()):
+        holder = next((entry.holder for entry in known if entry.holder is not None), None) if node == id(fn) else None
+        try:
+            for index, hook in enumerate(list(holder.values()) if holder is not None else ()):
+                if multi_grad_user_fn(hook) is function:
+                    return output, index
+        except Exception:  # a dict changed while read
+            continue
+    return None
 
 
 def _ran(entry: "KnownHook", seen: list["HookRecord"]) -> bool:

@@ -21,13 +21,14 @@ import torch
 from .counting import _sequence_nr
 from .hooks import runs_python
 
+_PRUNE_AT = 4096  # remembered dicts before the dead ones are dropped
 _INSTALLED: list = []  # (original, wrapper) while a Lens watches registrations
 
 
 def install(dicts: dict, thread: int) -> None:
     """Watch ``Tensor.register_hook`` on ``thread``, writing into ``dicts`` (a ``HookCounter.dicts``)."""
     original = torch.Tensor.register_hook
-    attached: dict[int, tuple] = {}  # id(hook dict) -> (its weak reference, its key in dicts), when seen created
+    attached = _Attached()  # id(hook dict) -> (its weak reference, its key in dicts), when seen created
 
     @functools.wraps(original)
     def register_hook(self: Any, hook: Any) -> Any:
@@ -36,9 +37,9 @@ def install(dicts: dict, thread: int) -> None:
             created = isinstance(self, torch.Tensor) and getattr(self, "_backward_hooks", None) is None
         handle = original(self, hook)
         try:
-            if threading.get_ident() == thread and not runs_python(hook):
+            if threading.get_ident() == thread:
                 with torch._C.DisableTorchFunction():
-                    _remember(self, created, attached, dicts)
+                    _remember(self, created, not runs_python(hook), attached, dicts)
         except Exception:  # a help for what is shown later, never a reason to fail the user's call
             pass
         return handle
@@ -60,6 +61,10 @@ def _not_compiled(code: Any) -> None:
         pass
 
 
+class _Attached(dict):
+    limit = _PRUNE_AT
+
+
 def uninstall() -> None:
     """``Tensor.register_hook`` as it was, unless something else replaced the wrapper since (then left alone)."""
     if _INSTALLED:
@@ -68,19 +73,23 @@ def uninstall() -> None:
             torch.Tensor.register_hook = original
 
 
-def _remember(tensor: torch.Tensor, created: bool, attached: dict, dicts: dict) -> None:
+def _remember(tensor: torch.Tensor, created: bool, in_c: bool, attached: _Attached, dicts: dict) -> None:
     """The place of ``tensor``'s hook dict: the node it was attached to when it was made (this call made it), or
     the place remembered when an earlier call made it; a dict made before the Lens watched is left out (an in-place
-    op since may have given the tensor another node than the one holding its dict)."""
+    op since may have given the tensor another node than the one holding its dict). Kept for the pass when the
+    hook is written in C (a Python hook is found as it runs)."""
     hooks = tensor._backward_hooks
     if created:
         grad_fn = tensor.grad_fn
         if grad_fn is None:
             return  # a leaf: its hooks are read through its AccumulateGrad node's variable
-        key = ("node", id(grad_fn), _sequence_nr(grad_fn), tensor.output_nr)
-        attached[id(hooks)] = (weakref.ref(hooks), key)
-    else:
-        ref, key = attached.get(id(hooks), (None, None))
-        if ref is None or ref() is not hooks:
-            return
-    dicts[key] = weakref.ref(hooks)
+        if len(attached) >= attached.limit:  # (a dict lives as long as its node: most are gone by the next pass)
+            for dead in [key for key, (ref, _) in attached.items() if ref() is None]:
+                del attached[dead]
+            attached.limit = max(_PRUNE_AT, 2 * len(attached))  # (never a scan per registration)
+        attached[id(hooks)] = (weakref.ref(hooks), ("node", id(grad_fn), _sequence_nr(grad_fn), tensor.output_nr))
+    if not in_c:
+        return
+    ref, key = attached.get(id(hooks), (None, None))
+    if ref is not None and ref() is hooks:
+        dicts[key] = ref
