@@ -244,7 +244,10 @@ def test_real_code_behaves_as_without_the_lens(name):
     plain, traced, lens = run_plain_and_traced(S[name])
     assert_identical(plain, traced)
     assert live_recorders() == []
-    assert [note for p in lens.passes for note in p.notes] == [] and lens.recording_notes == []
+    assert [note for p in lens.passes for note in p.notes] == []
+    # torch.func's passes are left alone, and said so (tests/test_untraced.py); every other scenario: nothing said
+    left_alone = ["a torch.func transform (grad, vjp, jacrev, vmap, ...) ran a backward pass: not recorded (left alone)"]
+    assert lens.recording_notes == (left_alone if name == "torch_func_grad_and_vmap" else [])
 
 
 def lstm(h):
