@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..model import TensorSummary, values_equal
-from .hooks import function_name, multi_grad_slot, runs_python
+from .hooks import function_name, multi_grad_slot, multi_grad_user_fn, runs_python
 from .records import HookRecord
 from .unhooked import Unknown
 
@@ -188,16 +188,17 @@ def _with_c_entries(seen: list["HookRecord"], known: list["KnownHook"], fn: Any,
 def _multi_place(chains: dict, fn: Any, function: Any) -> tuple[int, int] | None:
     """(output, place in its hook dict) of the inner hook of the multi-grad hook ``function`` among the hook
     dicts known on ``fn``'s outputs (read through a tensor with no name, where it has no entry of its own)."""
-    from .hooks import multi_grad_user_fn
-
     for (node, output), known in list(chains.items()):
-        holder = next((entry.holder for entry in known if entry.holder is not None), None) if node == id(fn) else None
+        holder = next((entry.holder for entry in known if entry.holder is not None), None)
+        if node != id(fn) or holder is None:
+            continue
         try:
-            for index, hook in enumerate(list(holder.values()) if holder is not None else ()):
-                if multi_grad_user_fn(hook) is function:
-                    return output, index
+            hooks = list(holder.values())
         except Exception:  # a dict changed while read
             continue
+        place = next((index for index, hook in enumerate(hooks) if multi_grad_user_fn(hook) is function), None)
+        if place is not None:
+            return output, place
     return None
 
 
