@@ -206,3 +206,15 @@ def test_only_numbers_that_a_cut_cannot_round_are_read_as_floats(svgs, monkeypat
     monkeypatch.setattr(svgslim, "float", counted, raising=False)
     svgslim._rounded(svg)
     assert sorted(read) == sorted(must)
+
+
+@pytest.mark.parametrize("head", [
+    "", "<svg\n width=\"1pt\">", "<?xml?>\n<svg width=\"1pt\">", "<svg width=\"1pt\"", "<svg a=\"1\"><g id=\"graph0\" class=\"graph\" x=\"1\">",
+    "<svg a=\"<g id=&quot;graph0&quot; class=&quot;graph&quot;\">", "<svg a=\"1\">no group", "<svg ><svg b=\"2\">",
+])
+def test_the_drawings_opening_is_changed_as_the_reference_does_on_any_text(svgs, head):
+    """The opening tag, the drawing's group and the style sheet are changed in one copy of Graphviz's text (the
+    usual case) and as before otherwise: the reference's bytes either way."""
+    for text in (head, head + svgs[0], svgs[0].replace("<svg ", head, 1), svgs[0].replace('<g id="graph0"', head, 1)):
+        svgslim._ROUNDED.clear()
+        assert svgslim.slim_svg(text) == reference_slim(text)

@@ -17,6 +17,8 @@ _NoHtml = type(graphviz.nohtml(""))
 def _quote(text: str) -> str:
     """``graphviz.quoting.quote``, the same bytes for every input, without its per-call argument checks
     (they were most of the time of a large drawing's DOT)."""
+    if text.isidentifier() and text.isascii():  # an ASCII name such as n12 (what _ID's first branch matches)
+        return '"' + text + '"' if text.lower() in _KEYWORDS else text
     if text[:1] == "<" and (text[-1:] == ">" or text[-2:] == ">\n") and not isinstance(text, _NoHtml) \
             and _HTML.match(text):
         return text

@@ -22,17 +22,17 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ..model import Edge, Graph, ModuleGroup, Node
+from .frozen import Frozen
 from .groups import groups_from_parameters
 
 FOLD_OVER = 60  # a graph with more boxes than this is drawn folded, with its module groups, by default
 
 
-@dataclass(frozen=True)
-class Fold:
-    """One box standing for a run of identical blocks."""
+class Fold(Frozen):
+    """One box standing for a run of identical blocks (a frozen dataclass's behaviour: ``views.frozen``)."""
 
     id: str  # "f1", "f2", … in drawing order
     label: str  # "layers.0-11 (x12)"
@@ -40,20 +40,22 @@ class Fold:
     paths: tuple[str, ...]  # each block's module path
     nodes: tuple[str, ...]  # the node ids the box stands for
     functions: int  # backward functions per block
-    hooks: int = 0  # hook badges on the boxes folded away
+    hooks: int  # hook badges on the boxes folded away (0 unless given)
+    FIELDS = ("id", "label", "kind", "paths", "nodes", "functions", "hooks")
+    DEFAULTS = {"hooks": 0}
 
     def detail(self) -> str:
         text = f"{self.kind} · {self.functions} backward functions each"
         return text + (f"\n{self.hooks} hook{'s' if self.hooks != 1 else ''} inside" if self.hooks else "")
 
 
-@dataclass(frozen=True)
-class Folded:
+class Folded(Frozen):
     """A graph with its runs of blocks folded: the graph to draw, its remaining groups, the folds."""
 
     graph: Graph
     groups: tuple[ModuleGroup, ...]
     folds: tuple[Fold, ...]
+    FIELDS = ("graph", "groups", "folds")
 
 
 # ----------------------------------------------------------------------------- folding

@@ -15,22 +15,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-
 from ..model import Graph, ModuleGroup, TensorSummary
 from ..numbers import format_number
+from .frozen import Frozen
 
 # small → large: light to dark, thin to thick (readable in print and for colour-blind readers: width says it too)
 SIZE_COLORS = ("#93c5fd", "#3b82f6", "#c2410c", "#7f1d1d")
 SIZE_WIDTHS = ("1", "2", "3.5", "5")
 
 
-@dataclass(frozen=True)
-class SizeBin:
+class SizeBin(Frozen):
+    """One step of the gradient sizes (a frozen dataclass's behaviour: ``views.frozen``)."""
+
     low: float
     high: float
     color: str
     width: str
+    FIELDS = ("low", "high", "color", "width")
 
     @property
     def text(self) -> str:
@@ -124,14 +125,14 @@ def blocks_text(paths: Sequence[str], norms: dict[str, float]) -> str:
             f"{format_number(known[-1])} (min {format_number(min(known))}, max {format_number(max(known))})")
 
 
-@dataclass(frozen=True)
-class Sizes:
+class Sizes(Frozen):
     """What the drawing adds for gradient sizes: group labels, leaf outlines and the legend's bins."""
 
     graph: Graph  # the drawn graph, each folded box's text with its blocks' norms
     labels: dict[str, str]  # group id -> label
     outlines: dict[str, SizeBin]  # leaf node id -> its size bin
     bins: list[SizeBin]
+    FIELDS = ("graph", "labels", "outlines", "bins")
 
 
 def sizes_for(original: Graph, drawn) -> Sizes:

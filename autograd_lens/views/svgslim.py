@@ -28,6 +28,7 @@ _REPEATED = ((' fill="none" stroke="#4b5563"', ""), (' fill="#4b5563" stroke="#4
              ('<polyline fill="none"', "<polyline"), (' font-size="10.00"', ""))
 
 
+_GRAPH = '<g id="graph0" class="graph"'
 _ROUNDED: dict[str, str] = {}  # a drawing repeats its coordinates (ranks, columns): each is rounded once
 _ASCII_NUMBER = re.compile(r"(-?[0-9]+\.[0-9]+)")  # _NUMBER where every digit is ASCII (faster)
 
@@ -142,8 +143,14 @@ def slim_svg(svg: str) -> str:
     svg = svg.replace(">\n<", "><")
     defaults = ' text-anchor="middle" font-size="11"'
     svg = svg.replace(_FONT, "").replace(' font-family="Helvetica"', "")  # the drawing says it once, as a list
-    svg = svg.replace("<svg ", '<svg class="al-g"' + _FONT + defaults + " ", 1)
-    svg = svg.replace('<g id="graph0" class="graph"', '<g id="graph0" class="graph" stroke="black"', 1)
+    opening = '<svg class="al-g"' + _FONT + defaults + " "
+    if svg.startswith("<svg "):  # as Graphviz writes it: the three changes below in one copy of the text
+        end, graph = svg.find(">"), svg.find(_GRAPH)
+        if 0 < end < graph:
+            return "".join((opening, svg[5:end + 1], _SHEET, svg[end + 1:graph], _GRAPH, ' stroke="black"',
+                            svg[graph + len(_GRAPH):]))
+    svg = svg.replace("<svg ", opening, 1)
+    svg = svg.replace(_GRAPH, _GRAPH + ' stroke="black"', 1)
     start = svg.find("<svg")
     end = svg.find(">", start) if start >= 0 else -1
     return svg if end < 0 else svg[:end + 1] + _SHEET + svg[end + 1:]
