@@ -117,8 +117,15 @@ def pass_notes(backward_pass: BackwardPass, refilled: tuple[str, ...] = ()) -> t
                     found.append(note("bad_hook_return", index, event.step, what=what.format(*match.groups())))
     if refilled:
         first = next((e.step for e in backward_pass.events if isinstance(e, GradWritten) and e.name in refilled), None)
-        found.append(note("forgot_zero_grad", index, first, names=", ".join(f"{name}.grad" for name in refilled)))
+        found.append(note("forgot_zero_grad", index, first, names=_some(tuple(f"{name}.grad" for name in refilled))))
     return tuple(found)
+
+
+def _some(names: tuple[str, ...], shown: int = 4) -> str:
+    """``a, b, c``; past ``shown`` names the first three and how many more (a real model has hundreds of leaves)."""
+    if len(names) <= shown:
+        return ", ".join(names)
+    return f"{', '.join(names[:shown - 1])} and {len(names) - shown + 1} more"
 
 
 def _uses_text(uses: int, operations: int) -> str:

@@ -824,8 +824,8 @@ def _moved_notes(lens_passes: list, truth: Run, lens_run: Run) -> list[str]:
     return problems
 
 
-def check(seed: int, cross_check: bool = False) -> tuple[Program, list[str]]:
-    program = ModelGenerator(seed).generate()
+def check(seed: int, cross_check: bool = False, generator: Any = None) -> tuple[Program, list[str]]:
+    program = (generator or ModelGenerator)(seed).generate()
     return program, compare(program, cross_check)
 
 
@@ -838,8 +838,9 @@ def report(program: Program, problems: list[str], cross_check: bool = False) -> 
             + "\n  -> " + "; ".join(p[:400] for p in compare(small, cross_check)[:3]))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, generator: Any = None, description: str = "") -> int:
+    """A campaign; ``generator``: another generator class (``hf_programs.HFGenerator``), with its own description."""
+    parser = argparse.ArgumentParser(description=description or __doc__.splitlines()[0])
     parser.add_argument("--programs", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--show", type=int, default=10, help="failures printed in full (shrunk)")
@@ -851,7 +852,7 @@ def main(argv: list[str] | None = None) -> int:
     classes: dict[str, list[int]] = {}
     for seed in range(options.seed, options.seed + options.programs):
         try:
-            program, problems = check(seed, options.cross_check)
+            program, problems = check(seed, options.cross_check, generator)
         except Exception:  # noqa: BLE001
             print(f"seed {seed}: the checker failed\n{traceback.format_exc()}", flush=True)
             failures += 1

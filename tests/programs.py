@@ -837,8 +837,8 @@ def _views(passes: list, truth_calls: list, lens_run: Run, shown_calls: list, tr
                 problems += _question_problems(index, p, step, event, truth_of, truth_nodes[index],
                                                truth_passes[index].get("written", {}) if index < len(truth_passes) else {})
             if "already held" in (step.note or "") and isinstance(event, GradWritten):
-                before = lens_run.before[index].get(event.name)
-                if before is None:
+                before = lens_run.before[index]  # (a leaf the program has no name for, e.g. made inside a
+                if event.name in before and before[event.name] is None:  # model's forward: not checked here)
                     problems.append(f"pass {index + 1}: card says {event.name}.grad already held a gradient; it was None")
         for call in p.hook_calls:  # every hook that ran on a tensor or a backward function has its badge there
             if call.kind in ("tensor", "node", "node_pre") and call.node is not None and id(call) in tag_of:

@@ -276,3 +276,27 @@ def test_used_several_times_counts_operations_and_uses_apart(expression, said):
         eval(expression).backward()
     messages = [n.message for n in lens.passes[0].mistakes if n.code == "used_several_times"]
     assert len(messages) == 1 and messages[0].startswith(said + ", yet its hook fired once")
+
+
+def test_forgot_zero_grad_on_a_real_model_names_a_few_leaves_and_counts_the_rest():
+    """A model with hundreds of parameters made a note of every name (a GPT-2 of 4 layers: 50 names, a wall of text);
+    past four the note names three and counts the rest, which are exactly the leaves torch accumulated into."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 1))
+    lens = al.Lens(names={"model": model})
+    with lens:
+        for _ in range(2):
+            model(torch.ones(1, 2)).sum().backward()
+    found = [n for n in lens.notes if n.code == "forgot_zero_grad"]
+    assert len(found) == 1
+    held = [name for name, p in model.named_parameters() if p.grad is not None]  # all 6, each written twice
+    assert len(held) == 6
+    names = found[0].message.split(" already held")[0]
+    shown, more = names.split(" and ")
+    assert more == "3 more"
+    assert all(name.endswith(".grad") and name[:-5].removeprefix("model.") in held for name in shown.split(", "))
+    assert len(shown.split(", ")) == 3
+
+    few = run(two_steps_without_zero_grad)  # two leaves: both named, no count
+    message = next(n.message for n in few.notes if n.code == "forgot_zero_grad")
+    assert " more" not in message.split(" already held")[0] and message.count(".grad,") == 1
