@@ -20,7 +20,6 @@ Two steps, both reading only the model (never torch):
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
@@ -112,12 +111,20 @@ def _signatures(graph: Graph, groups: Sequence[ModuleGroup], inside: list[set[st
             children.setdefault(member.parent, []).append(number)
     for index in range(len(groups) - 1, -1, -1):
         group = groups[index]
-        arrows = Counter((shape(e.src), shape(e.dst), e.kind) for n in inside[index] for e in graph.edges_from(n)
-                         if e.dst in inside[index])
+        arrows = _counted((shape(e.src), shape(e.dst), e.kind) for n in inside[index] for e in graph.edges_from(n)
+                          if e.dst in inside[index])
         kids = tuple(signature[i] for i in children.get(index, ()) if i > index)
-        signature[index] = (group.kind, tuple(sorted(Counter(map(shape, group.nodes)).items())),
-                            tuple(sorted(arrows.items())), kids)
+        signature[index] = (group.kind, _counted(map(shape, group.nodes)), arrows, kids)
     return signature
+
+
+def _counted(items) -> tuple:
+    """``tuple(sorted(Counter(items).items()))``, counted here: a group holds a few items, and making a Counter
+    cost more than counting them (two per group on the path of a first picture)."""
+    counts: dict = {}
+    for item in items:
+        counts[item] = counts.get(item, 0) + 1
+    return tuple(sorted(counts.items()))
 
 
 def _next_in_line(first: str | None, second: str | None) -> bool:

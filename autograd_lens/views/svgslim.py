@@ -81,12 +81,20 @@ def _boxes(svg: str) -> str:
         return svg
     fills, paths = parts[1::3], parts[2::3]
     rows, floats = _box_numbers(paths)
+    tails: dict[tuple[float, float, float], str] = {}  # boxes of one size differ only in where they start
     for index, (fill, path, texts) in enumerate(zip(fills, paths, rows)):
         if len(texts) < 31:  # fewer than 16 points
             parts[3 * index + 1] = f'<path fill="{fill}" stroke="black" d="M{path}"/>'
             continue
         numbers = list(map(floats.__getitem__, texts))
-        parts[3 * index + 1] = _short_box(fill, numbers[0::2], numbers[1::2])
+        xs, ys = numbers[0::2], numbers[1::2]
+        left, top = min(xs), min(ys)
+        across, down = max(xs) - left, max(ys) - top
+        radius = min(abs(xs[3] - xs[6]), across / 2, down / 2)
+        tail = tails.get((across, down, radius))
+        if tail is None:
+            tail = tails[(across, down, radius)] = _box_tail(across, down, radius)
+        parts[3 * index + 1] = f'<path fill="{fill}" d="M{left + radius:.1f},{top:.1f}{tail}"/>'
     parts[2::3] = [""] * len(paths)
     return "".join(parts)
 
@@ -113,12 +121,16 @@ def _box_numbers(paths: list[str]) -> tuple[list[list[str]], dict[str, float]]:
 def _short_box(fill: str, xs: list[float], ys: list[float]) -> str:
     left, right, top, bottom = min(xs), max(xs), min(ys), max(ys)
     radius = min(abs(xs[3] - xs[6]), (right - left) / 2, (bottom - top) / 2)
+    return f'<path fill="{fill}" d="M{left + radius:.1f},{top:.1f}{_box_tail(right - left, bottom - top, radius)}"/>'
+
+
+def _box_tail(across: float, down: float, radius: float) -> str:
+    """A short box's path after its start: the same for every box of this size (``_boxes`` writes it once)."""
     r = f"{radius:g}"
     corner = f"a{r},{r} 0 0 1"
-    width, height = f"{right - left - 2 * radius:.1f}", f"{bottom - top - 2 * radius:.1f}"
-    d = (f"M{left + radius:.1f},{top:.1f}h{width}{corner} {r},{r}v{height}{corner} -{r},{r}"
-         f"h-{width}{corner} -{r},-{r}v-{height}{corner} {r},-{r}z")
-    return f'<path fill="{fill}" d="{d}"/>'
+    width, height = f"{across - 2 * radius:.1f}", f"{down - 2 * radius:.1f}"
+    return (f"h{width}{corner} {r},{r}v{height}{corner} -{r},{r}"
+            f"h-{width}{corner} -{r},-{r}v-{height}{corner} {r},-{r}z")
 
 
 def _text(match: re.Match) -> str:
