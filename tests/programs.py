@@ -141,6 +141,25 @@ class Double(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         return g * 2
+
+class Logged(torch.Tensor):  # a tensor subclass with a __torch_function__ of its own
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        TORCH_FUNCTION.append(getattr(func, "__name__", "?"))
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+TORCH_FUNCTION = []
+
+def wrapped(f):  # a decorator: the hook runs `inner`, is called f's name (by torch too)
+    @functools.wraps(f)
+    def inner(*args):
+        return f(*args)
+    return inner
+
+def hidden(a, k, register):  # a tensor made in a function and never named (a forward's): hooks registered there
+    h = a * k
+    register(h)
+    return h.sin()
 '''
 
 
@@ -167,9 +186,13 @@ class Generator:
     """A random program: 1-3 leaves, 2-7 ops, 0-5 hooks, 1-3 passes; its leaves float32 (most programs), float64
     or complex64 (whose gradients torch defines by its own convention: the root is then ``abs()`` of a sum)."""
 
-    def __init__(self, seed: int, dtype: str | None = None) -> None:
+    def __init__(self, seed: int, dtype: str | None = None, more: bool = False) -> None:
         self.rng = random.Random(seed)
         self.seed = seed
+        # kinds added in 2026-11 (helper-54): subclass tensors, hooks behind a functools.wraps decorator, hooks and
+        # multi-grad hooks on tensors made in a function and never named. Only with more=True (--more), from a stream
+        # of their own: the programs of every seed without it stay the programs it always made
+        self.more = random.Random(seed * 7919 + 67) if more else None
         # drawn apart, so that a float32 program of a seed is the program that seed always made
         self.dtype = dtype or random.Random(seed * 7919 + 17).choice(["float32"] * 8 + ["float64", "complex64"])
         self.between = random.Random(seed * 7919 + 29)  # edits of .grad between passes (drawn apart, likewise)
@@ -250,6 +273,33 @@ class Generator:
             return True
         return False
 
+    def more_op(self, a: str, shape: tuple[int, ...]) -> None:
+        """One of the kinds only ``more=True`` makes (drawn from its own stream)."""
+        more = self.more
+        kind = more.choice(["subclass", "hidden", "hidden", "hidden_multi"])
+        if kind == "subclass":
+            self.new(f"({a} * 1.0).as_subclass(Logged)", shape)
+            return
+        tag = f"h{self.hooks}"
+        self.hooks += 1
+        factor = more.choice([2.0, -0.5])
+        if kind == "hidden":
+            mode = more.choice(["observe", "scale", "inplace"])
+            maker = more.choice([f"wrapped(make_hook({tag!r}, {mode!r}))", f"make_hook({tag!r}, {mode!r})",
+                                 f"functools.partial(partial_hook, {tag!r}, {mode!r})",
+                                 f"wrapped(functools.partial(partial_hook, {tag!r}, {mode!r}))",
+                                 f"CHOOK({tag!r}, {more.choice(['neg', 'append'])!r})"])
+            self.new(f"hidden({a}, {factor}, lambda h: REG(h, 'register_hook', {maker}))", shape)
+            return
+        others = [name for name, _ in self.tensors if name != a]
+        named = more.choice(others) if others else a
+        multi_mode = more.choice(["all", "any"])
+        order = more.choice(["(h, {0})", "({0}, h)"]).format(named)
+        maker = f"make_multi({tag!r}, {more.choice(['observe', 'inplace'])!r})"
+        if more.random() < 0.3:
+            maker = f"wrapped({maker})"
+        self.new(f"hidden({a}, {factor}, lambda h: REG(None, 'multi', {order}, {maker}, {multi_mode!r}))", shape)
+
     def pick(self, shape: tuple[int, ...] | None = None) -> tuple[str, tuple[int, ...]]:
         choices = [t for t in self.tensors if shape is None or t[1] == shape]
         return self.rng.choice(choices or self.tensors)
@@ -260,6 +310,9 @@ class Generator:
         kind = rng.choice(["mul", "add", "sin", "exp", "pow", "mulc", "sub", "self", "double", "split", "inplace",
                            "linear", "view", "bcast", "checkpoint", "twice", "retain"])
         if self.extra.random() < 0.2 and self.extra_op(a, shape):
+            return
+        if self.more is not None and self.more.random() < 0.3:
+            self.more_op(a, shape)
             return
         if kind in ("mul", "add", "sub"):
             b, other = self.pick()
@@ -443,6 +496,7 @@ class Run:
     before: list = field(default_factory=list)  # per pass: {name: .grad before the pass}
     error: str | None = None  # the program itself failed (outside a pass)
     lens: Any = None
+    torch_function: list = field(default_factory=list)  # what the subclass's __torch_function__ was called for
 
 
 def _value_of(namespace: dict, name: str) -> Any:
@@ -537,6 +591,7 @@ def run(program: Program, mode: str) -> Run:
                 exec(source, namespace)
     except Exception as problem:  # noqa: BLE001  (the program's own failure is compared, not judged)
         result.error = f"{type(problem).__name__}: {problem}"
+    result.torch_function = list(namespace.get("TORCH_FUNCTION", ()))
     return result
 
 
@@ -602,6 +657,9 @@ def compare(program: Program, runner: Any = None) -> list[str]:
         problems.append(f"program error: plain {plain.error!r}, lens {lens_run.error!r}")
     if not equal([v for _, v in plain.log], [v for _, v in lens_run.log]) or [t for t, _ in plain.log] != [t for t, _ in lens_run.log]:
         problems.append("hooks received other values under the lens")
+    if plain.torch_function != lens_run.torch_function:
+        problems.append(f"a subclass's __torch_function__ ran {len(lens_run.torch_function)} times under the lens, "
+                        f"{len(plain.torch_function)} without it")
     for index, (p, q) in enumerate(zip(plain.passes, lens_run.passes)):
         if p["error"] != q["error"] or not equal(list(p["grads"].values()), list(q["grads"].values())):
             problems.append(f"pass {index + 1}: .grad or error differs under the lens")
@@ -875,8 +933,8 @@ def shrink(program: Program, still_fails: Any) -> Program:
     return Program(lines, program.leaves, program.seed)
 
 
-def check(seed: int, dtype: str | None = None) -> tuple[Program, list[str]]:
-    program = Generator(seed, dtype).generate()
+def check(seed: int, dtype: str | None = None, more: bool = False) -> tuple[Program, list[str]]:
+    program = Generator(seed, dtype, more).generate()
     return program, compare(program)
 
 
@@ -894,11 +952,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--show", type=int, default=10, help="failures printed in full")
     parser.add_argument("--dtype", choices=["float32", "float64", "complex64"],
                         help="every program's leaves of this dtype (default: float32 mostly, some float64, complex64)")
+    parser.add_argument("--more", action="store_true", help="also the kinds added in 2026-11 (Generator(more=True))")
     options = parser.parse_args(argv)
     failures = 0
     for seed in range(options.seed, options.seed + options.programs):
         try:
-            program, problems = check(seed, options.dtype)
+            program, problems = check(seed, options.dtype, options.more)
         except Exception:  # noqa: BLE001
             print(f"seed {seed}: the checker failed\n{traceback.format_exc()}")
             failures += 1

@@ -336,6 +336,8 @@ def _shown_name(call: HookRecord) -> str:
         names = {function_name(known.function) for known in call.candidates}
         if len(names) == 1:
             return names.pop()
+    if call.function is None and call.shown is not None:
+        return call.shown
     return function_name(call.function, call.code) if call.function is not None or call.code is not None \
         else "<C hook>"
 

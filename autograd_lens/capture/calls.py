@@ -13,8 +13,8 @@ import torch
 
 from ..model import values_equal
 from .hooks import (ENGINE_CODE, TORCH_DIR, Wrapper, code_of, engine_call_args, function_name, may_edit_in_place,
-                    module_hook_kind, multi_grad_received, runs_in, user_function, wrapper_family, wrapper_module,
-                    wrapper_state)
+                    module_hook_kind, multi_grad_received, runs_in, shown_name, user_function, wrapper_family,
+                    wrapper_module, wrapper_state)
 from .late import LATE_CODE, REGISTER_CODE, registered as late_registered, tensor_registered
 from .livecheck import live_change, marks, post_accumulate_marks, summarised
 from .nested import NestedCalls, grads_written
@@ -221,7 +221,7 @@ class HookCalls(NestedCalls):
                 slot=wrapper.frame.f_locals.get("idx") if wrapper is not None and wrapper.family == "multi_grad" else None,
                 present=_present(candidates) if kind not in ("node", "node_pre") else
                 self.node_hook_ids(node, kind == "node_pre") if node is not None and id(node) in self.c_nodes else None,
-                key=key,
+                key=key, shown=shown_name(frame) if function is None and not candidates else None,
                 marks_in=(post_accumulate_marks(received) if kind == "post_accumulate_grad" else marks(received))
                 if summarised(grad_in) else None,
             )

@@ -246,7 +246,12 @@ def earlier_hooks(earlier: dict, chains: dict, nodes: list) -> list[KnownHook]:
             continue
         if by_id is None:
             by_id = {id(fn): fn for fn in nodes}
-            by_number = {_sequence_nr(fn): fn for fn in nodes}  # (a node's Python object may be a new one now)
+            # (a node's Python object may be a new one now) torch numbers nodes per thread: a graph built on two
+            # threads may have two nodes of one number, and then the number says neither (None)
+            by_number: dict = {}
+            for fn in nodes:
+                number = _sequence_nr(fn)
+                by_number[number] = None if number in by_number else fn
         grad_fn = by_id.get(fn_id)
         if grad_fn is None or _sequence_nr(grad_fn) != sequence_nr:
             grad_fn = by_number.get(sequence_nr) if sequence_nr is not None else None

@@ -248,7 +248,8 @@ def runs_in(function: Any, frame: FrameType) -> bool:
         if isinstance(function, functools.partial):
             names = code.co_varnames[: code.co_argcount]
             return len(function.args) <= len(names) and all(local.get(name) is value
-                                                            for name, value in zip(names, function.args))
+                                                            for name, value in zip(names, function.args)) \
+                and runs_in(function.func, frame)  # (partials of two closures of one factory: their cells)
         if inspect.ismethod(function) or not (inspect.isfunction(function) or inspect.isbuiltin(function)):
             owner = function.__self__ if inspect.ismethod(function) else function
             return code.co_argcount > 0 and local.get(code.co_varnames[0]) is owner
@@ -258,3 +259,36 @@ def runs_in(function: Any, frame: FrameType) -> bool:
     except ValueError:  # an empty cell
         return False
 
+
+
+# code -> weak references to the Python hooks registered while a Lens watched (registrations.py) whose name is not
+# their code's: a ``functools.wraps`` wrapper runs ``inner`` and is called ``double`` (by torch too)
+_RENAMED: dict[CodeType, list] = {}
+_PRUNE_AT = 4096
+
+
+def remember_name(hook: Any) -> None:
+    """Remember ``hook`` when it is shown by another name than its code's: a hook on a tensor with no name is found
+    only as its code runs (its hook dict cannot be read), and would be shown as ``inner`` where a named tensor's is
+    shown as ``double``."""
+    code = code_of(hook)
+    if code is None or function_name(hook) == function_name(None, code):
+        return
+    try:
+        ref = weakref.ref(hook)
+    except TypeError:  # allows no weak reference: not kept (shown by its code's name)
+        return
+    hooks = _RENAMED.setdefault(code, [])
+    if len(hooks) >= _PRUNE_AT:
+        hooks[:] = [kept for kept in hooks if kept() is not None]
+    hooks.append(ref)
+
+
+def shown_name(frame: FrameType) -> str | None:
+    """The name of the remembered hook (``remember_name``) running in ``frame``, when the remembered hooks of its
+    code that it may be share one; else None."""
+    refs = _RENAMED.get(frame.f_code)
+    if not refs:
+        return None
+    names = {function_name(hook) for hook in (ref() for ref in refs) if hook is not None and runs_in(hook, frame)}
+    return names.pop() if len(names) == 1 else None

@@ -146,6 +146,12 @@ def names_from(namespace: Mapping[str, Any] | None) -> Names:
     names = Names()
     if not namespace:
         return names
+    with torch._C.DisableTorchFunction():  # reading a subclass tensor's grad_fn calls no __torch_function__ of the user's
+        _collect(names, namespace)
+    return names
+
+
+def _collect(names: Names, namespace: Mapping[str, Any]) -> None:
     containers = []
     for name, value in list(namespace.items()):
         if not isinstance(name, str) or name.startswith("_") or name in _SKIPPED:
@@ -166,7 +172,6 @@ def names_from(namespace: Mapping[str, Any] | None) -> Names:
                 names.add_tensor(label, item)
             elif isinstance(item, torch.nn.Module):
                 names.add_module(label, item)
-    return names
 
 
 def caller_namespace(frame: FrameType | None) -> dict[str, Any]:
@@ -205,10 +210,26 @@ def _internal_prefixes() -> tuple[str, ...]:
     return _INTERNAL_PREFIXES
 
 
+# torch calls these for a tensor subclass or a mode of the user's: their frames are torch's dispatch, not where the
+# user called backward() (``y.backward()`` on a subclass runs torch's backward inside the subclass's method)
+_DISPATCH_CODES = frozenset({"__torch_function__", "__torch_dispatch__"})
+
+
 def user_frame(start: FrameType | None = None) -> FrameType | None:
-    """The innermost frame that is neither torch's nor this package's: the student's code."""
+    """The innermost frame that is neither torch's nor this package's, nor a ``__torch_function__`` (and what it
+    calls) that torch called on the way: the student's code."""
     frame = start if start is not None else sys._getframe(1)
     prefixes = _internal_prefixes()
-    while frame is not None and frame.f_code.co_filename.startswith(prefixes):
-        frame = frame.f_back
-    return frame
+    while True:
+        while frame is not None and frame.f_code.co_filename.startswith(prefixes):
+            frame = frame.f_back
+        outer = frame  # the user's frames from here out to the next frame of torch's
+        while outer is not None and not outer.f_code.co_filename.startswith(prefixes):
+            caller = outer.f_back
+            if outer.f_code.co_name in _DISPATCH_CODES and caller is not None \
+                    and caller.f_code.co_filename.startswith(prefixes):
+                break
+            outer = caller
+        else:
+            return frame
+        frame = outer.f_back  # torch called the subclass's (or mode's) method: the user's call is further out

@@ -27,19 +27,21 @@ def remember_grads(observer: Any) -> None:
     observer.nested_grads = {}
     names = observer.ensure_names()
     in_graph = {id(fn.variable) for fn in observer.shape.leaves.values()}
-    for tensor in names.tensor_objects:
-        if tensor.grad_fn is None and tensor.requires_grad and id(tensor) not in in_graph:
-            grad = tensor.grad  # by weak reference: the old .grad lives no longer than without the lens
-            observer.nested_grads[id(tensor)] = (names.tensors[id(tensor)], tensor,
-                                                 weakref.ref(grad) if grad is not None else None,
-                                                 grad._version if grad is not None else None)
+    with torch._C.DisableTorchFunction():  # (reading a subclass tensor calls no __torch_function__ of the user's)
+        for tensor in names.tensor_objects:
+            if tensor.grad_fn is None and tensor.requires_grad and id(tensor) not in in_graph:
+                grad = tensor.grad  # by weak reference: the old .grad lives no longer than without the lens
+                observer.nested_grads[id(tensor)] = (names.tensors[id(tensor)], tensor,
+                                                     weakref.ref(grad) if grad is not None else None,
+                                                     grad._version if grad is not None else None)
 
 
 def grads_written(observer: Any) -> None:
     """As the outermost nested backward ends: the leaves whose ``.grad`` it wrote (another tensor, or the same one
     changed) join ``observer.nested_written``."""
     for name, tensor, grad_ref, version in (observer.nested_grads or {}).values():
-        now = tensor.grad
+        with torch._C.DisableTorchFunction():
+            now = tensor.grad
         grad = grad_ref() if grad_ref is not None else None  # None once freed: then .grad is another tensor
         if (now is not grad or (isinstance(now, torch.Tensor) and now._version != version)) \
                 and name not in observer.nested_written:

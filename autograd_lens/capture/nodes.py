@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ..model import TensorSummary, values_equal
-from .order import _MISSING, arrange_after, arrange_before, multi_grad_targets
+from .order import _MISSING, arrange_after, arrange_before, multi_grad_target
 from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord, copy_tuple, snapshot_all, usual_leaf
 from .snapshot import fast_snapshot, held_bytes, snapshot
 from .snapshot import _disable_dispatch, _enter_dispatch, _exit_dispatch, _profiler_enabled
@@ -335,8 +335,7 @@ class NodeRecorder(UnexplainedChanges):
         if call.kind in ("tensor", "post_accumulate_grad", "multi_grad"):
             candidates = [h for h in call.candidates if h.kind == call.kind and id(h) not in self.claimed]
             if call.kind == "multi_grad":
-                targets = multi_grad_targets(candidates)  # in the order of the gradients it receives
-                call.target = ", ".join(targets) if targets else "several tensors"
+                call.target = multi_grad_target(candidates, call.grad_in, call.current_fn)  # (its gradients' order)
                 call.node_fn = fn
                 mine = next((h for h in candidates if h.grad_fn is fn), None)
                 if mine is not None:  # its place among the hooks of the tensor whose hook called it

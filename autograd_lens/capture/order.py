@@ -354,3 +354,20 @@ def multi_grad_targets(candidates: list) -> list[str]:
              for known in candidates]
     order = sorted(range(len(candidates)), key=lambda i: (slots[i] is None, slots[i] or 0, i))
     return sorted({found[i] for i in order}, key=[found[i] for i in order].index)
+
+
+def multi_grad_target(candidates: list, received: Any, fn: Any) -> str:
+    """What a multi-grad call is shown on: its named tensors (``multi_grad_targets``), and those it watches with no
+    name where the call says there are some: mode="all" gets one gradient per tensor it watches (fewer named ones:
+    the rest have none); mode="any" gets one gradient, from a hook torch runs for the node that made its tensor
+    (``fn``, the node the engine names: none of the named ones made there, its tensor has no name; the engine names
+    none for the input of ``autograd.grad`` whose hook it runs)."""
+    names = multi_grad_targets(candidates)
+    if isinstance(received, tuple):
+        unnamed = len(received) - len(candidates)
+    else:
+        unnamed = int(fn is not None and not any(known.grad_fn is fn for known in candidates))
+    if unnamed <= 0:
+        return ", ".join(names) if names else "several tensors"
+    more = "a tensor with no name" if unnamed == 1 else f"{unnamed} tensors with no name"
+    return f"{', '.join(names)} and {more}" if names else more

@@ -66,6 +66,7 @@ class HookRecord:
     present: frozenset | None = None  # the keys of its tensor's hook dict when it started (hooks removed meanwhile)
     key: Any = None  # its registration's key in its hook dict (the handle's id), when known: tensor and node hooks
     marks_in: Any = None  # received kept as a summary: its tensors' ids and versions as the call started (livecheck)
+    shown: str | None = None  # its name, when only its code is known and its name is not the code's (registrations)
 
 
 @dataclass

@@ -19,14 +19,15 @@ from typing import Any
 import torch
 
 from .counting import _sequence_nr
-from .hooks import runs_python
+from .hooks import remember_name, runs_python
 
 _PRUNE_AT = 4096  # remembered dicts before the dead ones are dropped
 _INSTALLED: list = []  # (original, wrapper) while a Lens watches registrations
 
 
 def install(dicts: dict, thread: int) -> None:
-    """Watch ``Tensor.register_hook`` on ``thread``, writing into ``dicts`` (a ``HookCounter.dicts``)."""
+    """Watch ``Tensor.register_hook`` on ``thread``, writing into ``dicts`` (a ``HookCounter.dicts``), and remember
+    the Python hooks shown by another name than their code's (``hooks.remember_name``)."""
     original = torch.Tensor.register_hook
     attached = _Attached()  # id(hook dict) -> (its weak reference, its key in dicts), when seen created
 
@@ -40,6 +41,7 @@ def install(dicts: dict, thread: int) -> None:
             if threading.get_ident() == thread:
                 with torch._C.DisableTorchFunction():
                     _remember(self, created, not runs_python(hook), attached, dicts)
+                remember_name(hook)
         except Exception:  # a help for what is shown later, never a reason to fail the user's call
             pass
         return handle
@@ -93,3 +95,4 @@ def _remember(tensor: torch.Tensor, created: bool, in_c: bool, attached: _Attach
     ref, key = attached.get(id(hooks), (None, None))
     if ref is not None and ref() is hooks:
         dicts[key] = ref
+

@@ -158,14 +158,18 @@ def held_bytes(value: object) -> int:
 
 
 class hidden_from_user:
-    """The lens's own tensor work, invisible to the user's tools: no ``TorchDispatchMode`` of theirs sees it, and
-    no profiler (``torch.profiler``, ``torch.autograd.profiler``) records it (record functions are off for this
-    thread while a profiler is on, and back on when the outermost such block ends)."""
+    """The lens's own tensor work, invisible to the user's tools: no ``TorchDispatchMode`` of theirs sees it, no
+    ``__torch_function__`` of theirs runs for it (a tensor subclass's, a ``TorchFunctionMode``'s: reading a named
+    subclass tensor's ``grad_fn`` would call it), and no profiler (``torch.profiler``, ``torch.autograd.profiler``)
+    records it (record functions are off for this thread while a profiler is on, and back on when the outermost
+    such block ends)."""
 
-    __slots__ = ("dispatch", "profiled")
+    __slots__ = ("dispatch", "function", "profiled")
     _depth = threading.local()
 
     def __enter__(self) -> "hidden_from_user":
+        self.function = _disable_function()
+        _enter_function(self.function)
         self.dispatch = _disable_dispatch()
         _enter_dispatch(self.dispatch)  # called unbound: see _enter_dispatch below
         self.profiled = False
@@ -185,6 +189,7 @@ class hidden_from_user:
             if self.profiled:
                 torch._C._autograd._enable_record_function(True)
         _exit_dispatch(self.dispatch, *exc)
+        _exit_function(self.function, *exc)
 
 
 _disable_dispatch = torch._C._DisableTorchDispatch
@@ -194,6 +199,9 @@ _disable_dispatch = torch._C._DisableTorchDispatch
 # the class, CALL and C_RETURN name the same function.
 _enter_dispatch = _disable_dispatch.__enter__
 _exit_dispatch = _disable_dispatch.__exit__
+_disable_function = torch._C.DisableTorchFunction  # (its methods called the same way)
+_enter_function = _disable_function.__enter__
+_exit_function = _disable_function.__exit__
 _profiler_enabled = torch._C._autograd._profiler_enabled
 
 

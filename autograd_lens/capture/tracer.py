@@ -261,7 +261,8 @@ class Lens(LensViews, DeferredPasses):
                 observer.touched = {key: touched(entry) for key, entry in self._history.items()}
                 observer.pass_marks = pass_marks(self._history)  # (leafstate.changed_off_graph reads them)
                 observer.made_by_hooked = self._ledger.made_by_hooked
-                observer.start()
+                with torch._C.DisableTorchFunction():  # its reads of subclass tensors call no __torch_function__
+                    observer.start()
             finally:
                 _resume_collector(collecting)
         except Exception as problem:

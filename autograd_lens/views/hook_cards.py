@@ -51,10 +51,10 @@ def _hook_step(index: int, call: HookCall, context: _Pass, totals: dict, positio
             lines.append(f"What .grad holds after it is not known ({call.unseen or 'not recorded'}).")
         elif call.modified:
             lines.append(f".grad is now {format_value(call.grad_out)}.")
-    elif call.kind == "multi_grad" and not isinstance(call.grad_in, (tuple, list)) and "," in call.target:
+    elif call.kind == "multi_grad" and not isinstance(call.grad_in, (tuple, list)) and len(_watched(call.target)) > 1:
         # mode="any": one gradient, the first of its tensors' to be computed, not the gradients of them all
         whose = _received_from(graph, call)
-        whose = f", {whose}'s" if whose else ""
+        whose = f", that of {whose}" if whose.startswith("a tensor with no name") else f", {whose}'s" if whose else ""
         lines = [f"It received one gradient{whose} (mode=\"any\": the first computed of "
                  f"{call.target}'s): {format_value(call.grad_in)}."]
         if call.modified:
@@ -294,8 +294,20 @@ def _received_from(graph, call: HookCall) -> str:
         node = graph.node(call.node)
     except KeyError:
         return ""
-    names = [name.strip() for name in call.target.split(",")]
-    return node.label if node.is_tensor and node.label in names else ""
+    names = _watched(call.target)
+    if node.is_tensor and node.label in names:
+        return node.label
+    if not node.is_tensor and names[-1].endswith("with no name"):
+        # drawn at a node, not at a tensor: none of its named tensors was made there (capture.order.multi_grad_target)
+        return f"a tensor with no name made by {node.label}"
+    return ""
+
+
+def _watched(target: str) -> list[str]:
+    """The parts of a multi-grad hook's target (capture.order.multi_grad_target): "a, b and a tensor with no name"."""
+    head, _, tail = target.rpartition(" and ")
+    parts = [name.strip() for name in head.split(",")] + [tail] if head else [name.strip() for name in target.split(",")]
+    return [part for part in parts if part]
 
 
 NESTED = "hooks ran inside a nested backward run by "
