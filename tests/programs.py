@@ -156,6 +156,14 @@ def wrapped(f):  # a decorator: the hook runs `inner`, is called f's name (by to
         return f(*args)
     return inner
 
+def on_thread(make):  # an op run on a thread of its own: torch numbers the nodes of each thread from 0
+    import threading
+    made = []
+    thread = threading.Thread(target=lambda: made.append(make()))
+    thread.start()
+    thread.join()
+    return made[0]
+
 def hidden(a, k, register):  # a tensor made in a function and never named (a forward's): hooks registered there
     h = a * k
     register(h)
@@ -190,7 +198,8 @@ class Generator:
         self.rng = random.Random(seed)
         self.seed = seed
         # kinds added in 2026-11 (helper-54): subclass tensors, hooks behind a functools.wraps decorator, hooks and
-        # multi-grad hooks on tensors made in a function and never named. Only with more=True (--more), from a stream
+        # multi-grad hooks on tensors made in a function and never named, ops run on threads of their own (node
+        # numbers shared across threads). Only with more=True (--more), from a stream
         # of their own: the programs of every seed without it stay the programs it always made
         self.more = random.Random(seed * 7919 + 67) if more else None
         # drawn apart, so that a float32 program of a seed is the program that seed always made
@@ -276,9 +285,12 @@ class Generator:
     def more_op(self, a: str, shape: tuple[int, ...]) -> None:
         """One of the kinds only ``more=True`` makes (drawn from its own stream)."""
         more = self.more
-        kind = more.choice(["subclass", "hidden", "hidden", "hidden_multi"])
+        kind = more.choice(["subclass", "hidden", "hidden", "hidden_multi", "thread", "thread"])
         if kind == "subclass":
             self.new(f"({a} * 1.0).as_subclass(Logged)", shape)
+            return
+        if kind == "thread":
+            self.new(f"on_thread(lambda: ({a} * {more.choice([2.0, -1.0])}).{more.choice(['sin', 'tanh'])}())", shape)
             return
         tag = f"h{self.hooks}"
         self.hooks += 1

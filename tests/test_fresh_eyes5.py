@@ -297,7 +297,7 @@ def test_a_hook_dict_is_never_put_on_another_threads_node_of_the_same_number():
     assert all(known.grad_fn is a.grad_fn for known in found), [known.grad_fn.name() for known in found]
 
 
-# --- 5. the lens ran a subclass's __torch_function__ (programs.py --more, 2026-11-27) ----------------------------------
+# --- 5. the lens ran a subclass's __torch_function__ (programs.py --more, 2026-11-27) ---------------------------------
 # Was: a named subclass tensor (t3 = (x * 1.0).as_subclass(Logged), even one off the graph) had its __torch_function__
 # called 27 to 196 times per program by the lens's reads (grad_fn, _backward_hooks, .grad, storage: names, walk,
 # inventory, saved, evidence, nested), where the plain program calls it 0 to 7 times. The lens's work now runs under
@@ -328,7 +328,7 @@ def test_the_lens_runs_no_torch_function_of_a_subclass(case):
 
 def test_the_programs_of_the_kinds_added_in_this_round_agree_with_torch():
     """programs.py --more: subclass tensors, hooks behind functools.wraps, hooks and multi-grad hooks on tensors made
-    in a function and never named (40 programs of a seed the campaigns did not use)."""
+    in a function and never named, ops on threads of their own (40 programs of seeds the campaigns did not use)."""
     import programs
     failures = [(seed, problems[:2]) for seed in range(5440000, 5440040)
                 for problems in [programs.check(seed, more=True)[1]] if problems]

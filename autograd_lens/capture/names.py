@@ -146,7 +146,7 @@ def names_from(namespace: Mapping[str, Any] | None) -> Names:
     names = Names()
     if not namespace:
         return names
-    with torch._C.DisableTorchFunction():  # reading a subclass tensor's grad_fn calls no __torch_function__ of the user's
+    with torch._C.DisableTorchFunction():  # reading a subclass tensor's grad_fn runs no __torch_function__ of theirs
         _collect(names, namespace)
     return names
 

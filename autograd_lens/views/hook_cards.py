@@ -306,8 +306,8 @@ def _received_from(graph, call: HookCall) -> str:
 def _watched(target: str) -> list[str]:
     """The parts of a multi-grad hook's target (capture.order.multi_grad_target): "a, b and a tensor with no name"."""
     head, _, tail = target.rpartition(" and ")
-    parts = [name.strip() for name in head.split(",")] + [tail] if head else [name.strip() for name in target.split(",")]
-    return [part for part in parts if part]
+    parts = head.split(",") + [tail] if head else target.split(",")
+    return [part.strip() for part in parts if part.strip()]
 
 
 NESTED = "hooks ran inside a nested backward run by "
