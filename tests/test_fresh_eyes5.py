@@ -333,3 +333,60 @@ def test_the_programs_of_the_kinds_added_in_this_round_agree_with_torch():
     failures = [(seed, problems[:2]) for seed in range(5440000, 5440040)
                 for problems in [programs.check(seed, more=True)[1]] if problems]
     assert failures == []
+
+
+# A Parameter subclass with a __torch_function__ of its own in a real layer, over two passes (a Lens), and in %%lens
+# cells: the lens read its .grad through it before each pass (leafstate's marks) and at its AccumulateGrad node
+# (nodes.py, on the path that needs no dispatch guard): 10 calls where the plain program makes 8, 3 where a plain
+# cell makes 2. Now read with snapshot.grad_of and under the tracer's DisableTorchFunction.
+
+PARAM_CALLS: list[str] = []
+
+
+class LoggedParameter(torch.nn.Parameter):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        PARAM_CALLS.append(getattr(func, "__name__", "?"))
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def _subclass_parameter():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 2)
+    lin.weight = LoggedParameter(lin.weight.detach())
+    log = []
+    lin.register_full_backward_hook(lambda m, gi, go: log.append("module_full"))
+    lin.weight.register_hook(lambda g: log.append("tensor") or g * 2)
+    x = torch.randn(4, 3, requires_grad=True)
+    for _ in range(2):
+        lin(x).pow(2).sum().backward()
+    return lin.weight.grad.clone(), x.grad.clone(), log
+
+
+def test_a_parameter_subclass_in_a_layer_sees_no_call_of_the_lens():
+    PARAM_CALLS.clear()
+    real = _subclass_parameter()
+    plain = list(PARAM_CALLS)
+    PARAM_CALLS.clear()
+    lens, out = lensed(_subclass_parameter)
+    assert torch.equal(out[0], real[0]) and torch.equal(out[1], real[1]) and out[2] == real[2]
+    assert PARAM_CALLS == plain
+    assert [c.kind for c in lens.hook_calls] == real[2]  # torch's order
+    assert [(c.target, c.invocation) for c in lens.hook_calls if c.kind == "tensor"] == [("lin.weight", 1),
+                                                                                         ("lin.weight", 2)]
+
+
+def test_a_parameter_subclass_in_lens_cells_sees_no_call_of_the_lens(shell):
+    shell.user_ns.update(LoggedParameter=LoggedParameter, PARAM_CALLS=PARAM_CALLS)
+    setup = ("torch.manual_seed(0)\nlin = torch.nn.Linear(3, 2)\nlin.weight = LoggedParameter(lin.weight.detach())\n"
+             "x = torch.randn(4, 3, requires_grad=True)\n")
+    cell = "h = lin.weight.register_hook(lambda g: g * 2)\nlin(x).pow(2).sum().backward()\nh.remove()\n"
+    seen = []
+    for magic in ("", "%%lens --no-show\n"):
+        assert shell.run_cell(setup, store_history=False).success
+        for _ in range(2):
+            PARAM_CALLS.clear()
+            result = shell.run_cell(magic + cell, store_history=False)
+            assert result.success, result.error_in_exec
+            seen.append(list(PARAM_CALLS))
+    assert seen[2:] == seen[:2]  # the %%lens cells: the calls of the plain cells

@@ -13,7 +13,7 @@ import torch
 from ..model import TensorSummary, values_equal
 from .order import _MISSING, arrange_after, arrange_before, multi_grad_target
 from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord, copy_tuple, snapshot_all, usual_leaf
-from .snapshot import fast_snapshot, held_bytes, snapshot
+from .snapshot import fast_snapshot, grad_of, held_bytes, snapshot
 from .snapshot import _disable_dispatch, _enter_dispatch, _exit_dispatch, _profiler_enabled
 from .snapshot import hidden_from_user as _hidden_from_modes, unseen_by_modes
 from .leafstate import read_before_write
@@ -261,7 +261,7 @@ class NodeRecorder(UnexplainedChanges):
             if is_leaf:
                 fresh = key not in self.written
                 if fresh:  # no user code ran since the write
-                    self.written[key] = self._written(fn.variable.grad, grad_outputs)
+                    self.written[key] = self._written(grad_of(fn.variable), grad_outputs)
                 # a leaf without a .grad before the pass: .grad is exactly what arrived
                 received = self.incoming.pop(key) if key in self.incoming else self.written[key]
                 record = GradRecord(fn, received, self.written[key])

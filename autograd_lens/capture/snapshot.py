@@ -209,6 +209,17 @@ _dispatch_modes = torch._C._len_torch_dispatch_stack  # dispatch modes on: the u
 _Tensor = torch.Tensor
 
 
+_PLAIN_LEAVES = (torch.Tensor, torch.nn.Parameter)
+
+
+def grad_of(variable: Any) -> Any:
+    """``variable.grad``, read without running a ``__torch_function__`` of the user's (a subclass leaf's)."""
+    if type(variable) in _PLAIN_LEAVES:
+        return variable.grad
+    with torch._C.DisableTorchFunction():
+        return variable.grad
+
+
 def plain_or_none(value: object) -> bool:
     """None, or a plain ``torch.Tensor`` (no subclass: no ``__torch_dispatch__`` of a user's to reach)."""
     return value is None or type(value) is _Tensor
@@ -236,7 +247,7 @@ def unseen_by_modes(observer: Any, fn: Any, grad_inputs: Any, grad_outputs: Any)
             observer.plain = False
             return False
     if id(fn) in observer.shape.leaves:
-        grad = fn.variable.grad
+        grad = grad_of(fn.variable)
         if grad is not None and type(grad) is not _Tensor:
             observer.plain = False
             return False

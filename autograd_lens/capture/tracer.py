@@ -257,11 +257,11 @@ class Lens(LensViews, DeferredPasses):
         try:
             collecting = _pause_collector()
             try:
-                # which leaves' .grad code wrote since their last pass (before this pass writes any)
-                observer.touched = {key: touched(entry) for key, entry in self._history.items()}
-                observer.pass_marks = pass_marks(self._history)  # (leafstate.changed_off_graph reads them)
-                observer.made_by_hooked = self._ledger.made_by_hooked
                 with torch._C.DisableTorchFunction():  # its reads of subclass tensors call no __torch_function__
+                    # which leaves' .grad code wrote since their last pass (before this pass writes any)
+                    observer.touched = {key: touched(entry) for key, entry in self._history.items()}
+                    observer.pass_marks = pass_marks(self._history)  # (leafstate.changed_off_graph reads them)
+                    observer.made_by_hooked = self._ledger.made_by_hooked
                     observer.start()
             finally:
                 _resume_collector(collecting)
