@@ -6,7 +6,8 @@ TransformerEncoderLayer, a GPT-style block with residuals, LSTM/GRU, Linear laye
 hooks it every way (module full backward hooks and pre-hooks, global module hooks, parameter hooks,
 post-accumulate hooks, hooks on activations registered by forward hooks or by hand, multi-grad hooks, node pre- and
 post-hooks; written as def, lambda, partial, bound method, callable object, factory closure per layer or C function;
-observing, scaling, clipping, editing in place, keeping references, raising) and trains it a few steps (SGD/Adam,
+observing, scaling, clipping, editing in place, keeping references, raising; post-accumulate hooks that step
+their leaf and clear ``.grad``, the optimizer step fused into backward) and trains it a few steps (SGD/Adam,
 ``zero_grad`` both ways or not at all, two micro-batches, ``clip_grad_norm_`` (``CLIP``), checkpointing both ways,
 ``retain_graph``, ``autograd.grad`` of parameters).  The training loop is unrolled, so a failure shrinks by lines.
 
@@ -117,6 +118,11 @@ def make_after(tag, mode):
             p.grad.mul_(0.5)
         if mode == "clip":
             p.grad.clamp_(-0.01, 0.01)
+        if mode == "step":  # the optimizer step fused into backward: the leaf changes, its .grad is set to None
+            with torch.no_grad():
+                p.sub_(0.1 * p.grad)
+        if mode in ("step", "clear"):
+            p.grad = None
         LOGOUT(tag, p.grad)
     return after
 
@@ -369,7 +375,7 @@ class ModelGenerator:
                 self.lines.append(f"REG({_py(name)}, 'register_hook', make_hook('{tag}.{index}', {mode!r}))")
         elif kind == "after":
             fn = f"CHOOK({tag!r}, 'append')" if rng.random() < 0.25 else \
-                f"make_after({tag!r}, {rng.choice(['observe', 'inplace', 'clip'])!r})"
+                f"make_after({tag!r}, {rng.choice(['observe', 'inplace', 'clip', 'step', 'clear'])!r})"
             self.lines.append(f"REG({param}, 'register_post_accumulate_grad_hook', {fn})")
         elif kind == "multi":
             others = [_py(p) for p in self.params if _py(p) != param]

@@ -326,6 +326,9 @@ def _hook_event(walk: Walk, step: int, call: HookRecord, index: int, invocations
         edited_in_place=call.edited_in_place,
         unseen=call.unseen,
         may_be=invocations.ambiguous.get(registration, ()),
+        grad_cleared=call.grad_none,
+        value_before=call.leaf_before,
+        value_after=call.leaf_after,
     )
 
 

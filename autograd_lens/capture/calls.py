@@ -20,7 +20,7 @@ from .livecheck import live_change, marks, post_accumulate_marks, summarised
 from .nested import NestedCalls, grads_written
 from .nodes import NodeRecorder
 from .order import UNSEEN
-from .records import HookRecord, KnownHook, NodeRecord, snapshot_all
+from .records import HookRecord, KnownHook, NodeRecord, after_post_accumulate, leaf_before, snapshot_all
 from .snapshot import hidden_from_user as _hidden_from_modes, snapshot  # the lens's tensor ops never reach a user's mode
 from .saved import saved_names
 from .shared import edited_spans
@@ -224,6 +224,7 @@ class HookCalls(NestedCalls):
                 key=key, shown=shown_name(frame) if function is None and not candidates else None,
                 marks_in=(post_accumulate_marks(received) if kind == "post_accumulate_grad" else marks(received))
                 if summarised(grad_in) else None,
+                leaf_before=leaf_before(received, limit) if kind == "post_accumulate_grad" else None,
             )
 
     def _python_backward(self, frame: FrameType, boxed: bool) -> None:
@@ -316,7 +317,7 @@ class HookCalls(NestedCalls):
         with _hidden_from_modes():
             call.returned_none = returned is None
             if call.kind == "post_accumulate_grad":
-                call.grad_out = snapshot(call.received.grad, limit)
+                after_post_accumulate(call, limit)
             elif call.kind == "multi_grad":  # its return value is ignored; edits in place of what it got count
                 call.grad_out = snapshot_all(call.received, limit)
             elif returned is None:
@@ -343,7 +344,6 @@ class HookCalls(NestedCalls):
         call.frame = None  # don't keep the hook's locals alive
         call.received = None
         self.pending.append(call)
-
 
     def _passed_on(self, call: HookRecord) -> None:
         """A node's post-hook that runs after the lens's own (registered during the pass) changed what the node

@@ -10,7 +10,7 @@ import weakref
 
 import torch
 
-from ..model import Value
+from ..model import Value, values_equal
 from .snapshot import copy_exactly, held_bytes, snapshot
 
 BEFORE_NODE = ("tensor", "node_pre", "multi_grad")  # hook kinds that run before their node's backward
@@ -67,6 +67,11 @@ class HookRecord:
     key: Any = None  # its registration's key in its hook dict (the handle's id), when known: tensor and node hooks
     marks_in: Any = None  # received kept as a summary: its tensors' ids and versions as the call started (livecheck)
     shown: str | None = None  # its name, when only its code is known and its name is not the code's (registrations)
+    # post-accumulate hooks: the leaf's value and version as the call started; after it, the value when the hook
+    # changed it (an optimizer step fused into backward), and whether it set .grad to None
+    leaf_before: Any = None
+    leaf_after: Any = None
+    grad_none: bool = False
 
 
 @dataclass
@@ -184,3 +189,29 @@ def usual_leaf(observer: Any, fn: Any, key: int, grad_inputs: tuple, grad_output
         observer.unhooked.on_node(fn, grad_inputs, grad_outputs, [], True)
     return True
 
+
+
+def leaf_before(leaf: torch.Tensor, limit: int) -> tuple[Value, int | None]:
+    """What a post-accumulate hook's leaf holds as the hook starts: a copy (a summary past ``limit``), its version."""
+    try:
+        return snapshot(leaf, limit), leaf._version
+    except Exception:  # no version counter
+        return snapshot(leaf, limit), None
+
+
+def after_post_accumulate(call: HookRecord, limit: int) -> None:
+    """A post-accumulate hook returned: what ``.grad`` holds now (``grad_none``: the hook set it to None, as
+    ``optimizer.zero_grad()`` inside it does), and the leaf's own value when the hook changed it (an optimizer step
+    fused into backward): ``leaf_before`` / ``leaf_after``, both None when it did not, or it is not known."""
+    leaf = call.received
+    call.grad_out = snapshot(leaf.grad, limit)
+    call.grad_none = leaf.grad is None
+    before, version = call.leaf_before if call.leaf_before is not None else (None, None)
+    after = snapshot(leaf, limit)
+    both_copies = isinstance(before, torch.Tensor) and isinstance(after, torch.Tensor)
+    try:  # summaries: changed when torch counted a write, or their numbers differ
+        changed = not values_equal(before, after) if both_copies else \
+            before is not None and (leaf._version != version or not values_equal(before, after))
+    except Exception:
+        changed = False
+    call.leaf_before, call.leaf_after = (before, after) if changed else (None, None)

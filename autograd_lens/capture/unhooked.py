@@ -288,6 +288,11 @@ class LeafHistory:
 SAME: Any = object()
 
 
+CLEARED = ("a hook set .grad to None (an optimizer step inside backward?) where without hooks it held a gradient: code "
+           "run between passes that reads or clears .grad (optimizer.zero_grad(), clip_grad_norm_) would have acted "
+           "on that gradient, and whether any ran is not seen by the lens")
+
+
 def carry(history: LeafHistory | None, old: Any, others_diverged: bool = False, touched: bool | None = None,
           others_touched: bool = False) -> Any:
     """What ``.grad`` would hold before this pass with no hook, given its real value ``old`` now.
@@ -302,6 +307,8 @@ def carry(history: LeafHistory | None, old: Any, others_diverged: bool = False, 
                 and not values_equal(history.without, history.grad):
             return Unknown("code wrote other leaves' .grad between passes (clip_grad_norm_?) and might have written "
                            "this one's, which differed without hooks")
+        if old is None and isinstance(history.without, torch.Tensor):
+            return Unknown(CLEARED)
         return _earlier(history.without)  # untouched since the last pass (None included: nothing has written it)
     if touched is False and isinstance(history.without, Unknown):
         return _earlier(history.without)  # untouched since (a hook of a pass that did not reach it set it to None?)

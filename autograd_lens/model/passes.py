@@ -56,6 +56,9 @@ class HookCall:
     # with the same number are calls of one hook; ``invocation`` counts them
     may_be: tuple[int, ...] = ()  # when its call number is not known: the registrations counted before, on the
     # tensor when it had no name, that this hook is one of (one of them was removed since; their code is the same)
+    grad_cleared: bool = False  # a post-accumulate hook set .grad to None (``optimizer.zero_grad()`` inside it)
+    value_before: Values = None  # a post-accumulate hook changed its leaf itself (an optimizer step inside it):
+    value_after: Values = None  # the leaf's value before and after the hook (both None when it did not)
 
     @property
     def kind_label(self) -> str:

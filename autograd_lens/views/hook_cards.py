@@ -34,7 +34,8 @@ def _hook_step(index: int, call: HookCall, context: _Pass, totals: dict, positio
     title = f"{which} ({call.kind_label} hook, {where})"
     grads: tuple[tuple[str, str], ...] = ()
     if call.kind == "post_accumulate_grad" and call.node:  # it may change .grad: the drawing shows what .grad holds now
-        text = format_value(call.grad_out, 48) if call.grad_out is not None else "not known"
+        text = format_value(call.grad_out, 48) if call.grad_out is not None else \
+            "None" if call.grad_cleared else "not known"
         grads = tuple((copy, text) for copy in leaf_copies(graph, call.node))
     if call.error:
         return Step(index, "hook", call.node, title, lines=(f"It raised {call.error}.",), modified=False, grads=grads)
@@ -47,10 +48,16 @@ def _hook_step(index: int, call: HookCall, context: _Pass, totals: dict, positio
     if call.kind == "post_accumulate_grad":
         lines = [f"It received the leaf itself; its .grad was {format_value(call.grad_in)}.",
                  "Post-accumulate hooks must return None; they may change .grad in place."]
-        if call.grad_out is None:
+        if call.grad_cleared:
+            lines.append(f"It set {call.target}.grad to None (as optimizer.zero_grad() does): .grad is None now.")
+        elif call.grad_out is None:
             lines.append(f"What .grad holds after it is not known ({call.unseen or 'not recorded'}).")
         elif call.modified:
             lines.append(f".grad is now {format_value(call.grad_out)}.")
+        if call.value_after is not None:
+            lines.append(f"It changed {call.target} itself, in place: {format_value(call.value_before)} → "
+                         f"{format_value(call.value_after)} (an optimizer step inside the hook). The drawing shows "
+                         "the value the forward pass used.")
     elif call.kind == "multi_grad" and not isinstance(call.grad_in, (tuple, list)) and len(_watched(call.target)) > 1:
         # mode="any": one gradient, the first of its tensors' to be computed, not the gradients of them all
         whose = _received_from(graph, call)
