@@ -68,26 +68,26 @@ def graph_bundle(graph: Graph) -> dict[str, str]:
             return {"text/html": hint_html(error) + graph_table_html(graph), "text/plain": text}
         from .fold import FOLD_OVER, expanded, fold_states
 
-        graph_html = states = laid = None
+        graph_html = states = laid = made = None
         table_of = graph_table_html
         try:
             if len(graph.nodes) > FOLD_OVER:  # a large graph: zoom, pan, find, upstream/downstream (see graphview)
                 # the drawings with folds opened, which the page stores, laid out after this one and meanwhile
                 # the navigator's module loaded (a first display's imports) and what needs no drawing made: the
-                # table of the drawn boxes and the page's script
+                # table of the drawn boxes, the page's script and (without folds) its data
                 states = fold_states(graph)
                 if len(states) > 1:
                     laid = start_svgs([expanded(graph, state).to_dot() for state, _ in states[1:]], after=svg_of)
-                from .graphview import graph_html
-                from .static_html import module_source
+                from .graphview import graph_html, page_made
 
                 table_of = _table_made(states[0][1].graph)
-                module_source()
+                made = page_made(graph, text, table_of, states)  # (the page's script: the stepper's module loaded)
             svg, failed = _waited(svg_of)
             if failed is not None:
                 return {"text/html": hint_html(failed) + graph_table_html(graph), "text/plain": text}
             if graph_html is not None:
-                return {"text/html": graph_html(graph, svg, text, table_of, states, laid), "text/plain": text}
+                return {"text/html": graph_html(graph, svg, text, table_of, states, laid, made),
+                        "text/plain": text}
             return {"image/svg+xml": svg, "text/plain": text}
         finally:  # in any case: no layout outlives the display
             _waited(svg_of)

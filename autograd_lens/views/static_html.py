@@ -78,7 +78,11 @@ def _json_for_html(data: object) -> str:
 
 
 def _data_script(data: object) -> str:
-    text = _json_for_html(data)
+    return _data_script_of(_json_for_html(data))
+
+
+def _data_script_of(text: str) -> str:
+    """The data's script from its JSON text (``_json_for_html``)."""
     if len(text) <= COMPRESS_ABOVE:
         return f'<script type="application/json" class="al-data">{text}</script>'
     packer = zlib.compressobj(9, zlib.DEFLATED, -15)  # deterministic: same bytes on every run (nbval)
@@ -100,21 +104,30 @@ MIN_TEXT_PX = 10  # the smallest text of a picture shown with scripts off, in CS
 PICTURE_HEIGHT = 720  # px: a taller picture scrolls in its box
 
 
+# readable_width's patterns, compiled with the module (a first picture loads it while Graphviz lays out; compiled at
+# the first call they were about 0.7 ms after the layout)
+_SVG_HEAD = re.compile(r"<svg\b[^>]*>")
+_SVG_WIDTH = re.compile(r"""\bwidth=["']([\d.]+)(pt|px)?["']""")
+_SVG_VIEWBOX = re.compile(r"""\bviewBox=["'][-\d.]+[ ,]+[-\d.]+[ ,]+([\d.]+)""")
+_SVG_SCALE = re.compile(r"""class=["']graph["'][^>]*transform=["']scale\(([\d.]+)""")
+_SVG_FONT_SIZE = re.compile(r"""font-size(?:=["']|:\s*)([\d.]+)""")
+
+
 def readable_width(svg: str) -> int | None:
     """The width in CSS px at which the drawing's smallest text is ``MIN_TEXT_PX`` (None when the SVG does not say
     its size): from its width (Graphviz writes points), its viewBox, the layout's own scale and its font sizes."""
-    head = re.search(r"<svg\b[^>]*>", svg)
+    head = _SVG_HEAD.search(svg)
     if not head:
         return None
-    size = re.search(r"""\bwidth=["']([\d.]+)(pt|px)?["']""", head.group(0))
-    box = re.search(r"""\bviewBox=["'][-\d.]+[ ,]+[-\d.]+[ ,]+([\d.]+)""", head.group(0))
+    size = _SVG_WIDTH.search(head.group(0))
+    box = _SVG_VIEWBOX.search(head.group(0))
     if not size:
         return None
     width = float(size.group(1)) * (4 / 3 if size.group(2) == "pt" else 1)
     unit = width / float(box.group(1)) if box and float(box.group(1)) > 0 else 1.0  # px per user unit
-    scale = re.search(r"""class=["']graph["'][^>]*transform=["']scale\(([\d.]+)""", svg)
+    scale = _SVG_SCALE.search(svg)
     unit *= float(scale.group(1)) if scale else 1.0
-    fonts = [float(f) for f in re.findall(r"""font-size(?:=["']|:\s*)([\d.]+)""", svg) if float(f) > 0]
+    fonts = [float(f) for f in _SVG_FONT_SIZE.findall(svg) if float(f) > 0]
     if not fonts or width <= 0:
         return None
     return math.ceil(width * MIN_TEXT_PX / (min(fonts) * unit))

