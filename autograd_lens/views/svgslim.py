@@ -13,7 +13,10 @@ _FONT = ' font-family="Helvetica,Arial,sans-serif"'
 # comments and the <title> of every node and edge, each with the line break after it (one pass for both)
 _HIDDEN = re.compile(r"<!--.*?-->\n?|<title>[^<]*</title>\n?", re.S)
 _TEXT = re.compile(r'<text xml:space="preserve"([^>]*)>([^<]*)</text>')
-_NUMBER = re.compile(r"(-?\d+\.\d+)")  # captured: re.split keeps the numbers
+# captured: re.split keeps the numbers.  Possessive (Python 3.11+): a run of digits with no point after it fails at
+# once instead of being tried again one digit shorter at each length (the same matches: a shorter run is followed
+# by a digit, never by the point): mlp-50's 90 KB of coordinates split in 1.48 instead of 1.76 ms (thread time)
+_NUMBER = re.compile(r"(-?+\d++\.\d++)")
 _ANY_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _GEOMETRY = re.compile(r'( (?:d|points|x|y)=")([^"]*)(")')
 _NEGATIVE_ZERO = re.compile(r"(?<=\0)-0(?=\0)")
@@ -30,7 +33,7 @@ _REPEATED = ((' fill="none" stroke="#4b5563"', ""), (' fill="#4b5563" stroke="#4
 
 _GRAPH = '<g id="graph0" class="graph"'
 _ROUNDED: dict[str, str] = {}  # a drawing repeats its coordinates (ranks, columns): each is rounded once
-_ASCII_NUMBER = re.compile(r"(-?[0-9]+\.[0-9]+)")  # _NUMBER where every digit is ASCII (faster)
+_ASCII_NUMBER = re.compile(r"(-?+[0-9]++\.[0-9]++)")  # _NUMBER where every digit is ASCII (faster)
 
 
 def _rounded(svg: str) -> str:
