@@ -37,38 +37,37 @@ def _compiled_module(engine, wasm_path):
     return module
 
 
-def cache_file(wasm_path) -> str:
+def cache_file(wasm_path, found: dict | None = None) -> str:
     """Where the compiled module of ``wasm_path`` for the installed wasmtime is kept (found without importing
     wasmtime: the binding of ``wasmfast`` and wasmtime-py read and write the same file)."""
     import hashlib
 
     stat = os.stat(wasm_path)
-    key = hashlib.sha256(f"{_wasmtime_stamp()}|{stat.st_size}|{stat.st_mtime_ns}|{WASM_STACK}"
+    key = hashlib.sha256(f"{_wasmtime_stamp(found)}|{stat.st_size}|{stat.st_mtime_ns}|{WASM_STACK}"
                          .encode()).hexdigest()[:20]
     return os.path.join(_cache_dir(), f"graphviz-{key}.cwasm")
 
 
-_PACKAGE_DIRS: dict[str, str] = {}  # package -> its folder, once found (a first picture asks 4 times, ~0.1 ms each)
+def package_dir(name: str, found: dict | None = None) -> str | None:
+    """The folder of the installed package ``name`` (found without importing it), or None when it is not installed;
+    ``found``: where the folders found are kept (the binding's state: a first picture asks 4 times, ~0.1 ms each)."""
+    if found is not None and name in found:
+        return found[name]
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    if found is not None:
+        found[name] = spec.submodule_search_locations[0]
+    return spec.submodule_search_locations[0]
 
 
-def package_dir(name: str) -> str | None:
-    """The folder of the installed package ``name`` (found without importing it), or None when it is not installed
-    (asked again next time: found, it is kept for the process)."""
-    if name not in _PACKAGE_DIRS:
-        import importlib.util
-
-        spec = importlib.util.find_spec(name)
-        if spec is None or not spec.submodule_search_locations:
-            return None
-        _PACKAGE_DIRS[name] = spec.submodule_search_locations[0]
-    return _PACKAGE_DIRS[name]
-
-
-def library_path() -> str:
+def library_path(found: dict | None = None) -> str:
     """wasmtime-py's C library, as its ``_ffi.filename`` names it, found without importing the package."""
     import sys
 
-    folder = package_dir("wasmtime")
+    folder = package_dir("wasmtime", found)
     if folder is None:
         raise ImportError("wasmtime is not installed")
     machine = {"AMD64": "x86_64", "arm64": "aarch64", "ARM64": "aarch64"}.get(os.uname().machine, os.uname().machine)
@@ -76,11 +75,11 @@ def library_path() -> str:
     return os.path.join(folder, f"{sys.platform}-{machine}", name)
 
 
-def _wasmtime_stamp() -> str:
+def _wasmtime_stamp(found: dict | None = None) -> str:
     """What identifies the installed wasmtime: its library's size and time (a stat; its version from the
     package metadata costs a few milliseconds of Python in a new kernel, on the first picture's path)."""
     try:
-        library = os.stat(library_path())
+        library = os.stat(library_path(found))
     except Exception:  # another layout of the package
         try:
             from wasmtime import _ffi

