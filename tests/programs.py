@@ -520,7 +520,8 @@ def _value_of(namespace: dict, name: str) -> Any:
     return target
 
 
-def run(program: Program, mode: str) -> Run:
+def run(program: Program, mode: str, prelude: str = "") -> Run:
+    """``program`` run one way; ``prelude``: definitions of another generator's, run after ``PRELUDE``."""
     import autograd_lens as al
 
     result = Run()
@@ -573,10 +574,12 @@ def run(program: Program, mode: str) -> Run:
                     lambda gi, go, fn=fn: nodes.append((fn.name(), received.pop(id(fn), clone(go)), clone(gi),
                                                         _links(fn)))))
         error = None
-        returned = None
+        returned = raw = None
         try:
             if kind == "grad":
-                returned = clone(torch.autograd.grad(root, inputs, retain_graph=retain_graph, allow_unused=True))
+                raw = torch.autograd.grad(root, inputs, retain_graph=retain_graph, allow_unused=True,
+                                          create_graph=create_graph)
+                returned = clone(raw)
             else:
                 root.backward(gradient=gradient, inputs=inputs, retain_graph=retain_graph, create_graph=create_graph)
         except (ValueError, RuntimeError) as problem:
@@ -588,9 +591,10 @@ def run(program: Program, mode: str) -> Run:
         result.passes.append({"grads": {name: clone(_value_of(namespace, name).grad) for name in names},
                               "error": error, "result": returned, "written": written,
                               "inputs": [_name_of(namespace, t) for t in inputs] if kind == "grad" else None})
+        return raw  # what autograd.grad returned (a program may go on with it: double backward)
 
     namespace.update(REG=reg, CHOOK=chook, PASS=do_pass)
-    exec(compile(PRELUDE, "<prelude>", "exec"), namespace)
+    exec(compile(PRELUDE + prelude, "<prelude>", "exec"), namespace)
     source = compile(program.source(), "<program>", "exec")
     stdout = io.StringIO()
     try:
@@ -638,9 +642,17 @@ def equal(a: Any, b: Any) -> bool:
         return all(equal(x, y) for x, y in zip(a, b))
     if a is None or b is None:
         return a is None and b is None
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and _wrapper(a) + _wrapper(b):
+        # a wrapper subclass (``__torch_dispatch__``, fresh_programs' TwoTensor): equal when its parts are
+        return type(a) is type(b) and a.__tensor_flatten__()[0] == b.__tensor_flatten__()[0] and all(
+            equal(getattr(a, part), getattr(b, part)) for part in a.__tensor_flatten__()[0])
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         return a.shape == b.shape and a.dtype == b.dtype and bool(((a == b) | (a.isnan() & b.isnan())).all())
     return a == b
+
+
+def _wrapper(value: torch.Tensor) -> bool:
+    return type(value) is not torch.Tensor and hasattr(value, "__tensor_flatten__")
 
 
 def _truth_calls(log: list) -> list[tuple[str, Any, Any]]:
@@ -921,7 +933,7 @@ def _views(passes: list, truth_calls: list, lens_run: Run, shown_calls: list, tr
             for event in p.events:
                 if isinstance(event, GradWritten) and event.by == "AccumulateGrad" and event.node in last.grads:
                     real = lens_run.passes[index]["grads"].get(event.name)
-                    if real is not None and real.numel() <= 16 and last.grads[event.node] not in (
+                    if real is not None and real.numel() <= 16 and not _wrapper(real) and last.grads[event.node] not in (
                             al.format_value(real, 48), "not known"):
                         problems.append(f"pass {index + 1}: drawing ends with {event.name}.grad "
                                         f"{last.grads[event.node]}, it is {al.format_value(real, 48)}")

@@ -15,7 +15,7 @@ from ..model import values_equal
 from .hooks import (ENGINE_CODE, TORCH_DIR, Wrapper, code_of, engine_call_args, function_name, may_edit_in_place,
                     module_hook_kind, multi_grad_received, runs_in, shown_name, user_function, wrapper_family,
                     wrapper_module, wrapper_state)
-from .late import LATE_CODE, REGISTER_CODE, registered as late_registered, tensor_registered
+from .late import LATE_CODE, REGISTER_CODE, dict_is_new, registered as late_registered, tensor_registered
 from .livecheck import live_change, marks, post_accumulate_marks, summarised
 from .nested import NestedCalls, grads_written
 from .nodes import NodeRecorder
@@ -52,7 +52,7 @@ class HookCalls(NestedCalls):
                     self._nested_profile(frame)
                     return
                 if frame.f_code is TENSOR_REGISTER_CODE and self.in_engine:  # a tensor hook registered mid-pass
-                    self.tensor_registering = frame
+                    self.tensor_registering, self.tensor_dict_new = frame, dict_is_new(frame)
                     return
                 if frame.f_code is ENGINE_CODE and self.in_engine:  # a backward() run inside the pass
                     self._nested_start(frame)
@@ -123,7 +123,7 @@ class HookCalls(NestedCalls):
                     late_registered(self, arg)
                 elif frame is self.tensor_registering:
                     self.tensor_registering = None
-                    tensor_registered(self, frame.f_locals.get("self"), arg)
+                    tensor_registered(self, frame.f_locals.get("self"), arg, self.tensor_dict_new)
                 elif frame is self.late_frame:
                     self.late_frame = None
             elif event == "c_call" and self.wrapper is not None and frame is self.wrapper.frame:

@@ -79,15 +79,30 @@ def _post_dicts(observer: Any) -> dict[int, int]:
     return observer.post_dicts
 
 
-def tensor_registered(observer: Any, tensor: Any, handle: Any) -> None:
+def dict_is_new(frame: Any) -> bool:
+    """``Tensor.register_hook`` starts (``frame``) on a tensor with no hook dict yet: this call makes one."""
+    try:
+        with torch._C.DisableTorchFunction():  # (a subclass's __torch_function__ is not called)
+            tensor = frame.f_locals.get("self")
+            return isinstance(tensor, torch.Tensor) and getattr(tensor, "_backward_hooks", None) is None
+    except Exception:
+        return False
+
+
+def tensor_registered(observer: Any, tensor: Any, handle: Any, new_dict: bool = False) -> None:
     """``Tensor.register_hook`` returned ``handle`` during the pass. A hook written in C on a tensor that the running
     node made during the pass (a reentrant checkpoint's recompute: a forward hook registering a gradient hook)
     runs, if at all, in the backward that node runs next (reentrant checkpointing), where no Python frame shows it:
     if that node runs one, the pass says so and values without hooks past it are unknown. Any other is known from
-    now on (``add_registered``)."""
+    now on (``add_registered``), except one whose hook dict this call made on a tensor that the running node made
+    (a hook on ``a`` of ``a, b = x.split(...)`` registering one on ``b``): torch attaches the new dict to the node
+    while the node runs its tensor hooks, and runs it from the next pass on (a dict it had runs the new hook when
+    that dict's turn comes after the running one: add_registered's order)."""
     hooks = getattr(tensor, "_backward_hooks", None) if isinstance(tensor, torch.Tensor) else None
     hook = hooks.get(getattr(handle, "id", None)) if hooks else None
     node, made_by = _current_node(), getattr(tensor, "grad_fn", None)
+    if new_dict and node is not None and made_by is node:
+        return  # known at the next pass, as a hook registered before it (registrations.py remembers its dict)
     if hook is not None and node is not None and made_by is not None and not runs_python(hook) \
             and made_by._sequence_nr() >= observer.first_new and all(fn is not made_by for fn in observer.shape.nodes):
         observer.nested_c.setdefault(id(node), []).append(function_name(hook))

@@ -134,7 +134,7 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         self.python_edits: list = []  # memory a custom Function's backward edited in place (nodes._received)
         self.node_hook_calls: dict[tuple, int] = {}  # (id(node), pre?, code) -> calls so far (calls._node_hook_function)
         self.registering: Any = None
-        self.tensor_registering: Any = None  # the frame of a Tensor.register_hook called during the pass
+        self.tensor_registering, self.tensor_dict_new = None, False  # register_hook mid-pass: frame, new dict? (late)
         self.late_frame: Any = None
         self.seeds = tuple(snapshot(seed, store_limit) if isinstance(seed, torch.Tensor) else None for seed in seeds)
         self.start_seeds = self.seeds  # as they were when the pass started (self.seeds: as they would be unhooked)

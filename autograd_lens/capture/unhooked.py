@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .snapshot import hidden_from_user
-from ..model import TensorSummary, values_equal
+from ..model import TensorSummary, python_dispatch, values_equal
 from .saved import packed_by_hook, saved_names
 
 if TYPE_CHECKING:
@@ -85,6 +85,8 @@ def add(first: Any, second: Any, why_large: str = "") -> Any:
 
 
 def _too_large(summary: TensorSummary) -> str:
+    if summary.kind != "dense":  # a subclass, sparse, nested, ...: its numbers are not read at any size
+        return f"a gradient that is a {summary.kind} tensor was kept as its shape only (its numbers are not read)"
     return (f"a gradient of {summary.numel} elements was kept as a summary only (pass a larger store_limit, "
             "or a larger memory_budget, to compute it)")
 
@@ -107,6 +109,9 @@ def _run(fn: Any, grads: list[Any]) -> tuple[Any, ...] | Unknown:
     elif _packed(fn):
         return Unknown(f"{fn.name()}'s saved tensors were packed by a saved-tensor hook (e.g. checkpointing); "
                        "unpacking them again would run that hook")
+    elif _dispatching(fn):
+        return Unknown(f"{fn.name()} saved a tensor subclass with a __torch_dispatch__ of its own (a wrapper such as "
+                       "TwoTensor or DTensor): its numbers are not read, so it is not run again")
     else:
         try:
             outputs = fn(*grads)
@@ -131,6 +136,29 @@ def _packed(fn: Any) -> bool:
     for raw_name in raw_names:
         if packed_by_hook(getattr(fn, raw_name)):
             return True
+    return False
+
+
+# backward functions whose formula depends on grad mode (torch's derivatives.yaml: "GradMode::is_enabled() ? ..."),
+# whose numbers differ in the last bits between a create_graph=True pass and a re-run without a graph (found so far)
+_GRAD_MODE_FORMULAS = frozenset({"WeightNormInterfaceBackward0", "NativeDropoutBackward0"})
+
+
+def _dispatching(fn: Any) -> bool:
+    """``fn`` saved a tensor whose ops go through Python dispatch (``python_dispatch``): the lens runs nodes with
+    dispatch off, where a wrapper subclass has no storage (running the node crashes the process)."""
+    for raw_name in _RAW_NAMES.get(type(fn), ()):  # (filled by _packed, called first)
+        try:
+            raw = getattr(fn, raw_name)
+        except Exception:  # freed: running the node raises, and says so
+            continue
+        for item in raw if isinstance(raw, (tuple, list)) else (raw,):
+            try:
+                value = item.data
+            except Exception:
+                continue
+            if value is not None and type(value) is not torch.Tensor and python_dispatch(value):
+                return True
     return False
 
 
@@ -208,13 +236,14 @@ class Unhooked:
         if grad_mode:
             _set_grad_enabled(False)
         try:
-            self._diverged(fn, grad_outputs, diverged, is_leaf)
+            self._diverged(fn, grad_outputs, diverged, is_leaf, grad_mode)
         finally:
             if grad_mode:
                 _set_grad_enabled(True)
 
-    def _diverged(self, fn: Any, grad_outputs: tuple, diverged: bool, is_leaf: bool) -> None:
-        """``on_node`` past its first checks, with grad mode off and the lens's work hidden."""
+    def _diverged(self, fn: Any, grad_outputs: tuple, diverged: bool, is_leaf: bool, graph_mode: bool = False) -> None:
+        """``on_node`` past its first checks, with grad mode off and the lens's work hidden (``graph_mode``: the engine
+        runs the pass with grad mode on, ``create_graph=True``)."""
         unhooked = [self._input_of(fn, output_nr, False) for output_nr in range(len(grad_outputs))]
         if not diverged:
             diverged = not all(_same(value, received) for value, received in zip(unhooked, grad_outputs))
@@ -228,7 +257,10 @@ class Unhooked:
             self.out[id(fn)] = unknown
         else:
             large = next((value for value in unhooked if isinstance(value, TensorSummary)), None)
-            self.out[id(fn)] = Unknown(_too_large(large)) if large is not None else _run(fn, unhooked)
+            self.out[id(fn)] = Unknown(_too_large(large)) if large is not None else Unknown(
+                f"{fn.name()} computes otherwise with create_graph=True (a formula that can be differentiated again), "
+                "and the lens runs it again without a graph") if graph_mode and fn.name() in _GRAD_MODE_FORMULAS \
+                else _run(fn, unhooked)
 
     def input_of(self, fn: Any, output_nr: int, hooked: bool = False) -> Any:
         """What output ``output_nr`` of ``fn`` would have received with no hook anywhere; ``hooked``: what

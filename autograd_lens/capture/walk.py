@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..model import Graph, GraphOptions, TensorSummary, Value
+from ..model import Graph, GraphOptions, TensorSummary, Value, python_dispatch
 from .names import Names, hook_name  # hook_name: also imported from here
 from .rows import GraphRows
 from .saved import _drawn_saved_values, _is_constant_name, _number, _saved_summary, _storage_names
@@ -384,7 +384,7 @@ def _add_constants(build: _Builder, saved: list[tuple[str, Any]], node_id: str) 
         if not _is_constant_name("_saved_" + name):
             continue
         if isinstance(value, torch.Tensor):
-            if value.dim() != 0 or value.requires_grad:
+            if value.dim() != 0 or value.requires_grad or python_dispatch(value):  # (not read: python_dispatch)
                 continue
             number: Any = value.item()
         elif isinstance(value, (bool, int, float)):

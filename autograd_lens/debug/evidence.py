@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from ..model import python_dispatch
+
 SAVED_SCAN_LIMIT = 2000  # backward functions whose saved tensors are looked at
 COPY_LIMIT = 4096  # elements compared when looking for a copy of a tensor's values
 CUT_SCAN_LIMIT = 2000  # most recent cuts looked at
@@ -210,7 +212,8 @@ def _same_values(value: torch.Tensor, tensor: torch.Tensor) -> bool:
     """``value`` holds exactly ``tensor``'s numbers, and they are not all whole numbers (which a coincidence
     could give); compared in float64 so a float32 copied through ``.item()`` still matches."""
     try:
-        if value.requires_grad or value.numel() != tensor.numel() or tensor.numel() > COPY_LIMIT:
+        if value.requires_grad or value.numel() != tensor.numel() or tensor.numel() > COPY_LIMIT \
+                or python_dispatch(value) or python_dispatch(tensor):  # (not read: see python_dispatch)
             return False
         if not (tensor.is_floating_point() and (value.is_floating_point())):
             return False

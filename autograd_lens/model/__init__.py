@@ -13,10 +13,10 @@ from .graph import NODE_KINDS, Edge, Graph, GraphOptions, ModuleGroup, Node, Sou
 from .passes import (
     HOOK_KINDS, BackwardPass, Event, GradWritten, HookCall, InventoryEntry, Note, NodeRun, PassError,
 )
-from .values import TensorSummary, Value, Values, provide, values_equal
+from .values import TensorSummary, Value, Values, provide, python_dispatch, values_equal
 
 __all__ = [
     "NODE_KINDS", "Edge", "Graph", "GraphOptions", "ModuleGroup", "Node", "SourceLine",
     "HOOK_KINDS", "BackwardPass", "Event", "GradWritten", "HookCall", "InventoryEntry", "Note", "NodeRun", "PassError",
-    "TensorSummary", "Value", "Values", "provide", "values_equal",
+    "TensorSummary", "Value", "Values", "provide", "python_dispatch", "values_equal",
 ]

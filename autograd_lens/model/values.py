@@ -87,6 +87,12 @@ def values_equal(first: Any, second: Any) -> bool:
             return False
         import torch
 
+        if python_dispatch(first) or python_dispatch(second):
+            # a subclass with a __torch_dispatch__ (a wrapper such as TwoTensor): the lens computes with Python
+            # dispatch off (its ops must not reach the user's code), where a wrapper has no storage to read
+            # (torch.equal on it crashes the process): not known to be equal
+            return False
+
         if torch.equal(first, second):
             return True
         if first.is_floating_point() or first.is_complex():
@@ -95,6 +101,17 @@ def values_equal(first: Any, second: Any) -> bool:
         return False
     except Exception:  # values that cannot be compared (e.g. on the meta device) are not known to be equal
         return False
+
+
+def python_dispatch(value: Any) -> bool:
+    """A tensor whose ops go through Python dispatch (a subclass with a ``__torch_dispatch__``): with dispatch off,
+    as the lens computes, a wrapper subclass (torch's TwoTensor, DTensor) has no storage to read and an op on it
+    crashes the process; with dispatch on, the op runs the user's code. The lens does not compute on one."""
+    import torch
+
+    if type(value) is torch.Tensor or type(value) is torch.nn.Parameter:
+        return False
+    return isinstance(value, torch.Tensor) and torch._C._dispatch_keys(value).has(torch._C.DispatchKey.Python)
 
 
 # A recorded value: a small tensor clone, a summary of a large one, or None
