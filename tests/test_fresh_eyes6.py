@@ -168,3 +168,36 @@ def test_values_without_hooks_through_weight_norm_without_create_graph_are_known
     program = programs.Program(WEIGHT_NORM.replace("SEED", "20523").replace("CREATE", "False").splitlines(), LEAVES)
     assert programs.compare(program) == []
     assert not programs.run(program, "lens").lens.passes[0].unknown
+
+
+# The same after the running node's tensor hooks: a node pre-hook (or post-hook) of the node that made a tensor, or of
+# a leaf's AccumulateGrad, registering a hook in C on that tensor. torch runs it from the next pass on, in a dict made
+# now or one the tensor had; the lens showed it in that pass (before the pre-hook, for a leaf).
+
+NODE_HOOK_REGISTERS = """torch.manual_seed(1)
+x1 = torch.randn(3, requires_grad=True)
+y = x1 * 2
+EARLIER
+node = NODE
+def registering(*grads):
+    LOG.append(('reg', clone(grads[0])))
+    TARGET.register_hook(CHOOK('late', 'KIND'))
+    LOG.append(('reg out', clone(grads[0])))
+h0 = REG(node, 'METHOD', registering)
+PASS('backward', y.sin().sum(), retain_graph=True)
+PASS('backward', y.sin().sum())
+"""
+
+
+@pytest.mark.parametrize("kind", ["neg", "append"])
+@pytest.mark.parametrize("earlier", ["", "h1 = REG(TARGET, 'register_hook', make_hook('h1', 'observe'))"])
+@pytest.mark.parametrize("target, node, method", [
+    ("x1", "torch.autograd.graph.get_gradient_edge(x1).node", "register_prehook"),
+    ("y", "y.grad_fn", "register_prehook"),
+    ("y", "y.grad_fn", "register_hook"),
+])
+def test_c_hook_registered_on_the_running_nodes_tensor_by_its_node_hook(kind, earlier, target, node, method):
+    source = NODE_HOOK_REGISTERS.replace("EARLIER", earlier).replace("NODE", node).replace("METHOD", method) \
+        .replace("TARGET", target).replace("KIND", kind)
+    program = programs.Program(source.splitlines(), ["x1"])
+    assert programs.compare(program) == []

@@ -89,19 +89,30 @@ def dict_is_new(frame: Any) -> bool:
         return False
 
 
+def _variable(node: Any) -> Any:
+    """The leaf of an AccumulateGrad node (None for any other node)."""
+    try:
+        return node.variable if node.name() == "torch::autograd::AccumulateGrad" else None
+    except Exception:
+        return None
+
+
 def tensor_registered(observer: Any, tensor: Any, handle: Any, new_dict: bool = False) -> None:
     """``Tensor.register_hook`` returned ``handle`` during the pass. A hook written in C on a tensor that the running
     node made during the pass (a reentrant checkpoint's recompute: a forward hook registering a gradient hook)
     runs, if at all, in the backward that node runs next (reentrant checkpointing), where no Python frame shows it:
     if that node runs one, the pass says so and values without hooks past it are unknown. Any other is known from
     now on (``add_registered``), except one whose hook dict this call made on a tensor that the running node made
-    (a hook on ``a`` of ``a, b = x.split(...)`` registering one on ``b``): torch attaches the new dict to the node
+    (a hook on ``a`` of ``a, b = x.split(...)`` registering one on ``b``; for a leaf, its AccumulateGrad: a node
+    pre-hook there registering a hook on the leaf): torch attaches the new dict to the node
     while the node runs its tensor hooks, and runs it from the next pass on (a dict it had runs the new hook when
-    that dict's turn comes after the running one: add_registered's order)."""
+    that dict's turn comes after the running one: add_registered's order); and one registered on a tensor of the
+    running node after its tensor hooks ran (from a node pre- or post-hook, its backward): from the next pass on."""
     hooks = getattr(tensor, "_backward_hooks", None) if isinstance(tensor, torch.Tensor) else None
     hook = hooks.get(getattr(handle, "id", None)) if hooks else None
     node, made_by = _current_node(), getattr(tensor, "grad_fn", None)
-    if new_dict and node is not None and made_by is node:
+    if node is not None and (made_by is node or made_by is None and _variable(node) is tensor) and (
+            new_dict or getattr(observer.current, "kind", None) not in ("tensor", "multi_grad")):
         return  # known at the next pass, as a hook registered before it (registrations.py remembers its dict)
     if hook is not None and node is not None and made_by is not None and not runs_python(hook) \
             and made_by._sequence_nr() >= observer.first_new and all(fn is not made_by for fn in observer.shape.nodes):
