@@ -7,9 +7,10 @@ kind torch allows (``mark_non_differentiable``, ``set_materialize_grads(False)``
 (torch's ``TwoTensor``: a ``__torch_dispatch__``, no storage of its own), layers under
 ``torch.nn.utils.parametrize`` (a symmetric weight, ``weight_norm``, ``spectral_norm``'s power iteration in forward,
 ``parametrize.cached()``), double backward (``autograd.grad(create_graph=True)``, then a backward through the
-gradient, hooks on the gradient) and passes run under a ``TorchDispatchMode`` that logs every op (the lens's own
-ops must not reach it).  Each program runs plain, under the lens, as truth and without hooks, and every statement
-the lens makes is compared (``programs.compare``).
+gradient, hooks on the gradient), node hooks that register hooks in C or Python on a tensor during the pass
+(``--late``), and passes run under a ``TorchDispatchMode`` that logs every op (the lens's own ops must not reach it).  Each program
+runs plain, under the lens, as truth and without hooks, and every statement the lens makes is compared
+(``programs.compare``).
 
 ``python tests/fresh_programs.py --programs 500 --seed 0`` runs a campaign.
 """
@@ -145,6 +146,15 @@ def OPLOG_PASS(*args, **kwargs):
     with OpLog():
         return PASS(*args, **kwargs)
 
+def registering(tag, target, hook):  # a node hook that registers ``hook`` on ``target`` the first time it runs
+    todo = [hook]
+    def node_hook(*grads):
+        LOG.append((tag, clone(grads[0])))
+        while todo:
+            target.register_hook(todo.pop())
+        LOG.append((tag + " out", clone(grads[0])))
+    return node_hook
+
 def DSQ(g, fallback):  # a loss made of a gradient (double backward); the first loss where it has no graph
     return (g * g).sum() if g is not None and g.requires_grad else fallback
 '''
@@ -163,11 +173,14 @@ PARAMETRIZED = {
 class FreshGenerator(programs.Generator):
     """``programs.Generator``'s program with the kinds above mixed in (float32 mostly, some float64)."""
 
-    def __init__(self, seed: int, dtype: str | None = None, more: bool = False) -> None:
+    def __init__(self, seed: int, dtype: str | None = None, more: bool = False, late: bool = False) -> None:
         dtype = dtype or random.Random(seed * 7919 + 83).choice(["float32"] * 5 + ["float64"])
         super().__init__(seed, dtype, more)
         self.fresh = random.Random(seed * 7919 + 97)
         self.wrapper = random.Random(seed * 7919 + 101)
+        # node hooks that register hooks during the pass: only with late=True (--late), so that every seed without it
+        # makes the program it always made
+        self.registers = random.Random(seed * 7919 + 103) if late else None
         self.plin = False
 
     def generate(self) -> Program:
@@ -212,6 +225,23 @@ class FreshGenerator(programs.Generator):
         if self.fresh.random() < 0.45 and self.fresh_op():
             return
         super().op()
+        if self.registers is not None and self.registers.random() < 0.15:
+            self.node_registers()
+
+    def node_registers(self) -> None:
+        """A node pre- or post-hook (of the node that made a tensor, or of a leaf's AccumulateGrad) that registers a
+        hook, in C or Python, on that tensor or another the first time it runs (drawn from a stream of its own)."""
+        draw = self.registers
+        a, _ = draw.choice(self.tensors)
+        target = draw.choice([a, a, draw.choice(self.tensors)[0]])
+        node = f"torch.autograd.graph.get_gradient_edge({a}).node" if self.is_leaf(a) else f"{a}.grad_fn"
+        tag = f"h{self.hooks}"
+        self.hooks += 1
+        hook = draw.choice([f"CHOOK({tag + 'a'!r}, {draw.choice(['neg', 'append'])!r})",
+                            f"make_hook({tag + 'a'!r}, {draw.choice(['observe', 'scale'])!r})"])
+        method = draw.choice(["register_prehook", "register_hook"])
+        self.lines.append(f"{tag}_handle = REG({node}, {method!r}, registering({tag!r}, {target}, {hook}))")
+        self.handles.append(f"{tag}_handle")
 
     def fresh_op(self) -> bool:
         """One of this generator's kinds; False when the tensor drawn does not fit it."""
@@ -312,8 +342,8 @@ NOTHING = {"register_full_backward_hook": "lambda module, grad_input, grad_outpu
            "register_full_backward_pre_hook": "lambda module, grad_output: None"}
 
 
-def check(seed: int) -> tuple[Program, list[str]]:
-    program = FreshGenerator(seed).generate()
+def check(seed: int, late: bool = False) -> tuple[Program, list[str]]:
+    program = FreshGenerator(seed, late=late).generate()
     return program, compare(program)
 
 
@@ -329,11 +359,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--programs", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--show", type=int, default=10, help="failures printed in full")
+    parser.add_argument("--late", action="store_true", help="also node hooks that register hooks during the pass")
     options = parser.parse_args(argv)
     failures = 0
     for seed in range(options.seed, options.seed + options.programs):
         try:
-            program, problems = check(seed)
+            program, problems = check(seed, options.late)
         except Exception:  # noqa: BLE001
             print(f"seed {seed}: the checker failed\n{traceback.format_exc()}", flush=True)
             failures += 1
