@@ -117,8 +117,7 @@ def inventory(observer: Any) -> tuple[InventoryEntry, ...]:
 def _legacy_hooks_in_graph(observer: Any, module: Any) -> bool:
     """Whether a backward function of this graph carries ``module``'s legacy backward hooks: torch registers each
     on the ``grad_fn`` of the module's output, wrapped with a weak reference to the module."""
-    for post_ref in observer.post_refs:  # the dict of the lens's own post-hook on each node
-        hooks = post_ref()
+    for hooks in observer.post_hooks:  # the dict of the lens's own post-hook on each node
         for hook in (hooks or {}).values():
             owner = getattr(hook, "module", None)
             if getattr(hook, "with_module", False) and callable(owner) and owner() is module:

@@ -72,8 +72,7 @@ def _post_dicts(observer: Any) -> dict[int, int]:
     """id(post-hook dict) -> id(node), for every node the lens observes (its own post-hook's dict), once per pass."""
     if observer.post_dicts is None:
         observer.post_dicts = {}
-        for fn, post_ref in zip(observer.shape.nodes, observer.post_refs):
-            hooks = post_ref()
+        for fn, hooks in zip(observer.shape.nodes, observer.post_hooks):
             if hooks is not None:
                 observer.post_dicts[id(hooks)] = id(fn)
     return observer.post_dicts

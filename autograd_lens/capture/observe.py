@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from ..compat import other_profiler
+from .attach import attach, detach
 from .calls import HookCalls
 from .ending import PassEnd
 from ..model import Value
@@ -86,8 +87,9 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         self.in_engine = False
         self.wrapper: Wrapper | None = None
         self.profiling = False
-        self.handles: list[Any] = []  # the lens's pre-hooks (leafstate.watch); its post-hooks: post_refs, post_keys
-        self.post_refs, self.post_keys = [], []  # per node: weak ref to its post-hook dict, key of the lens's hook
+        self.handles: list[Any] = []  # the lens's pre-hooks (leafstate.watch); its post-hooks: post_hooks, own_key
+        self.post_hooks: list = []  # per node of shape.nodes: its post-hook dict, where the lens's hook is (attach.py)
+        self.own_key = object()  # the key of the lens's hook in those dicts
         self.notes: list[str] = []
         self.broken = False
         self.bytes_held = 0  # bytes of kept values, this Lens's earlier passes' included (memory_budget is per Lens)
@@ -151,9 +153,8 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
     # ------------------------------------------------------------------ set-up / tear-down
     def start(self) -> None:
         observe = self._on_node
-        handles = [fn.register_hook(observe) for fn in self.shape.nodes]
-        self.post_refs, self.post_keys = [h.hooks_dict_ref for h in handles], [h.id for h in handles]
-        self._read_node_hooks(observe)
+        self.post_hooks, pre_hooks = attach(self.shape.nodes, observe, self.own_key)
+        self._read_node_hooks(observe, pre_hooks)
         made = self.made_by_hooked
         for fn in self.shape.nodes:  # torch.compile traces hooks registered in its forward into its backward
             if type(fn).__name__ == "CompiledFunctionBackward":
@@ -208,20 +209,14 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
             self.note(f"hook calls not attributed: another profiler ({profiler}) is active, so only the backward "
                       "functions were recorded")
 
-    def _read_node_hooks(self, observe: Any) -> None:
+    def _read_node_hooks(self, observe: Any, pre_hooks: list) -> None:
         """Each node's own pre- and post-hooks, in registration order, from the hook dicts torch keeps on the
-        node: the handle of the lens's post-hook points to the post-hook dict, and a pre-hook registered and
-        removed at once to the pre-hook dict (``grad_fn.register_prehook`` / ``register_hook`` of the user)."""
-        probe = _no_hook
-        for fn, post_ref in zip(self.shape.nodes, self.post_refs):
-            posts = post_ref()
+        node (``grad_fn.register_prehook`` / ``register_hook`` of the user), as ``attach`` found them."""
+        for fn, posts, pres in zip(self.shape.nodes, self.post_hooks, pre_hooks):
             # usually the lens's own hook alone: nothing to go through
             post = tuple(hook for hook in posts.values() if hook is not observe and _users(hook)) \
                 if posts and len(posts) > 1 else ()
-            probe_handle = fn.register_prehook(probe)
-            pres = probe_handle.hooks_dict_ref()
-            del pres[probe_handle.id]  # what probe_handle.remove() does for a node's pre-hook, without its call
-            pre = tuple(hook for hook in pres.values() if hook is not probe and _users(hook)) if pres else ()
+            pre = tuple(hook for hook in pres.values() if _users(hook)) if pres else ()
             if pre or post:
                 self.node_hooks[id(fn)] = (pre, post)
                 self.hook_dicts[id(fn)] = (pres, posts)  # read again when hooks in C are placed
@@ -241,10 +236,8 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
             sys.setprofile(None)
         self.profiling = False
         restore_late_hooks(self)
-        for post_ref, key in zip(self.post_refs, self.post_keys):  # RemovableHandle.remove, without the handle
-            if (posts := post_ref()) is not None and key in posts:
-                del posts[key]
-        self.post_refs, self.post_keys = [], []
+        detach(self.post_hooks, self.own_key)
+        self.post_hooks = []
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
@@ -394,7 +387,3 @@ def _users(hook: Any) -> bool:
 def _not_nested() -> bool:
     return False
 
-
-def _no_hook(grad_outputs: Any) -> None:
-    """Registered for an instant on each node to reach its pre-hook dict; never called."""
-    return None

@@ -97,8 +97,11 @@ def run_node(fn: Any, grads: list[Any]) -> tuple[Any, ...] | Unknown:
         return _run(fn, grads)
 
 
-def _run(fn: Any, grads: list[Any]) -> tuple[Any, ...] | Unknown:
-    """``run_node`` for a caller that has grad mode off and the lens's work hidden already (``Unhooked.on_node``)."""
+def _run(fn: Any, grads: list[Any], nexts: tuple | None = None,
+         metadata: dict | None = None) -> tuple[Any, ...] | Unknown:
+    """``run_node`` for a caller that has grad mode off and the lens's work hidden already (``Unhooked.on_node``);
+    ``nexts``: ``fn.next_functions`` read already, ``metadata``: id(node) -> its ``_input_metadata`` read already
+    (added to as read)."""
     if isinstance(fn, _PYTHON_NODE):
         if type(fn).__name__ not in _IDENTITY_NODES:
             return Unknown(f"{fn.name()}'s backward is Python code (a custom autograd.Function or torch's own, "
@@ -119,7 +122,7 @@ def _run(fn: Any, grads: list[Any]) -> tuple[Any, ...] | Unknown:
             return Unknown(f"{fn.name()} could not be run again ({type(problem).__name__}: {problem})")
     outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
     try:
-        return _reduce(fn, outputs)
+        return _reduce(fn, outputs, nexts, metadata)
     except Exception as problem:
         return Unknown(f"the result of {fn.name()} could not be reduced to its inputs' shapes ({problem})")
 
@@ -162,16 +165,24 @@ def _dispatching(fn: Any) -> bool:
     return False
 
 
-def _reduce(fn: Any, outputs: tuple[Any, ...]) -> tuple[Any, ...]:
+def _reduce(fn: Any, outputs: tuple[Any, ...], nexts: tuple | None = None,
+            known: dict | None = None) -> tuple[Any, ...]:
     """The engine's ``validate_outputs``: sum broadcast dimensions away and convert the dtype (called with grad
-    mode off and the lens's work hidden, by ``run_node``)."""
+    mode off and the lens's work hidden, by ``run_node``).  torch builds ``next_functions`` and ``_input_metadata``
+    anew at each read (a node's never change): ``nexts`` and ``known`` (id(node) -> metadata) when read already."""
     reduced = []
-    for slot, (next_fn, output_nr) in enumerate(fn.next_functions):
+    for slot, (next_fn, output_nr) in enumerate(fn.next_functions if nexts is None else nexts):
         value = outputs[slot] if slot < len(outputs) else None
         if next_fn is None or not isinstance(value, torch.Tensor):
             reduced.append(None)
             continue
-        metadata = next_fn._input_metadata[output_nr]
+        if known is None:
+            metadata = next_fn._input_metadata[output_nr]
+        else:
+            all_metadata = known.get(id(next_fn))
+            if all_metadata is None:
+                all_metadata = known[id(next_fn)] = tuple(next_fn._input_metadata)
+            metadata = all_metadata[output_nr]
         shape = tuple(metadata.shape)
         if tuple(value.shape) != shape:
             value = value.sum_to_size(shape)
@@ -200,6 +211,8 @@ class Unhooked:
         self.out: dict[int, tuple | Unknown] = {}  # id(fn) -> what a diverged node would have sent
         self.leaf: dict[int, Any] = {}  # id(AccumulateGrad) -> what it would have added (diverged leaves)
         self.forced: dict[int, Unknown] = {}  # id(fn) -> why what it would have sent is not known
+        self.nexts: dict[int, tuple] | None = None  # id(fn) -> next_functions (Structure.next_of), once a node diverged
+        self.metadata: dict[int, tuple] = {}  # id(node) -> its _input_metadata, as read for _reduce
 
     def activate(self, edited_in_place: bool, seen: bool = False) -> None:
         """A hook changed a gradient (``edited_in_place``: by editing the tensor it received, or it may have; ``seen``:
@@ -257,10 +270,16 @@ class Unhooked:
             self.out[id(fn)] = unknown
         else:
             large = next((value for value in unhooked if isinstance(value, TensorSummary)), None)
-            self.out[id(fn)] = Unknown(_too_large(large)) if large is not None else Unknown(
-                f"{fn.name()} computes otherwise with create_graph=True (a formula that can be differentiated again), "
-                "and the lens runs it again without a graph") if graph_mode and fn.name() in _GRAD_MODE_FORMULAS \
-                else _run(fn, unhooked)
+            if large is not None:
+                self.out[id(fn)] = Unknown(_too_large(large))
+            elif graph_mode and fn.name() in _GRAD_MODE_FORMULAS:
+                self.out[id(fn)] = Unknown(
+                    f"{fn.name()} computes otherwise with create_graph=True (a formula that can be differentiated "
+                    "again), and the lens runs it again without a graph")
+            else:
+                if self.nexts is None:
+                    self.nexts = self.observer.shape.next_of()
+                self.out[id(fn)] = _run(fn, unhooked, self.nexts.get(id(fn)), self.metadata)
 
     def input_of(self, fn: Any, output_nr: int, hooked: bool = False) -> Any:
         """What output ``output_nr`` of ``fn`` would have received with no hook anywhere; ``hooked``: what
