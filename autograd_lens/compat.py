@@ -135,3 +135,77 @@ def _owner(function: object) -> str:
         else type(function)
     name = f"{getattr(named, '__module__', '?')}.{getattr(named, '__qualname__', '?')}"
     return "torch.profiler with_stack=True" if name == "builtins.TraceContext" else name  # torch's C type
+
+
+_SKIPPED_BY_DYNAMO: dict = {}  # names of the lens's modules whose code torch.compile is told to run as written
+RUN_ALONE: list = []  # code of the lens's hooks and profile function: all they call runs as written (no user code)
+
+
+def skipped_by_dynamo() -> None:
+    """Tell ``torch.compile`` to run the lens's own code as written, once ``torch._dynamo`` is imported.
+
+    While compiled code runs (a compiled training step that calls ``backward()``, a compiled module's forward, or its
+    recompute by reentrant checkpointing inside backward), dynamo compiles every Python frame that starts there: the
+    lens's profile function, its node hooks, its records' dataclass methods and its wrapper of ``Tensor.register_hook``
+    run there too.  Compiled, ``late.tensor_registered`` took another branch than as written, a record's ``__init__``
+    failed inside the lens's dispatch guard, dynamo warned about what it could not trace and counted the frames
+    towards the user's recompile limits.  Each code object of the lens's modules (functions, methods, the methods
+    dataclasses generate, code nested in them) is marked to be skipped by dynamo (``torch._dynamo.skip_code``'s
+    strategy, for that frame only: the user's hooks the lens calls are compiled or not as without the lens), and
+    the lens's directory is put on dynamo's skip list.  Imports nothing: a program that never uses ``torch.compile``
+    never imports dynamo; modules of the lens imported later are marked at the next pass."""
+    trace_rules = sys.modules.get("torch._dynamo.trace_rules")
+    if trace_rules is None or len(_SKIPPED_BY_DYNAMO) == sum(1 for name in sys.modules if name.startswith(_PACKAGE)):
+        return
+    try:
+        frames = sys.modules["torch._C._dynamo"].eval_frame
+        strategy = frames._FrameExecStrategy(frames._FrameAction.SKIP, frames._FrameAction.DEFAULT)
+        alone = frames._FrameExecStrategy(frames._FrameAction.SKIP, frames._FrameAction.SKIP)
+    except Exception:  # another torch: the skip list alone
+        strategy = alone = None
+    if not _SKIPPED_BY_DYNAMO:
+        try:
+            trace_rules.add(_PACKAGE)
+        except Exception:  # another torch: the marks alone
+            pass
+    seen: set = set()
+    for name, module in list(sys.modules.items()):
+        if name.startswith(_PACKAGE) and name not in _SKIPPED_BY_DYNAMO:
+            _SKIPPED_BY_DYNAMO[name] = True
+            if strategy is not None:
+                for code in _codes(vars(module).values(), name, seen):
+                    try:
+                        frames.set_code_exec_strategy(code, strategy)
+                    except Exception:  # a code object it refuses: the skip list covers its file
+                        pass
+    for code in RUN_ALONE if alone is not None else ():  # and what they call (torch's, the standard library's)
+        try:
+            frames.set_code_exec_strategy(code, alone)
+        except Exception:
+            pass
+
+
+_PACKAGE = __name__.split(".")[0]
+
+
+def _codes(values, module: str, seen: set):
+    """Code objects defined in ``module``: its functions and classes (methods, properties, generated dataclass
+    methods) and the code nested in them (lambdas, comprehensions, inner functions)."""
+    stack = list(values)
+    while stack:
+        value = stack.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, (staticmethod, classmethod)):
+            stack.append(value.__func__)
+        elif isinstance(value, property):
+            stack += [value.fget, value.fset, value.fdel]
+        elif isinstance(value, type):
+            if value.__module__ == module:
+                stack += list(vars(value).values())
+        elif hasattr(value, "__code__") and getattr(value, "__module__", None) == module:
+            stack.append(value.__code__)
+        elif type(value).__name__ == "code":
+            yield value
+            stack += [const for const in value.co_consts if type(const).__name__ == "code"]

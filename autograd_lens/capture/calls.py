@@ -12,9 +12,9 @@ from typing import Any
 import torch
 
 from ..model import values_equal
-from .hooks import (ENGINE_CODE, TORCH_DIR, Wrapper, code_of, engine_call_args, function_name, may_edit_in_place,
-                    module_hook_kind, multi_grad_received, runs_in, shown_name, user_function, wrapper_family,
-                    wrapper_module, wrapper_state)
+from .hooks import (ENGINE_CODE, TORCH_DIR, Wrapper, code_of, engine_call_args, frame_code, function_name,
+                    may_edit_in_place, module_hook_kind, multi_grad_received, runs_in, shown_name, user_function,
+                    wrapper_family, wrapper_module, wrapper_state)
 from .late import LATE_CODE, REGISTER_CODE, dict_is_new, registered as late_registered, tensor_registered
 from .livecheck import live_change, marks, post_accumulate_marks, summarised
 from .nested import NestedCalls, grads_written
@@ -164,12 +164,12 @@ class HookCalls(NestedCalls):
             module = None
             context = None
             if wrapper is None and not candidates and _not_a_gradient_hook(args):
-                if frame.f_code.co_filename.endswith(_WEAKREF_FILES):
+                if frame_code(frame).co_filename.endswith(_WEAKREF_FILES):
                     pass  # a weak dictionary dropping a key whose object was freed (checkpointing's): no gradient
-                elif _run_by_collector(frame.f_code):  # Python's garbage collector, not torch, called it here
+                elif _run_by_collector(frame_code(frame)):  # Python's garbage collector, not torch, called it here
                     self.unhooked.activate(edited_in_place=True)
                 else:
-                    self._foreign(function_name(function, frame.f_code))
+                    self._foreign(function_name(function, frame_code(frame)))
                 return
             if wrapper is None:
                 first = args[0] if args else None
@@ -195,7 +195,7 @@ class HookCalls(NestedCalls):
             node = _current_node()
             key = None
             if function is None and kind in ("node", "node_pre") and node is not None:
-                function, key = self._node_hook_function(node, kind == "node_pre", frame.f_code)
+                function, key = self._node_hook_function(node, kind == "node_pre", frame_code(frame))
             if kind in ("post_accumulate_grad", "node") and node is not None and id(node) in self.shape.leaves \
                     and id(node) not in self.written:
                 # user code is about to run after AccumulateGrad wrote .grad: keep the value it wrote
@@ -207,7 +207,7 @@ class HookCalls(NestedCalls):
             else:
                 grad_in = snapshot_all(received, limit)
             self.current = HookRecord(
-                code=frame.f_code,
+                code=frame_code(frame),
                 function=function,
                 kind=kind,
                 received=received,
@@ -302,7 +302,7 @@ class HookCalls(NestedCalls):
         share a code object; their cells tell them apart (objects of one class their ``self``, partials their bound
         arguments: ``hooks.runs_in``)."""
         found = []
-        for known in self.known_hooks.get(frame.f_code, ()):
+        for known in self.known_hooks.get(frame_code(frame), ()):
             if function is not None:
                 if known.function is function:
                     found.append(known)

@@ -200,9 +200,9 @@ class PassEnd:
                       f"the .grad of {', '.join(self.nested_written)}: not steps of this pass")
         if self.foreign_calls:
             self.note(f"Python code that is not a gradient hook ran during this pass, called by torch's C++ side "
-                      f"({', '.join(self.foreign_calls)}: e.g. a DistributedDataParallel communication hook, or a "
-                      "callback queued on the engine); it is not a step, and what it changed (DDP writes .grad after "
-                      "its all-reduce) is not attributed to it")
+                      f"({', '.join(self.foreign_calls)}: e.g. torch.compile compiling a hook as it is first called, "
+                      "a DistributedDataParallel communication hook, or a callback queued on the engine); it is not a "
+                      "step, and what it changed (DDP writes .grad after its all-reduce) is not attributed to it")
         for call in self.pending:
             if call.target is None and call.node_fn is None:
                 self.place(call, None, ())

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import sys
 import weakref
 from dataclasses import dataclass
 from types import CodeType, FrameType
@@ -100,6 +101,20 @@ def multi_grad_received(wrapper: "Wrapper", args: list[Any]) -> Any:
     return tuple(first) if isinstance(first, (tuple, list)) else first
 
 
+def frame_code(frame: FrameType) -> Any:
+    """The code ``frame`` runs, as the user wrote it: ``torch.compile`` runs a function it compiled when called (a
+    hook called by a backward() inside compiled code) as a new code object, which dynamo maps back to the original
+    (``torch._dynamo.utils.orig_code_map``; a program that never compiles never imports it)."""
+    code = frame.f_code
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    if dynamo is not None:
+        try:
+            return dynamo.orig_code_map.get(code, code)
+        except Exception:  # another torch: as it runs
+            pass
+    return code
+
+
 def user_function(frame: FrameType, wrapper: Wrapper | None) -> Any:
     """The user's function a torch wrapper is calling in ``frame``, or ``None``.
 
@@ -118,7 +133,7 @@ def user_function(frame: FrameType, wrapper: Wrapper | None) -> Any:
     else:
         candidates = []
     for candidate in candidates:
-        if candidate is not None and code_of(candidate) is frame.f_code:
+        if candidate is not None and code_of(candidate) is frame_code(frame):
             return candidate
     return None
 

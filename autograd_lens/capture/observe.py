@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from ..compat import other_profiler
+from ..compat import RUN_ALONE, other_profiler
 from .attach import attach, detach
 from .calls import HookCalls
 from .ending import PassEnd
@@ -387,3 +387,7 @@ def _users(hook: Any) -> bool:
 def _not_nested() -> bool:
     return False
 
+
+# torch.compile runs these as written, and all they call (compat.skipped_by_dynamo): no user code runs inside them
+RUN_ALONE.extend(function.__code__ for function in (PassObserver._on_node, PassObserver._before_write,
+                                                     PassObserver._profile, PassObserver.start, PassObserver.stop))

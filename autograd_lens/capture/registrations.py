@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..compat import RUN_ALONE, skipped_by_dynamo  # noqa: F401  (tracer.py adds to RUN_ALONE)
 from .counting import _sequence_nr
 from .hooks import remember_name, runs_python
 
@@ -28,6 +29,7 @@ _INSTALLED: list = []  # (original, wrapper) while a Lens watches registrations
 def install(dicts: dict, thread: int) -> None:
     """Watch ``Tensor.register_hook`` on ``thread``, writing into ``dicts`` (a ``HookCounter.dicts``), and remember
     the Python hooks shown by another name than their code's (``hooks.remember_name``)."""
+    skipped_by_dynamo()
     original = torch.Tensor.register_hook
     attached = _Attached()  # id(hook dict) -> (its weak reference, its key in dicts), when seen created
 

@@ -110,9 +110,8 @@ class Lens(LensViews, DeferredPasses):
         self._original: Any = None
         self._thread: int | None = None
         self._recording = False
-        self._nested = 0
+        self._nested, self._warned = 0, False
         self._untraced: dict[str, int] = {}  # passes left alone, by kind (entry.UNTRACED): said in ``notes``
-        self._warned = False
         self._notes: list[Note] = []  # classic mistakes seen outside any pass's record
         self._showwarning: Any = None
         self._hooks_before: set | None = None  # module hooks that existed when the block started
@@ -239,6 +238,7 @@ class Lens(LensViews, DeferredPasses):
             self._left_alone(untraceable)
             return original(t_outputs, *args, **kwargs)
         failure: Exception | None = None
+        registrations.skipped_by_dynamo()  # (torch.compile imported since the Lens started)
         try:
             collecting = _pause_collector()
             try:
@@ -258,7 +258,7 @@ class Lens(LensViews, DeferredPasses):
             collecting = _pause_collector()
             try:
                 with torch._C.DisableTorchFunction():  # its reads of subclass tensors call no __torch_function__
-                    # which leaves' .grad code wrote since their last pass (before this pass writes any)
+                    # which leaves' .grad code wrote since their last pass (before this pass writes any):
                     observer.touched = {key: touched(entry) for key, entry in self._history.items()}
                     observer.pass_marks = pass_marks(self._history)  # (leafstate.changed_off_graph reads them)
                     observer.made_by_hooked = self._ledger.made_by_hooked
@@ -397,3 +397,4 @@ class Lens(LensViews, DeferredPasses):
 
 
 lens_frame(Lens._run.__code__)
+registrations.RUN_ALONE.extend(code.__code__ for code in (Lens._observer, Lens._finish, Lens._say, Lens._count))
