@@ -138,6 +138,7 @@ def _owner(function: object) -> str:
 
 
 _SKIPPED_BY_DYNAMO: dict = {}  # names of the lens's modules whose code torch.compile is told to run as written
+_MODULES_SEEN = [0]  # len(sys.modules) when the lens's modules were last marked
 RUN_ALONE: list = []  # code of the lens's hooks and profile function: all they call runs as written (no user code)
 
 
@@ -154,9 +155,12 @@ def skipped_by_dynamo() -> None:
     strategy, for that frame only: the user's hooks the lens calls are compiled or not as without the lens), and
     the lens's directory is put on dynamo's skip list.  Imports nothing: a program that never uses ``torch.compile``
     never imports dynamo; modules of the lens imported later are marked at the next pass."""
-    trace_rules = sys.modules.get("torch._dynamo.trace_rules")
-    if trace_rules is None or len(_SKIPPED_BY_DYNAMO) == sum(1 for name in sys.modules if name.startswith(_PACKAGE)):
+    if len(sys.modules) == _MODULES_SEEN[0]:  # no module imported since the last look: nothing new to mark
         return
+    trace_rules = sys.modules.get("torch._dynamo.trace_rules")
+    if trace_rules is None:
+        return
+    _MODULES_SEEN[0] = len(sys.modules)
     try:
         frames = sys.modules["torch._C._dynamo"].eval_frame
         strategy = frames._FrameExecStrategy(frames._FrameAction.SKIP, frames._FrameAction.DEFAULT)
