@@ -300,7 +300,7 @@ class NodeRecorder(UnexplainedChanges):
         if c_hooks:
             # a backward run inside this node (reentrant checkpointing) may have edited what arrived, in place, after
             # the hooks before it ran: what they passed on is then not what the node holds now
-            before = arrange_before(self, fn, before, NOT_KEPT * len(arrived) if nested else arrived)
+            before = arrange_before(self, fn, before, NOT_KEPT * len(arrived) if nested else arrived, then=after)
         if not self.hooks_hidden:
             before += self._unexplained(fn, before, arrived, grad_outputs)
         if c_hooks:

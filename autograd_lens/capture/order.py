@@ -41,12 +41,13 @@ def unseen_call(function: Any, kind: str, target: str | None, fn: Any, output_nr
 
 
 def arrange_before(observer: "PassObserver", fn: Any, before: list["HookRecord"],
-                   arrived: tuple | None, captured: dict | None = None) -> list["HookRecord"]:
+                   arrived: tuple | None, captured: dict | None = None, then: list | tuple = ()) -> list["HookRecord"]:
     """The calls that ran before ``fn``'s backward (tensor hooks of its outputs, then its pre-hooks), with the
     hooks written in C put in their places and given the values around them where those are known.
     ``arrived``: what the node received after them all (None: not known, the node never ran).  ``captured``:
     the node is an input of ``autograd.grad`` (it does not run, nor do its pre-hooks): output -> what grad
-    returned for it."""
+    returned for it.  ``then``: the calls recorded after the node (a module's full backward (pre-)hooks, which
+    torch runs in a pre-hook of the node at the module's boundary, after every tensor hook of its outputs)."""
     if id(fn) not in observer.c_nodes and arrived is not None:
         return before  # no hook in C here: the calls seen are all there were, in firing order
     for call in before:  # a multi-grad hook on a tensor with no name: its place, if that tensor's dict is known
@@ -91,9 +92,13 @@ def arrange_before(observer: "PassObserver", fn: Any, before: list["HookRecord"]
     pre_functions = observer.node_hooks.get(id(fn), ((), ()))[0] if captured is None else ()
     pre_functions = _still_there(observer, fn, pre_functions, pre_calls, pre=True)
     pre = _merge_node_hooks(pre_calls, pre_functions, "node_pre", fn)
-    # what reached the pre-hooks: the first pre-hook's record, or (no pre-hook) what the node received
-    if not pre:
-        after_tensor_hooks: Any = arrived
+    # what reached the pre-hooks: the first pre-hook's record, or (no pre-hook) what the node received; a module's
+    # hook at this boundary that edits in place changes what the node received after the tensor hooks passed it on
+    boundary = next((call for call in then if "module_full" in call.kind and call.node_fn is fn), None)
+    if not pre and boundary is not None and not boundary.unseen and isinstance(boundary.grad_in, tuple):
+        after_tensor_hooks: Any = boundary.grad_in
+    elif not pre:
+        after_tensor_hooks = arrived
     elif not pre[0].unseen and isinstance(pre[0].grad_in, tuple):
         after_tensor_hooks = pre[0].grad_in
     else:
