@@ -40,7 +40,7 @@ def live_recorders():
     from autograd_lens.capture.observe import PassObserver
 
     gc.collect()
-    return [obj for obj in gc.get_objects() if type(obj) is PassObserver and (obj.handles or obj.post_keys)]
+    return [obj for obj in gc.get_objects() if type(obj) is PassObserver and (obj.handles or obj.post_hooks)]
 
 
 def two_branch_lens():
