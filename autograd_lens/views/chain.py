@@ -16,6 +16,7 @@ come from the saved values of the same names.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..format import format_value
@@ -37,13 +38,15 @@ def constants_of(event: NodeRun, graph: Graph) -> dict[str, str]:
     return found
 
 
-def operands(event: NodeRun, graph: Graph) -> list[str]:
+def operands(event: NodeRun, graph: Graph, targets: list[str] | None = None,
+             constants: dict[str, str] | None = None) -> list[str]:
     """Names of the op's inputs in order; an input that needs no gradient is the number the backward
-    function saved for it (``y * 3`` → ``["y", "3"]``), or says what it is."""
+    function saved for it (``y * 3`` → ``["y", "3"]``), or says what it is.  ``targets`` (:func:`card_targets`)
+    and ``constants`` (:func:`constants_of`): when the caller has them already."""
     rule = RULES.get(event.name)
-    constants = constants_of(event, graph)
+    constants = constants_of(event, graph) if constants is None else constants
     names = []
-    for slot, target in enumerate(card_targets(event, graph)):
+    for slot, target in enumerate(card_targets(event, graph) if targets is None else targets):
         if target != _NO_GRAD:
             names.append(target)
             continue
@@ -76,8 +79,10 @@ def _ratio(sent: Any, received: Any, limit: int) -> Any:
     and not 0 (inf ÷ inf, or anything ÷ 0, says nothing of the factor)."""
     if not _tensor(sent) or not _tensor(received):
         return None
-    if sent.shape != received.shape or sent.numel() > limit or bool((received == 0).any()) \
-            or not bool(received.isfinite().all()):
+    if sent.shape != received.shape or sent.numel() > limit:
+        return None
+    # at most ``limit`` numbers: read once as Python floats (cheaper than a torch op per check)
+    if not all(number != 0 and math.isfinite(number) for number in received.detach().reshape(-1).tolist()):
         return None
     return sent / received
 
@@ -140,8 +145,7 @@ def _factor_keys(constants: dict[str, str], saved_known: bool) -> dict[str, str]
     return keys
 
 
-def _keys(event: NodeRun, graph: Graph, rule: Rule, names: list[str]) -> dict[str, str]:
-    constants = constants_of(event, graph)
+def _keys(event: NodeRun, graph: Graph, rule: Rule, names: list[str], constants: dict[str, str]) -> dict[str, str]:
     keys = {arg: "a number" for arg in ("self", "other", "exponent", "tensor", "mat", "mat1", "mat2", "vec")}
     keys.update({arg: value for arg, value in constants.items()})  # numbers the op was called with
     keys.update({arg: names[slot] for slot, arg in enumerate(rule.args) if slot < len(names)})
@@ -162,12 +166,14 @@ def _shape_text(value: Any) -> str:
     return str(list(shape)) if shape is not None else "its input's shape"
 
 
-def chain_rule(event: NodeRun, graph: Graph, limit: int = 16, computed: tuple | None | bool = True) -> list[str]:
+def chain_rule(event: NodeRun, graph: Graph, limit: int = 16, computed: tuple | None | bool = True,
+               inputs: list[Any] | None = None, targets: list[str] | None = None) -> list[str]:
     """Plain-text lines explaining the local step of this backward function.  ``g`` is the gradient
     the node received (that of its output); every line says what one input receives.
 
     ``computed``: what the backward function itself produced per input, when hooks on the node changed it
-    afterwards (``True``: nothing changed it, it is ``event.grad_out``; ``None``: not known)."""
+    afterwards (``True``: nothing changed it, it is ``event.grad_out``; ``None``: not known).  ``inputs``
+    (:func:`input_keys`) and ``targets`` (:func:`card_targets` of those): when the caller has them already."""
     rule = RULES.get(event.name)
     if rule is None:
         return [f"This card has no hand-written formula for {event.name}: what it sends is what its backward "
@@ -179,8 +185,11 @@ def chain_rule(event: NodeRun, graph: Graph, limit: int = 16, computed: tuple | 
                 "there follow its convention for complex numbers (for an op that is holomorphic in an input, g × "
                 "conj(the derivative)), which this card's real-valued formulas do not show; what it sends is what "
                 "its backward computed."]
-    names = operands(event, graph)
-    keys = _keys(event, graph, rule, names)
+    inputs = input_keys(event, graph) if inputs is None else inputs
+    targets = card_targets(event, graph, inputs) if targets is None else targets
+    constants = constants_of(event, graph)
+    names = operands(event, graph, targets, constants)
+    keys = _keys(event, graph, rule, names, constants)
     reduced = graph.node(event.node).reduced if event.node and rule.family == "reduction" else None
     lines = [f"Chain rule: {rule.expression.format(**keys)}."]
     received = event.grad_in[0] if event.grad_in else None
@@ -188,8 +197,6 @@ def chain_rule(event: NodeRun, graph: Graph, limit: int = 16, computed: tuple | 
         lines.append(f"g is the gradient of {keys['out']}; each input receives a vector–Jacobian product "
                      "(autograd never builds the Jacobian itself):")
     parts: dict[Any, list[Any]] = {}
-    inputs = input_keys(event, graph)
-    targets = card_targets(event, graph)
     for slot, target in enumerate(targets):
         if target == _NO_GRAD or slot >= len(rule.local) or slot >= len(event.grad_out):
             continue

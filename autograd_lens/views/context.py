@@ -120,11 +120,14 @@ class _Pass:
             if not isinstance(event, NodeRun):
                 continue
             following = context.after_node.setdefault(event.step, [])
-            for later in events[position + 1:]:
+            later_position = position + 1  # the hooks right after it, read in place (a slice would copy the rest)
+            while later_position < len(events):
+                later = events[later_position]
                 if not (isinstance(later, HookCall) and later.node == event.node and event.node
                         and later.kind in _AFTER_NODE):
                     break
                 following.append(later)
+                later_position += 1
             for edge_id, value in zip(event.edges, event.grad_out):
                 if edge_id and value is not None:
                     context.arrivals.setdefault(graph.edge(edge_id).src, []).append((event.step, value))

@@ -50,11 +50,12 @@ def output_name(event: NodeRun, graph: Graph) -> str:
     return name
 
 
-def card_targets(event: NodeRun, graph: Graph) -> list[str]:
+def card_targets(event: NodeRun, graph: Graph, keys: list[Any] | None = None) -> list[str]:
     """What a card calls each input of the op: its label, told apart when two different inputs share one
     (``a * b + b * a`` sends to ``mul(a, b)`` and ``mul(b, a)``; when even that does not tell them apart,
-    ``mul₁`` and ``mul₂`` in the order of the op's inputs: :func:`numbered_note` says so on the card)."""
-    keys = input_keys(event, graph)
+    ``mul₁`` and ``mul₂`` in the order of the op's inputs: :func:`numbered_note` says so on the card).
+    ``keys``: the node's :func:`input_keys`, when the caller has them already."""
+    keys = input_keys(event, graph) if keys is None else keys
     names = list(event.targets)
     out = output_name(event, graph)
     for slot, name in enumerate(names):

@@ -209,7 +209,8 @@ def _node_step(index: int, event: NodeRun, context: _Pass, made_by: str = "") ->
     title = f"{event.label} ({event.name}) runs"
     lines = [made_by] if made_by else []
     lines.append(f"It received {received}.")
-    targets = card_targets(event, graph)
+    inputs = input_keys(event, graph)
+    targets = card_targets(event, graph, inputs)
     sends = [
         f"{target} ← {format_value(value)}"
         for target, value in zip(targets, event.grad_out)
@@ -217,8 +218,9 @@ def _node_step(index: int, event: NodeRun, context: _Pass, made_by: str = "") ->
     ]
     if sends:
         lines.append("It sends " + ", ".join(sends) + ".")
-    if numbered_note(event, targets):
-        lines.append(numbered_note(event, targets))
+    numbered = numbered_note(event, targets)
+    if numbered:
+        lines.append(numbered)
     computed = _computed(event, context.after_node.get(event.step, []))
     if event.name == "BackwardHookFunctionBackward":
         rule = []
@@ -231,13 +233,13 @@ def _node_step(index: int, event: NodeRun, context: _Pass, made_by: str = "") ->
                          f"backward hooks that run here changed them: it received {received} and sends "
                          f"{', '.join(format_value(v) for v in event.grad_out)} (see the hook step).")
     else:
-        rule = chain_rule(event, graph, CHAIN_RULE_LIMIT, computed)
+        rule = chain_rule(event, graph, CHAIN_RULE_LIMIT, computed, inputs, targets)
         lines.extend(rule)
     edges = [(edge, format_block(value)) for edge, value in zip(event.edges, event.grad_out) if edge]
     edges += [(edge, format_block(value)) for edge, value in zip(event.in_edges, event.grad_in) if edge]
     done = [event.node] if event.node else []
     done += [edge_dst for edge_dst in _output_tensors(graph, event)]
-    question = _node_question(event, targets, computed, rule or lines[-1:], received, title, input_keys(event, graph))
+    question = _node_question(event, targets, computed, rule or lines[-1:], received, title, inputs)
     return Step(index, "node", event.node, title, lines=tuple(lines), edges=tuple(edges), done=tuple(done),
                 question=question)
 
