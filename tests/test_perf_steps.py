@@ -5,7 +5,9 @@
 * a node's step works out what its card calls the op's inputs (``input_keys``, ``card_targets``) once, and the
   chain rule reuses them;
 * the chain rule's factor (sent ÷ received) is checked on the numbers read once, with no torch op per check, and
-  says what the torch checks said.
+  says what the torch checks said;
+* likewise ``debug.first_nonfinite`` (worked out at the first steps of a pass) on each recorded gradient of a few
+  numbers.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 import torch
 
 import autograd_lens as al
+from autograd_lens.debug import nonfinite
 from autograd_lens.views import chain, operands, steps as steps_module
 from autograd_lens.views.context import _Pass
 from autograd_lens.views.steps import steps_for
@@ -143,3 +146,43 @@ def test_the_factor_check_says_what_the_torch_checks_said(received, dtype):
         assert found.dtype == expected.dtype and torch.equal(found, expected)
     big = torch.ones(17, dtype=dtype)
     assert chain._ratio(big, big, 16) is None and chain._ratio(sent, received.to(torch.int64), 16) is None
+
+
+def test_the_first_nonfinite_step_reads_small_gradients_with_no_torch_op():
+    """``debug.first_nonfinite`` (worked out at the first steps of a pass: the last step marks it) checks each
+    recorded gradient of a few numbers on the numbers read once, not with isfinite().all() per value."""
+    backward_pass, _ = _chain_pass(30)
+    with _Ops() as ops:
+        assert backward_pass.first_nonfinite is None
+    assert "isfinite" not in ops.names and "all" not in ops.names, sorted(set(ops.names))
+    x = torch.tensor([1.0, 0.0], requires_grad=True)
+    with al.Lens() as lens:
+        (x.log() * 2).sum().backward()
+    with _Ops() as ops:
+        found = lens.passes[0].first_nonfinite
+    assert found.name == "LogBackward0" and "isfinite" not in ops.names
+    assert torch.isinf(x.grad).tolist() == [False, True]
+
+
+def _torch_state(value):
+    if not (value.is_floating_point() or value.is_complex()):
+        return nonfinite.FINITE
+    return nonfinite.FINITE if bool(value.isfinite().all()) else nonfinite.NONFINITE
+
+
+_VALUES = [[], 2.0, math.nan, math.inf, -math.inf, -0.0, [1.0, 2.0], [1.0, math.nan], [[1.0, 2.0], [3.0, -math.inf]],
+           [[[1.0], [2.0]], [[3.0], [4.0]]], [[[1.0], [2.0]], [[math.nan], [4.0]]], [[], []], [1.0] * 17,
+           [1.0] * 16 + [math.inf], 1e38]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64,
+                                   torch.int64])
+@pytest.mark.parametrize("numbers", _VALUES, ids=range(len(_VALUES)))
+def test_a_value_read_as_floats_is_as_finite_as_torch_says(numbers, dtype):
+    if dtype == torch.int64 and any(isinstance(n, float) and not math.isfinite(n) for n in
+                                     torch.tensor(numbers, dtype=torch.float64).reshape(-1).tolist()):
+        return  # no such integer tensor
+    value = torch.tensor(numbers, dtype=torch.float64).to(dtype)  # 1e38 is inf in float16
+    assert nonfinite.state(value) == _torch_state(value)
+    assert nonfinite.state((None, value)) == _torch_state(value)
+    assert nonfinite.state(value.requires_grad_(value.is_floating_point() or value.is_complex())) == _torch_state(value)

@@ -19,6 +19,7 @@ FINITE, NONFINITE, UNREADABLE = "finite", "non-finite", "unreadable"
 # hooks that run as post-hooks of a node (torch's module-hook wrappers are post-hooks of the module's boundary
 # nodes): what the node passed on includes what they returned
 _POST_HOOKS = ("node", "module_full", "module_pre", "legacy")
+_READ_AS_FLOATS = 16  # a real tensor of at most this many numbers is checked on its numbers read as floats
 
 
 @dataclass(frozen=True)
@@ -59,9 +60,20 @@ def state(value: Any) -> str:
     try:
         if not (value.is_floating_point() or value.is_complex()):
             return FINITE
+        if value.is_floating_point() and value.numel() <= _READ_AS_FLOATS and str(value.layout) == "torch.strided":
+            # a few real numbers (a pass of scalars: one per node): read once, cheaper than two torch ops
+            return FINITE if all(math.isfinite(number) for number in _flat(value.tolist())) else NONFINITE
         return FINITE if bool(value.isfinite().all()) else NONFINITE
     except Exception:
         return UNREADABLE
+
+
+def _flat(numbers: Any) -> list:
+    """The numbers of ``tensor.tolist()`` (a number, or lists nested as deep as the tensor has dims)."""
+    if not isinstance(numbers, list):
+        return [numbers]
+    return [number for item in numbers for number in _flat(item)] if numbers and isinstance(numbers[0], list) \
+        else numbers
 
 
 def describe(value: Any) -> str:
