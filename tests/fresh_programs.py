@@ -21,7 +21,6 @@ import argparse
 import random
 import re
 import sys
-import traceback
 
 import programs
 from programs import Program
@@ -356,25 +355,10 @@ def report(program: Program, problems: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--programs", type=int, default=500)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--show", type=int, default=10, help="failures printed in full")
+    parser.set_defaults(programs=500)
     parser.add_argument("--late", action="store_true", help="also node hooks that register hooks during the pass")
-    options = parser.parse_args(argv)
-    failures = 0
-    for seed in range(options.seed, options.seed + options.programs):
-        try:
-            program, problems = check(seed, options.late)
-        except Exception:  # noqa: BLE001
-            print(f"seed {seed}: the checker failed\n{traceback.format_exc()}", flush=True)
-            failures += 1
-            continue
-        if problems:
-            failures += 1
-            if failures <= options.show:
-                print(report(program, problems), flush=True)
-    print(f"{options.programs} programs, {failures} with a false statement")
-    return 1 if failures else 0
+    return programs.campaign(parser, argv, lambda seed, options: check(seed, options.late),
+                             lambda program, problems, options: report(program, problems))
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ import math
 import random
 import re
 import sys
-import traceback
 import warnings
 import zlib
 from typing import Any
@@ -847,33 +846,12 @@ def report(program: Program, problems: list[str], cross_check: bool = False) -> 
 def main(argv: list[str] | None = None, generator: Any = None, description: str = "") -> int:
     """A campaign; ``generator``: another generator class (``hf_programs.HFGenerator``), with its own description."""
     parser = argparse.ArgumentParser(description=description or __doc__.splitlines()[0])
-    parser.add_argument("--programs", type=int, default=2000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--show", type=int, default=10, help="failures printed in full (shrunk)")
     parser.add_argument("--cross-check", action="store_true",
                         help="also compare 'hooks switched off' with a run that never registered them")
-    options = parser.parse_args(argv)
     torch.set_num_threads(1)
-    failures = 0
-    classes: dict[str, list[int]] = {}
-    for seed in range(options.seed, options.seed + options.programs):
-        try:
-            program, problems = check(seed, options.cross_check, generator)
-        except Exception:  # noqa: BLE001
-            print(f"seed {seed}: the checker failed\n{traceback.format_exc()}", flush=True)
-            failures += 1
-            continue
-        if problems:
-            failures += 1
-            classes.setdefault(_class_of(problems[0]), []).append(seed)
-            if failures <= options.show:
-                print(report(program, problems, options.cross_check), "\n", flush=True)
-            else:
-                print(f"seed {seed}: {problems[0][:300]}", flush=True)
-    for name, seeds in sorted(classes.items(), key=lambda item: -len(item[1])):
-        print(f"{len(seeds):5d}  {name}  (seeds {seeds[:8]})")
-    print(f"{options.programs} programs, {failures} with a false statement")
-    return 1 if failures else 0
+    return programs.campaign(parser, argv, lambda seed, options: check(seed, options.cross_check, generator),
+                             lambda program, problems, options: report(program, problems, options.cross_check),
+                             classify=_class_of)
 
 
 def _class_of(problem: str) -> str:

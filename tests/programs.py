@@ -969,29 +969,46 @@ def report(program: Program, problems: list[str]) -> str:
             + "\n  -> " + "; ".join(compare(small)[:3]))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--programs", type=int, default=2000)
+def campaign(parser: argparse.ArgumentParser, argv: list[str] | None, check_seed: Any, show: Any,
+             classify: Any = None) -> int:
+    """A campaign from the command line (``--programs N --seed S --show K`` and ``parser``'s own options):
+    ``check_seed(seed, options)`` gives (program, problems), ``show(program, problems, options)`` the text printed
+    in full for each of the first K programs with a false statement (the others: their first problem); with
+    ``classify``, a count of the failures by ``classify(first problem)``.  Returns the exit status."""
+    parser.add_argument("--programs", type=int, default=parser.get_default("programs") or 2000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--show", type=int, default=10, help="failures printed in full")
-    parser.add_argument("--dtype", choices=["float32", "float64", "complex64"],
-                        help="every program's leaves of this dtype (default: float32 mostly, some float64, complex64)")
-    parser.add_argument("--more", action="store_true", help="also the kinds added in 2026-11 (Generator(more=True))")
+    parser.add_argument("--show", type=int, default=10, help="failures printed in full (shrunk)")
     options = parser.parse_args(argv)
     failures = 0
+    classes: dict[str, list[int]] = {}
     for seed in range(options.seed, options.seed + options.programs):
         try:
-            program, problems = check(seed, options.dtype, options.more)
+            program, problems = check_seed(seed, options)
         except Exception:  # noqa: BLE001
-            print(f"seed {seed}: the checker failed\n{traceback.format_exc()}")
+            print(f"seed {seed}: the checker failed\n{traceback.format_exc()}", flush=True)
             failures += 1
             continue
         if problems:
             failures += 1
+            if classify is not None:
+                classes.setdefault(classify(problems[0]), []).append(seed)
             if failures <= options.show:
-                print(report(program, problems), flush=True)
+                print(show(program, problems, options), "\n", flush=True)
+            else:
+                print(f"seed {seed}: {problems[0][:300]}", flush=True)
+    for name, seeds in sorted(classes.items(), key=lambda item: -len(item[1])):
+        print(f"{len(seeds):5d}  {name}  (seeds {seeds[:8]})")
     print(f"{options.programs} programs, {failures} with a false statement")
     return 1 if failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", choices=["float32", "float64", "complex64"],
+                        help="every program's leaves of this dtype (default: float32 mostly, some float64, complex64)")
+    parser.add_argument("--more", action="store_true", help="also the kinds added in 2026-11 (Generator(more=True))")
+    return campaign(parser, argv, lambda seed, options: check(seed, options.dtype, options.more),
+                    lambda program, problems, options: report(program, problems))
 
 
 if __name__ == "__main__":
