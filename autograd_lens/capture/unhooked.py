@@ -100,7 +100,7 @@ def run_node(fn: Any, grads: list[Any]) -> tuple[Any, ...] | Unknown:
 def _run(fn: Any, grads: list[Any], nexts: tuple | None = None,
          metadata: dict | None = None) -> tuple[Any, ...] | Unknown:
     """``run_node`` for a caller that has grad mode off and the lens's work hidden already (``Unhooked.on_node``);
-    ``nexts``: ``fn.next_functions`` read already, ``metadata``: id(node) -> its ``_input_metadata`` read already
+    ``nexts``: ``fn.next_functions`` read already, ``metadata``: what ``_reduce`` read of ``_input_metadata`` already
     (added to as read)."""
     if isinstance(fn, _PYTHON_NODE):
         if type(fn).__name__ not in _IDENTITY_NODES:
@@ -169,25 +169,25 @@ def _reduce(fn: Any, outputs: tuple[Any, ...], nexts: tuple | None = None,
             known: dict | None = None) -> tuple[Any, ...]:
     """The engine's ``validate_outputs``: sum broadcast dimensions away and convert the dtype (called with grad
     mode off and the lens's work hidden, by ``run_node``).  torch builds ``next_functions`` and ``_input_metadata``
-    anew at each read (a node's never change): ``nexts`` and ``known`` (id(node) -> metadata) when read already."""
+    anew at each read (a node's never change): ``nexts`` when read already, and ``known`` ((id(node), input) ->
+    (shape, dtype) of that input's metadata), added to as read."""
     reduced = []
     for slot, (next_fn, output_nr) in enumerate(fn.next_functions if nexts is None else nexts):
         value = outputs[slot] if slot < len(outputs) else None
         if next_fn is None or not isinstance(value, torch.Tensor):
             reduced.append(None)
             continue
-        if known is None:
+        expected = None if known is None else known.get((id(next_fn), output_nr))
+        if expected is None:
             metadata = next_fn._input_metadata[output_nr]
-        else:
-            all_metadata = known.get(id(next_fn))
-            if all_metadata is None:
-                all_metadata = known[id(next_fn)] = tuple(next_fn._input_metadata)
-            metadata = all_metadata[output_nr]
-        shape = tuple(metadata.shape)
-        if tuple(value.shape) != shape:
+            expected = (tuple(metadata.shape), metadata.dtype)
+            if known is not None:
+                known[(id(next_fn), output_nr)] = expected
+        shape, dtype = expected
+        if value.shape != shape:  # (a torch.Size is a tuple)
             value = value.sum_to_size(shape)
-        if value.dtype != metadata.dtype:
-            value = value.to(metadata.dtype)
+        if value.dtype != dtype:
+            value = value.to(dtype)
         reduced.append(value)
     return tuple(reduced)
 
@@ -212,7 +212,7 @@ class Unhooked:
         self.leaf: dict[int, Any] = {}  # id(AccumulateGrad) -> what it would have added (diverged leaves)
         self.forced: dict[int, Unknown] = {}  # id(fn) -> why what it would have sent is not known
         self.nexts: dict[int, tuple] | None = None  # id(fn) -> next_functions (Structure.next_of), once a node diverged
-        self.metadata: dict[int, tuple] = {}  # id(node) -> its _input_metadata, as read for _reduce
+        self.metadata: dict[tuple, tuple] = {}  # (id(node), input) -> (shape, dtype), as read for _reduce
 
     def activate(self, edited_in_place: bool, seen: bool = False) -> None:
         """A hook changed a gradient (``edited_in_place``: by editing the tensor it received, or it may have; ``seen``:
