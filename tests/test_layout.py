@@ -94,3 +94,40 @@ def test_modules_stay_small():
     sizes = {str(path.relative_to(PACKAGE)): len(path.read_text().splitlines()) for path in PACKAGE.rglob("*.py")}
     too_long = {name: size for name, size in sizes.items() if size > OVER.get(name, LIMIT)}
     assert too_long == {}
+
+
+def _map_block() -> str:
+    """The package's part of docs/architecture.md's layout block (the first fenced block after "## Layout", up to
+    its ``benchmarks/`` line)."""
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    layout = text[text.index("## Layout"):]
+    start = layout.index("```") + 3
+    block = layout[start:layout.index("```", start)]
+    return block[:block.index("\nbenchmarks/")]
+
+
+def test_the_module_map_names_every_module():
+    """docs/architecture.md's map names every module and ES module of the package (a file's name, ``steps.py``;
+    the package's own entries by name too), and names none that is gone."""
+    import re
+
+    block = _map_block()
+    files = [path for path in PACKAGE.rglob("*") if path.suffix in (".py", ".js") and path.name != "__init__.py"]
+    unnamed = sorted(str(path.relative_to(PACKAGE)) for path in files
+                     if not re.search(rf"(?<![\w/]){re.escape(path.stem)}(\.py|\.js)?\b", block))
+    assert unnamed == [], f"add these to docs/architecture.md's map: {unnamed}"
+    names = {path.name for path in files} | {"__init__.py"}
+    gone = sorted({name for name in re.findall(r"\b([\w]+\.py)\b", block)} - names)
+    assert gone == [], f"named in docs/architecture.md's map, not in the package: {gone}"
+    assert {path.relative_to(PACKAGE).parts[0] for path in files if len(path.relative_to(PACKAGE).parts) > 1} <= \
+        {word.rstrip("/") for word in re.findall(r"^  (\w+/)", block, re.M)}  # every sub-package has its line
+
+
+def test_the_map_check_finds_a_missing_module(monkeypatch):
+    monkeypatch.setattr(__import__(__name__), "_map_block", lambda: "capture/ steps.py")
+    try:
+        test_the_module_map_names_every_module()
+    except AssertionError as problem:
+        assert "add these" in str(problem) and "views/chain.py" in str(problem)
+    else:
+        raise AssertionError("a map naming two modules passed")
