@@ -11,8 +11,9 @@ the model and runs it forward, imports the tool, then the clock runs from the lo
   (``torchviz-like``: its node attributes, its ``resize_graph`` size, ``dot`` through ``pipe``).
 
 The import of each tool is timed apart (``import autograd_lens``; ``from torchviz import make_dot``). Runs alternate
-and the medians are printed, with their ratio. The lens's bytecode is compiled first, as an install has it (this
-matters where PYTHONDONTWRITEBYTECODE is set).
+and the medians are printed, with their ratio, and the median number of cyclic collections that start in the timed
+part (``collections``: the lens's / torchviz's, counted with ``gc.callbacks``). The lens's bytecode is compiled
+first, as an install has it (this matters where PYTHONDONTWRITEBYTECODE is set).
 
 ``--baseline DIR`` also times the package in DIR (an earlier commit's ``autograd_lens/``, unpacked with ``git archive``)
 in the same rounds, so that a change is measured side by side under the same load.  ``--lens DIR`` times the package
@@ -81,8 +82,12 @@ loss = model(torch.randn(4, 16)).sum()
 """,
 }
 
-# display(x) in a kernel: the formatter's bundle; in a bare Python: the object's own _repr_mimebundle_
+# display(x) in a kernel: the formatter's bundle; in a bare Python: the object's own _repr_mimebundle_; and the
+# cyclic collections that start in the timed part, counted (gc.callbacks)
 FORMAT = """
+def _count_collections(phase, info):
+    if phase == "start":
+        _collected.append(info["generation"])
 def _bundle(obj):
     try:
         shell = get_ipython()
@@ -96,11 +101,15 @@ import time, threading
 warming = any(thread.name == "autograd-lens-warm-up" for thread in threading.enumerate())
 started = time.perf_counter()
 import autograd_lens as al
+import gc
+_collected = []
+gc.callbacks.append(_count_collections)
 imported = time.perf_counter()
 bundle = _bundle(al.graph(loss, names={"model": model}))
 elapsed = time.perf_counter() - imported
+gc.callbacks.remove(_count_collections)
 assert "image/svg+xml" in bundle or "data:image/svg+xml," in bundle["text/html"], bundle  # SVG, or the navigator
-print(elapsed, globals().get("_load_time", imported - started), "lens", int(warming))
+print(elapsed, globals().get("_load_time", imported - started), "lens", int(warming), len(_collected))
 """
 
 # cell 1 of the notebook orders: each tool loaded as a reader's first cell does (its time is the "+import" figure)
@@ -135,6 +144,9 @@ try:
 except ImportError:
     import graphviz
     tool = "torchviz-like"
+import gc
+_collected = []
+gc.callbacks.append(_count_collections)
 imported = time.perf_counter()
 if tool == "torchviz":
     dot = make_dot(loss, params=dict(model.named_parameters()))
@@ -163,8 +175,9 @@ else:  # torchviz 0.0.3's make_dot(loss, params) without its recursion, and its 
     dot.graph_attr.update(size=f"{size},{size}")
 bundle = _bundle(dot)
 elapsed = time.perf_counter() - imported
+gc.callbacks.remove(_count_collections)
 assert "<svg" in bundle["image/svg+xml"]
-print(elapsed, globals().get("_load_time", imported - started), tool, 0)
+print(elapsed, globals().get("_load_time", imported - started), tool, 0, len(_collected))
 """
 
 
@@ -204,7 +217,7 @@ def _in_kernel(groups: list[list[str]], pause: float = 0.0) -> str:
 
 
 def once(model: str, tool: str, bare: bool, lens_from: str | None = None,
-         order: str = "one cell") -> tuple[float, float, str, int]:
+         order: str = "one cell") -> tuple[float, float, str, int, int]:
     """(seconds from the loss to the display bundle, seconds of the tool's import or its load cell, the tool's name,
     1 if the lens's warm-up was still running when the timed cell began); ``lens_from``: the directory holding
     another copy of the package to import instead (``--baseline``)"""
@@ -218,8 +231,8 @@ def once(model: str, tool: str, bare: bool, lens_from: str | None = None,
     else:
         cells = [first + LOAD[tool], MODELS[model], picture]
         out = _in_kernel([cells] if order == "run all" else [cells[:2], cells[2:]], PAUSE if order == "reader" else 0)
-    elapsed, imported, name, warming = out.strip().splitlines()[-1].split()
-    return float(elapsed), float(imported), name, int(warming)
+    elapsed, imported, name, warming, collections = out.strip().splitlines()[-1].split()
+    return float(elapsed), float(imported), name, int(warming), int(collections)
 
 
 def compiled() -> None:
@@ -257,7 +270,8 @@ def main() -> None:
     where = "python -c" if options.bare else "a fresh kernel"
     print(f"in {where}; medians of {options.rounds}; seconds from the loss to the display bundle (the tool's import "
           f"or load cell apart); load average {os.getloadavg()[0]:.1f}")
-    print(f"{'model':<16}{'order':<10}{'lens':>16}{'other':>28}{'ratio':>8}{'with imports':>14}{'warming':>9}")
+    print(f"{'model':<16}{'order':<10}{'lens':>16}{'other':>28}{'ratio':>8}{'with imports':>14}{'warming':>9}"
+          f"{'collections':>13}")
     for model in options.model or MODELS:
         runs: dict[tuple[str, str], list] = {}
         for _ in range(options.rounds):  # the tools and orders alternate within each round
@@ -278,7 +292,8 @@ def main() -> None:
                 label = model if tool == "lens" else "  baseline"
                 warming = f"{sum(run[3] for run in mine)}/{len(mine)}" if order != "one cell" else ""
                 print(f"{label:<16}{order:<10}{a:>7.3f} (+{a_import:.3f}){other[0][2]:>16} {b:.3f} (+{b_import:.3f})"
-                      f"{a / b:>8.2f}{(a + a_import) / (b + b_import):>14.2f}{warming:>9}")
+                      f"{a / b:>8.2f}{(a + a_import) / (b + b_import):>14.2f}{warming:>9}"
+                      f"{statistics.median(run[4] for run in mine):>7g} / {statistics.median(run[4] for run in other):g}")
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 

@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+from ..capture.entry import _pause_collector, _resume_collector
 from ..model import Edge, Graph, ModuleGroup, Node
 from .frozen import Frozen
 from .groups import groups_from_parameters
@@ -325,18 +326,23 @@ def plan(graph: Graph) -> Folded:
 def folded_walk(walk_to, modules: tuple[tuple[str, str], ...], options) -> Graph:
     """``walk_to(limit)`` walks the graph drawing at most ``limit`` backward functions.  A graph that folds to
     within ``options.max_nodes`` functions is walked whole (up to ``WALK_FURTHER`` times the limit); one that does
-    not is walked as without folding, and what is drawn of it is folded."""
+    not is walked as without folding, and what is drawn of it is folded.  No cyclic collection runs meanwhile
+    (``capture.entry._pause_collector``: the walk keeps most of what it makes; the collector left as found)."""
     import dataclasses
 
     def functions(graph: Graph) -> int:
         return sum(1 for node in graph.nodes if node.kind == "function")
 
-    whole = dataclasses.replace(walk_to(options.max_nodes * WALK_FURTHER), modules=modules, options=options)
-    if functions(whole) <= options.max_nodes:
-        return whole
-    if not whole.hidden_nodes and functions(plan(whole).graph) <= options.max_nodes:
-        return whole
-    return dataclasses.replace(walk_to(options.max_nodes), modules=modules, options=options)
+    collecting = _pause_collector()
+    try:
+        whole = dataclasses.replace(walk_to(options.max_nodes * WALK_FURTHER), modules=modules, options=options)
+        if functions(whole) <= options.max_nodes:
+            return whole
+        if not whole.hidden_nodes and functions(plan(whole).graph) <= options.max_nodes:
+            return whole
+        return dataclasses.replace(walk_to(options.max_nodes), modules=modules, options=options)
+    finally:
+        _resume_collector(collecting)
 
 
 # ----------------------------------------------------------------------------- drawings with folds opened
