@@ -44,11 +44,14 @@ def test_the_navigator_of_a_large_graph_loads_none_of_the_steppers_modules():
             "model = nn.Sequential(*[m for _ in range(40) for m in (nn.Linear(3, 3), nn.Tanh())])\n"
             "bundle = al.graph(model(torch.randn(2, 3)).sum(), names={'model': model})._repr_mimebundle_()\n"
             "assert 'al-graph' in bundle['text/html'] and 'autograd-lens-table' in bundle['text/html'], bundle\n"
-            "print(sorted(m for m in sys.modules if m.startswith('autograd_lens.views.')))\n")
+            "print(sorted(m for m in sys.modules if m.startswith(('autograd_lens.views.', 'autograd_lens.capture.'))))\n")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "autograd_lens.views.graphview'" in loaded and "autograd_lens.views.svgslim'" in loaded, loaded
+    assert "autograd_lens.views.groups'" in loaded, loaded  # module groups drawn (from parameter names)
     for module in ("passview", "steps", "marks", "hook_cards", "questions"):
         assert f"autograd_lens.views.{module}'" not in loaded, loaded
+    for module in ("modules", "lines", "compiled"):  # the tracer's module calls: a %%lens pass's, not graph()'s
+        assert f"autograd_lens.capture.{module}'" not in loaded, loaded
 
 
 def test_the_table_made_during_the_layout_is_the_one_made_after_it():

@@ -25,6 +25,7 @@ import torch
 from torch.nn.modules import module as _module
 
 from ..model import ModuleGroup
+from ..model.graph import attach_to_groups
 from .compiled import HiddenWhileCompiling
 from .lines import STATEMENT_WATCHERS, other_thread
 
@@ -155,20 +156,6 @@ class ModuleCalls:
         return self.numbers[index], len(self._same.get(id(module), ()))
 
 
-def attach(graph: Any, made: dict) -> None:
-    """What belongs with a function goes where it went in ``made`` (node id -> group): its named outputs, and
-    the saved values and constants only it keeps."""
-    for node in graph.nodes:
-        if node.kind in ("tensor", "output"):
-            sources = [made[e.src] for e in graph.edges_into(node.id) if e.src in made]
-            if sources:
-                made[node.id] = sources[0]
-        elif node.kind in ("saved", "constant"):
-            keepers = {made[e.dst] for e in graph.edges_from(node.id) if e.dst in made}
-            if len(keepers) == 1:
-                made[node.id] = keepers.pop()
-
-
 def groups_for(graph: Any, calls: ModuleCalls, module_name: Any) -> tuple[ModuleGroup, ...]:
     """The module calls that made nodes of ``graph``, innermost first for each node, as groups of node ids.
 
@@ -191,7 +178,7 @@ def groups_for(graph: Any, calls: ModuleCalls, module_name: Any) -> tuple[Module
                 made[node.id] = index
     if not made:
         return ()
-    attach(graph, made)
+    attach_to_groups(graph, made)
     # the calls drawn, with every call that encloses one of them, in the order they started
     used = set()
     for index in set(made.values()):

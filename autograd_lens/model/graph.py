@@ -191,3 +191,17 @@ class GraphOptions:
 
     def replace(self, **changes: Any) -> "GraphOptions":
         return dataclasses.replace(self, **changes)
+
+
+def attach_to_groups(graph: Graph, made: dict) -> None:
+    """What belongs with a function goes where it went in ``made`` (node id -> group): its named outputs, and
+    the saved values and constants only it keeps."""
+    for node in graph.nodes:
+        if node.kind in ("tensor", "output"):
+            sources = [made[e.src] for e in graph.edges_into(node.id) if e.src in made]
+            if sources:
+                made[node.id] = sources[0]
+        elif node.kind in ("saved", "constant"):
+            keepers = {made[e.dst] for e in graph.edges_from(node.id) if e.dst in made}
+            if len(keepers) == 1:
+                made[node.id] = keepers.pop()

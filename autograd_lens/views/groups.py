@@ -12,8 +12,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping
 
-from ..capture.modules import attach
 from ..model import Graph, ModuleGroup
+from ..model.graph import attach_to_groups
 
 
 def groups_from_parameters(graph: Graph, modules: Mapping[str, str]) -> tuple[ModuleGroup, ...]:
@@ -122,5 +122,5 @@ def _assign(graph: Graph, paths: list[str], spans: dict, parent: dict) -> dict[s
             best = max(active, key=lambda i: (depth[paths[i]], spans[paths[i]][0], -i))
             found[node_id] = paths[best]
     made = {node.id: found[node.id] for node in graph.nodes if node.id in found}
-    attach(graph, made)
+    attach_to_groups(graph, made)
     return made
