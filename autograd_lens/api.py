@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from .capture.entry import _pause_collector, _resume_collector
 from .capture.names import caller_namespace, names_from, user_frame
 from .capture.walk import walk
 from .model import Graph, GraphOptions
@@ -65,7 +66,11 @@ def graph(
     found = names_from(names)
     modules = tuple((found.modules[id(m)], type(m).__name__) for m in found.module_objects)
     if not (fold and modules):
-        return walk(roots, found, options).graph
+        collecting = _pause_collector()  # the walk keeps most of what it makes (as folded_walk's): no collection in it
+        try:
+            return walk(roots, found, options).graph
+        finally:
+            _resume_collector(collecting)
     from .views.fold import folded_walk
 
     drawn = folded_walk(lambda limit: walk(roots, found, options.replace(max_nodes=limit)).graph, modules, options)

@@ -75,6 +75,36 @@ def test_no_collection_runs_in_the_walk_the_dot_or_the_page(monkeypatch, frequen
     assert gc.isenabled() and gc.get_threshold() == (20, 10**6, 10**6)
 
 
+def test_no_collection_runs_in_the_walk_of_a_graph_without_modules(monkeypatch, frequent):
+    """graph() with no module among the names walks without folding: that walk is paused too."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, requires_grad=True)
+    h = x
+    for _ in range(40):
+        h = torch.tanh(h * 1.5 + 0.1)
+    inside: dict = {"now": None}
+    counting(monkeypatch, api, "walk", inside)
+
+    def callback(phase, info):
+        if phase == "start" and inside["now"]:
+            inside[inside["now"]] += 1
+
+    gc.callbacks.append(callback)
+    try:
+        drawn = al.graph(h.sum(), names={"x": x})
+    finally:
+        gc.callbacks.remove(callback)
+    assert drawn.find("x") is not None and len(drawn.nodes) > 100
+    assert inside["walk"] == 0
+    assert gc.isenabled() and gc.get_threshold() == (20, 10**6, 10**6)
+    gc.disable()
+    try:
+        al.graph(h.sum(), names={"x": x})
+        assert not gc.isenabled()  # left as found
+    finally:
+        gc.enable()
+
+
 def test_the_collector_is_left_as_found(monkeypatch):
     model, loss = mlp(40)
     enabled = gc.isenabled()
