@@ -139,3 +139,112 @@ def test_generated_programs_with_compiled_modules(seed):
 
     program, problems = compiled_programs.check(seed)
     assert problems == [], (program.source(), problems)
+
+
+def _double(g):
+    return g * 2
+
+
+def _registered_in_compiled_program(hook, hooked: bool = True, reentrant: bool = False):
+    """A compiled module (dynamo alone: its graph runs as traced) whose forward hook registers ``hook`` on its output.
+    The handle is not used: torch 2.15 then traces the hook into a subgraph that a closure of dynamo's own
+    (``RegisterHookOp.__call__.<locals>.hook``, in torch's files) registers and calls; torch 2.13 registers ``hook``."""
+    torch.manual_seed(0)
+    norm = nn.LayerNorm(8)
+    norm.compile(backend="eager")
+
+    def forward_hook(module, inputs, output):
+        if output.requires_grad and hooked:
+            output.register_hook(hook)
+
+    norm.register_forward_hook(forward_hook)
+    weight = torch.arange(64.0).reshape(2, 4, 8)
+    registered = []
+
+    def program():
+        x = torch.randn(2, 4, 8, requires_grad=True)
+        out = checkpoint(norm, x, use_reentrant=True) if reentrant else norm(x)
+        registered.extend((out._backward_hooks or {}).values())
+        (out * weight).sum().backward()
+        return x.grad.clone()
+
+    return program, weight, registered
+
+
+@pytest.mark.parametrize("hook, name, factor", [(torch.neg, "torch.neg", -1), (_double, "_double", 2)])
+def test_a_hook_registered_inside_compiled_code_is_shown_as_the_users(hook, name, factor):
+    # torch 2.15: seen as a frame in torch's files, it was taken for a wrapper of torch's own: the call was placed
+    # from the gradients around it as "<C hook>", "written in C, on a tensor whose hooks cannot be listed"
+    plain, _, plain_compiled, plain_warnings = _run(_registered_in_compiled_program(hook)[0], False)
+    unhooked, _, _, _ = _run(_registered_in_compiled_program(hook, hooked=False)[0], False)
+    program, weight, registered = _registered_in_compiled_program(hook)
+    grad, lens, compiled, lens_warnings = _run(program, True)
+    (registered,) = registered
+    assert torch.equal(grad, plain) and not torch.equal(grad, unhooked)
+    assert compiled == plain_compiled and lens_warnings == plain_warnings
+    (backward_pass,) = lens.passes
+    (call,) = backward_pass.hook_calls
+    assert (call.kind, call.hook, call.target) == ("tensor", name, "out")
+    # torch 2.13 registers torch.neg itself (no frame: placed between its neighbours, said so); 2.15 a Python closure
+    assert (call.unseen is None) == (registered is not torch.neg), (registered, call.unseen)
+    assert torch.equal(call.grad_in, weight) and torch.equal(call.grad_out, weight * factor)  # out's gradient is weight
+    assert torch.equal(backward_pass.grads_without_hooks["x"], unhooked) and not backward_pass.unknown
+
+
+@pytest.mark.parametrize("hook, name", [(torch.neg, "torch.neg"), (_double, "_double")])
+def test_a_hook_registered_inside_a_compiled_recompute_is_named_in_the_note(hook, name):
+    # torch 2.15: dynamo's closure ran in the nested backward unnoticed (a frame in torch's files): no note at all
+    plain, _, plain_compiled, _ = _run(_registered_in_compiled_program(hook, reentrant=True)[0], False)
+    grad, lens, compiled, _ = _run(_registered_in_compiled_program(hook, reentrant=True)[0], True)
+    assert torch.equal(grad, plain) and compiled == plain_compiled
+    (backward_pass,) = lens.passes
+    said = [note for note in backward_pass.notes if name in note]
+    assert len(said) == 1 and "CheckpointFunctionBackward" in said[0], backward_pass.notes
+    assert "x" in backward_pass.unknown
+
+
+def _traced_step_program(hooked: bool = True):
+    """A compiled step whose hooks have no side effect: torch (2.13 and 2.15) traces them into graphs that closures
+    of dynamo's own call."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+
+    @torch.compile(backend="eager")
+    def step(x):
+        h = model(x)
+        if hooked:
+            h.register_hook(lambda g: g * 2)
+            h.register_hook(torch.neg)
+        loss = h.pow(2).sum()
+        loss.backward()
+        return h.detach()
+
+    def program():
+        x = torch.randn(3, 4)
+        outputs, grads = [], []
+        for _ in range(2):
+            outputs.append(step(x))
+            grads.append([p.grad.clone() for p in model.parameters()])
+        return grads, outputs
+
+    return program
+
+
+def test_hooks_traced_in_a_compiled_step_are_shown_with_their_values():
+    # before: on torch 2.13 the first pass showed no hook call and the second one "<C hook>"; on 2.15 one "<C hook>"
+    (plain, _), _, plain_compiled, _ = _run(_traced_step_program(), False)
+    (unhooked, _), _, _, _ = _run(_traced_step_program(hooked=False), False)
+    (grads, outputs), lens, compiled, _ = _run(_traced_step_program(), True)
+    assert all(torch.equal(a, b) for a, b in zip(plain[1], grads[1])) and compiled == plain_compiled
+    assert len(lens.passes) == 2
+    for index, (backward_pass, h) in enumerate(zip(lens.passes, outputs)):
+        calls = [(call.kind, call.hook, call.unseen) for call in backward_pass.hook_calls]
+        assert calls == [("tensor", "<lambda>", None), ("tensor", "torch.neg", None)]
+        double, neg = backward_pass.hook_calls
+        assert torch.equal(double.grad_in, 2 * h) and torch.equal(double.grad_out, 4 * h)  # d(h²)/dh, doubled
+        assert torch.equal(neg.grad_in, 4 * h) and torch.equal(neg.grad_out, -4 * h)
+        without = backward_pass.grads_without_hooks
+        assert not backward_pass.unknown
+        if index == 0:  # (the second pass adds to .grad that the hooks changed: no run without them gives it)
+            names = ("model.0.weight", "model.0.bias", "model.2.weight", "model.2.bias")
+            assert all(torch.equal(without[name], grad) for name, grad in zip(names, unhooked[0]))

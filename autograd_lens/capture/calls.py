@@ -12,9 +12,9 @@ from typing import Any
 import torch
 
 from ..model import values_equal
-from .hooks import (ENGINE_CODE, TORCH_DIR, Wrapper, code_of, engine_call_args, frame_code, function_name,
-                    may_edit_in_place, module_hook_kind, multi_grad_received, runs_in, shown_name, user_function,
-                    wrapper_family, wrapper_module, wrapper_state)
+from .hooks import (ENGINE_CODE, Wrapper, code_of, engine_call_args, frame_code, function_name,
+                    may_edit_in_place, module_hook_kind, multi_grad_received, runs_in, shown_name, torch_wrapper,
+                    user_function, wrapper_family, wrapper_module, wrapper_state)
 from .late import LATE_CODE, REGISTER_CODE, dict_is_new, registered as late_registered, tensor_registered
 from .livecheck import live_change, marks, post_accumulate_marks, summarised
 from .nested import NestedCalls, grads_written
@@ -76,7 +76,7 @@ class HookCalls(NestedCalls):
                     # The engine runs Python (a hook, a custom Function's backward): it may edit a gradient
                     # where the version counter does not see it (``.data``, numpy), so no earlier copy is reused
                     # after it starts (a hook's own call first reads what it got: nothing has run yet).
-                    if code.co_filename.startswith(TORCH_DIR):
+                    if torch_wrapper(code):  # (not dynamo's closure calling a hook it traced: that is the hook)
                         if code is APPLY_CODE or code is APPLY_BOXED_CODE:
                             self._python_backward(frame, boxed=code is APPLY_BOXED_CODE)
                         self.copies.clear()

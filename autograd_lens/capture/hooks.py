@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.nn.modules.module as module_hooks
 
-from .hooknames import function_name  # noqa: F401  (also imported from here)
+from .hooknames import function_name, is_compiled_hook, traced_hook_name  # noqa: F401  (also imported from here)
 
 TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 ENGINE_CODE: CodeType = torch.autograd.graph._engine_run_backward.__code__
@@ -57,6 +57,22 @@ def wrapper_family(code: CodeType) -> str:
     if qualname in (_MULTI_ALL[0], _MULTI_ANY[0]):
         return "multi_grad"
     return "ignore"  # custom Function.backward, logging, anything else internal
+
+
+def torch_wrapper(code: CodeType) -> bool:
+    """The engine (or a nested one) calls torch's own Python, not a hook: a wrapper around a user's hook (found one
+    frame deeper, or as a ``c_call`` for one written in C), a custom Function's backward, logging.  Not dynamo's
+    closure calling a hook it traced (torch 2.15, ``hooknames.COMPILED_HOOK``): the user's function never runs
+    there, the graph traced from it does, and that closure's frame is the hook's call (what it receives and returns
+    is the gradient the hook got and gave), shown by the user's function's name (``function_name``)."""
+    return code.co_filename.startswith(TORCH_DIR) and not is_compiled_hook(code)
+
+
+def traced_name(frame: FrameType) -> str | None:
+    """The user's name of the hook dynamo's closure calls in ``frame`` (``torch_wrapper``), else None."""
+    if not is_compiled_hook(frame.f_code):
+        return None
+    return traced_hook_name(frame.f_locals.get("hook_body"))
 
 
 def engine_call_args(frame: FrameType, function: Any) -> list[Any]:
@@ -287,8 +303,8 @@ def remember_name(hook: Any) -> None:
     only as its code runs (its hook dict cannot be read), and would be shown as ``inner`` where a named tensor's is
     shown as ``double``."""
     code = code_of(hook)
-    if code is None or function_name(hook) == function_name(None, code):
-        return
+    if code is None or is_compiled_hook(code) or function_name(hook) == function_name(None, code):
+        return  # (dynamo's closure calling a hook it traced: named from its frame, traced_name)
     try:
         ref = weakref.ref(hook)
     except TypeError:  # allows no weak reference: not kept (shown by its code's name)
@@ -301,7 +317,11 @@ def remember_name(hook: Any) -> None:
 
 def shown_name(frame: FrameType) -> str | None:
     """The name of the remembered hook (``remember_name``) running in ``frame``, when the remembered hooks of its
-    code that it may be share one; else None."""
+    code that it may be share one; else None.  For dynamo's closure calling a hook it traced, the user's function's
+    name (``traced_name``)."""
+    traced = traced_name(frame)
+    if traced is not None:
+        return traced
     refs = _RENAMED.get(frame.f_code)
     if not refs:
         return None

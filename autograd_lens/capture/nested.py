@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from .hooks import ENGINE_CODE, TORCH_DIR, Wrapper, function_name, module_hook_kind, user_function, wrapper_family, \
-    wrapper_module
+from .hooks import ENGINE_CODE, Wrapper, function_name, module_hook_kind, torch_wrapper, traced_name, user_function, \
+    wrapper_family, wrapper_module
 
 _current_node = torch._C._current_autograd_node
 
@@ -90,10 +90,10 @@ class NestedCalls:
         if not self.nested_running:
             return  # the nested engine's Python wrapper (logging), before or after its C++ run
         if parent.f_code is ENGINE_CODE and parent is self.nested_frames[-1]:
-            if code.co_filename.startswith(TORCH_DIR):
+            if torch_wrapper(code):
                 self.nested_wrapper = Wrapper(frame, wrapper_family(code))
             elif code not in self._own_codes and code not in self.unpack_codes and not self._is_unpack_hook(code):
-                self._nested_hook(function_name(None, code))
+                self._nested_hook(traced_name(frame) or function_name(None, code))
         elif self.nested_wrapper is not None and parent is self.nested_wrapper.frame \
                 and self.nested_wrapper.family != "ignore":
             function = user_function(frame, self.nested_wrapper)
