@@ -248,3 +248,31 @@ def test_hooks_traced_in_a_compiled_step_are_shown_with_their_values():
         if index == 0:  # (the second pass adds to .grad that the hooks changed: no run without them gives it)
             names = ("model.0.weight", "model.0.bias", "model.2.weight", "model.2.bias")
             assert all(torch.equal(without[name], grad) for name, grad in zip(names, unhooked[0]))
+
+
+def test_a_weak_dictionary_dropping_an_entry_in_a_recompute_is_no_hook():
+    # found by compiled_programs seed 505 on torch 2.15 (a compiled block recomputed by reentrant checkpointing),
+    # shrunk to plain code: the recompute's backward frees a tensor a WeakValueDictionary held, Python calls the
+    # dictionary's ``remove`` from the nested engine's frame, and the pass said "hooks ran inside a nested backward:
+    # remove" (x unknown) where no hook ran
+    import weakref
+
+    def program(traced):
+        registry = weakref.WeakValueDictionary()
+
+        def block(x):
+            t = x * 2
+            registry[len(registry)] = t  # only the graph keeps t alive: freed during the recompute's backward
+            return t * t
+
+        x = torch.arange(3.0, requires_grad=True)
+        with (al.Lens() if traced else warnings.catch_warnings()) as lens:
+            checkpoint(block, x, use_reentrant=True).sum().backward()
+        return x.grad, lens, len(registry)
+
+    plain, _, plain_left = program(False)
+    grad, lens, left = program(True)
+    assert torch.equal(grad, plain) and left == plain_left == 0
+    (backward_pass,) = lens.passes
+    assert not [note for note in backward_pass.notes if "hooks ran" in note], backward_pass.notes
+    assert not backward_pass.unknown and torch.equal(backward_pass.grads_without_hooks["x"], plain)

@@ -68,6 +68,16 @@ def torch_wrapper(code: CodeType) -> bool:
     return code.co_filename.startswith(TORCH_DIR) and not is_compiled_hook(code)
 
 
+_WEAKREF_FILES = (os.sep + "weakref.py", os.sep + "_weakrefset.py")
+
+
+def weak_container_callback(code: CodeType) -> bool:
+    """A weak dictionary's or set's callback (``remove``) dropping an entry whose object was freed: Python runs it
+    whenever that object is freed, also while the engine frees what a node saved (then the engine's frame is its
+    caller). No gradient hook."""
+    return code.co_filename.endswith(_WEAKREF_FILES)
+
+
 def traced_name(frame: FrameType) -> str | None:
     """The user's name of the hook dynamo's closure calls in ``frame`` (``torch_wrapper``), else None."""
     if not is_compiled_hook(frame.f_code):

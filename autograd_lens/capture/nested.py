@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from .hooks import ENGINE_CODE, Wrapper, function_name, module_hook_kind, torch_wrapper, traced_name, user_function, \
-    wrapper_family, wrapper_module
+    weak_container_callback, wrapper_family, wrapper_module
 
 _current_node = torch._C._current_autograd_node
 
@@ -92,7 +92,8 @@ class NestedCalls:
         if parent.f_code is ENGINE_CODE and parent is self.nested_frames[-1]:
             if torch_wrapper(code):
                 self.nested_wrapper = Wrapper(frame, wrapper_family(code))
-            elif code not in self._own_codes and code not in self.unpack_codes and not self._is_unpack_hook(code):
+            elif code not in self._own_codes and code not in self.unpack_codes and not weak_container_callback(code) \
+                    and not self._is_unpack_hook(code):
                 self._nested_hook(traced_name(frame) or function_name(None, code))
         elif self.nested_wrapper is not None and parent is self.nested_wrapper.frame \
                 and self.nested_wrapper.family != "ignore":
