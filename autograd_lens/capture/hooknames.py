@@ -12,7 +12,7 @@ from typing import Any
 # torch.compile (torch 2.15, dynamo alone or any backend that runs its graph as traced) turns a tensor hook registered
 # inside compiled code into a subgraph (an fx GraphModule, ``hook_body``) that a closure of its own registers and
 # calls: the user's function never runs, the graph traced from it does.  A hook with side effects (or whose handle the
-# code uses) is registered as it is: a graph break.
+# code uses) is registered as it is (seen on torch 2.13 and 2.15).
 COMPILED_HOOK = "RegisterHookOp.__call__.<locals>.hook"
 _COMPILED_FILE = os.path.join("torch", "_higher_order_ops", "register_hook.py")
 TRACED_UNNAMED = "<hook traced by torch.compile>"
