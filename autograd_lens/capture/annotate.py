@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model import GradWritten, values_equal
+import torch
+
+from ..model import GradWritten, TensorSummary, values_equal
 from ..notes import note
 from .lines import CellLines
 from .modules import ModuleCalls, groups_for
@@ -120,6 +122,22 @@ def leaves_may_move(earlier: Any) -> tuple[bool, bool, bool] | None:
     return (changed, stopped, maybe) if changed or stopped or maybe else None
 
 
+def _at_start(backward_pass: Any) -> dict:
+    """Each leaf's value as the pass started: as drawn (read after it), or before the first hook of the pass that
+    changed the leaf itself (an optimizer step in a post-accumulate hook)."""
+    values = {node.label: node.value for node in backward_pass.graph.nodes if node.kind == "leaf"}
+    stepped = {call.target: call.value_before for call in reversed(backward_pass.hook_calls)
+               if call.value_before is not None}
+    return {label: _like(stepped[label], value) if label in stepped else value for label, value in values.items()}
+
+
+def _like(value: Any, drawn: Any) -> Any:
+    """``value`` kept as the drawing keeps the leaf's: summed up where it keeps a summary."""
+    from .snapshot import summarize
+
+    return summarize(value) if isinstance(value, torch.Tensor) and isinstance(drawn, TensorSummary) else value
+
+
 def moved_leaves(moving: tuple[Any, tuple[bool, bool, bool]] | None, built: Any) -> dict:
     """A note when leaves (parameters) hold other values than in an earlier pass whose hooks changed gradients
     (an optimizer step used them): "without hooks" is then this pass's graph with its hooks removed, on the values
@@ -128,10 +146,10 @@ def moved_leaves(moving: tuple[Any, tuple[bool, bool, bool]] | None, built: Any)
     Lens keeps it, so that a pass costs the same after a thousand passes as after one)."""
     if moving is None:
         return {}
-    now = {node.label: node.value for node in built.graph.nodes if node.kind == "leaf"}
+    now = _at_start(built)
     earlier, (changed, stopped, maybe), *cell = moving  # cell: (" of an earlier %%lens cell", its same leaves)
     where = f"pass {earlier.index + 1}{cell[0] if cell else ''}"
-    before = {node.label: node.value for node in earlier.graph.nodes if node.kind == "leaf"}
+    before = _at_start(earlier)
     moved = [name for name, value in now.items() if name in before and value is not None and (
         not cell or name in cell[1]) and before[name] is not None and not values_equal(value, before[name])]
     if not moved and stopped:  # nothing moved here; without the hooks that pass would have gone on

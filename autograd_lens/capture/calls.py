@@ -14,7 +14,7 @@ import torch
 from ..model import values_equal
 from .hooks import (ENGINE_CODE, Wrapper, code_of, engine_call_args, frame_code, function_name,
                     may_edit_in_place, module_hook_kind, multi_grad_received, runs_in, shown_name, torch_wrapper,
-                    user_function, wrapper_family, wrapper_module, wrapper_state)
+                    user_function, wrapper_family, wrapper_module, wrapper_state, DISTRIBUTED_DIR)
 from .late import LATE_CODE, REGISTER_CODE, dict_is_new, registered as late_registered, tensor_registered
 from .livecheck import live_change, marks, post_accumulate_marks, summarised
 from .nested import NestedCalls, grads_written
@@ -81,6 +81,8 @@ class HookCalls(NestedCalls):
                             self._python_backward(frame, boxed=code is APPLY_BOXED_CODE)
                         self.copies.clear()
                         self.wrapper = Wrapper(frame, wrapper_family(code))
+                        if self.wrapper.family == "ignore" and code.co_filename.startswith(DISTRIBUTED_DIR):
+                            self._foreign(function_name(None, code))  # torch's own DDP comm hooks: fp16_compress_hook
                         if self.wrapper.family in ("module_full", "module_pre"):
                             self._boundary(self.wrapper)
                     elif code not in self.unpack_codes and not self._is_unpack_hook(code):
@@ -231,8 +233,7 @@ class HookCalls(NestedCalls):
         """A custom Function's backward is about to run: what its node received, copied now (the copies of what its
         users sent are reused when unchanged), since that backward may edit its arguments in place (``g.mul_(3)``),
         and what the node's own post-hook would read afterwards is then not what it received."""
-        local = frame.f_locals
-        node, grads = local.get("self"), local.get("args")
+        node, grads = frame.f_locals.get("self"), frame.f_locals.get("args")
         if getattr(getattr(node, "_forward_cls", None), "__module__", "").startswith("torch."):
             return  # torch's own (a module's hook boundary, reentrant checkpointing): its hooks run inside, as steps
         if boxed and isinstance(grads, tuple) and len(grads) == 1 and isinstance(grads[0], list):
@@ -275,9 +276,8 @@ class HookCalls(NestedCalls):
             self.boundaries.setdefault(id(node), (module, "outputs" if wrapper.family == "module_pre" else "inputs"))
 
     def _foreign(self, name: str) -> None:
-        """Python code torch's C++ side called during the pass that is no gradient hook (a DDP communication hook
-        and its future's callbacks, a callback queued on the engine): not a step; it may change gradients where no
-        node sees it (DDP writes .grad after its all-reduce), so values without hooks are checked at every node."""
+        """Python code torch's C++ side called during the pass that is no gradient hook (a DDP communication hook, an
+        engine callback): not a step; it may change .grad where no node sees it, so values without hooks are checked."""
         if name not in self.foreign_calls:
             self.foreign_calls.append(name)
         self.unhooked.activate(edited_in_place=True)

@@ -341,7 +341,18 @@ def late_change(observer: Any, fn: Any, position: int, real: Value, diverged: bo
     bucket back after the engine's last node; a hook of another tensor; memory shared with another gradient).
     Nothing to say when it did not; nor when no hook changed anything and none ran after the write, since the same
     code then makes the same change without hooks.  Otherwise what it would have made of the values without hooks
-    is not known."""
+    is not known; so too where such code (a DDP communication hook) ran after hooks made this gradient differ, even if
+    it left .grad as it was (float16 rounding, a .grad a hook set to None), and where a hook stopped a pass that DDP
+    would have reduced at its end."""
+    if observer.error is not None and torch.distributed.is_available() and torch.distributed.is_initialized() \
+            and stopped_by_hooks(observer) is not None:  # without hooks DDP would reduce at the end, and write .grad
+        return Unknown(f"the pass stopped at {type(observer.error).__name__} after hooks ran; had none run, it would "
+                       "have gone on to its end, where DistributedDataParallel writes .grad after its all-reduce (a "
+                       "process group is initialized): what .grad would hold without hooks is not known")
+    if diverged and observer.foreign_calls:  # what it did with these values (nothing, maybe) says not what with others
+        return Unknown(f"code that is no gradient hook ran during this pass ({', '.join(observer.foreign_calls)}: e.g. "
+                       "a DistributedDataParallel communication hook, whose result DDP writes to .grad) after hooks "
+                       "made this gradient differ; what it would have made of the values without hooks is not known")
     seen = last_seen(observer, fn, position)
     if seen is real:  # the copy taken at the write, reused (values_equal would say so): the usual case
         return None

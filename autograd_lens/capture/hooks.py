@@ -26,6 +26,7 @@ import torch.nn.modules.module as module_hooks
 from .hooknames import function_name, is_compiled_hook, traced_hook_name  # noqa: F401  (also imported from here)
 
 TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+DISTRIBUTED_DIR = TORCH_DIR + "distributed" + os.sep  # torch's DDP communication hooks among its code
 ENGINE_CODE: CodeType = torch.autograd.graph._engine_run_backward.__code__
 
 # Torch's wrappers around user hooks, by the tail of their qualified name, with

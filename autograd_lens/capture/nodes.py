@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ..model import TensorSummary, values_equal
-from .order import _MISSING, arrange_after, arrange_before, multi_grad_target
+from .order import _MISSING, arrange_after, arrange_before, multi_grad_source, multi_grad_target
 from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord, copy_tuple, snapshot_all, usual_leaf
 from .snapshot import fast_snapshot, grad_of, held_bytes, snapshot
 from .snapshot import _disable_dispatch, _enter_dispatch, _exit_dispatch, _profiler_enabled
@@ -337,7 +337,7 @@ class NodeRecorder(UnexplainedChanges):
             if call.kind == "multi_grad":
                 call.target = multi_grad_target(candidates, call.grad_in, call.current_fn)  # (its gradients' order)
                 call.node_fn = fn
-                mine = next((h for h in candidates if h.grad_fn is fn), None)
+                mine = multi_grad_source(candidates, fn, call.slot)
                 if mine is not None:  # its place among the hooks of the tensor whose hook called it
                     call.position, call.output_nr = mine.position, mine.output_nr
                 return

@@ -361,6 +361,19 @@ def multi_grad_targets(candidates: list) -> list[str]:
     return sorted({found[i] for i in order}, key=[found[i] for i in order].index)
 
 
+def multi_grad_source(candidates: list, fn: Any, slot: int | None) -> Any:
+    """Of the tensors made by ``fn`` that a multi-grad hook watches (its KnownHooks), the one whose hook dict torch
+    called it from: mode="all", the inner hook whose ``idx`` the call's frame holds (``slot``); mode="any" (one wrapper
+    on each, run once), the dict torch runs first at that node: the one attached to it first (``rank``)."""
+    mine = [known for known in candidates if known.grad_fn is fn]
+    if len(mine) > 1 and slot is not None:
+        mine = [known for known in mine if known.holder is not None
+                and multi_grad_slot(known.holder.get(known.key)) == slot] or mine
+    elif len(mine) > 1:
+        mine.sort(key=lambda known: (known.rank is None, known.rank or 0))
+    return mine[0] if mine else None
+
+
 def multi_grad_target(candidates: list, received: Any, fn: Any) -> str:
     """What a multi-grad call is shown on: its named tensors (``multi_grad_targets``), and those it watches with no
     name where the call says there are some: mode="all" gets one gradient per tensor it watches (fewer named ones:
