@@ -72,6 +72,11 @@ STEP_HOOKS = {
             "[round(float(p.detach().sum()), 4) for g in o.param_groups for p in g['params']]))",
 }
 
+# GradScaler's unscale_ divides each .grad in place without counting a version; the checker's truth without hooks
+# (model_programs.Shadow) tells code between passes by version counters, so the programs say what it did (the lens
+# compares values and needs no such line: test_training_programs checks it without)
+UNSCALED = "torch.autograd.graph.increment_version([p.grad for p in model.parameters() if p.grad is not None])"
+
 FUSED = '''def fused_step(p):
     LOGIN('fused', p.grad)
     OPTS[p].step()
@@ -224,11 +229,11 @@ class TrainingGenerator(model_programs.ModelGenerator):
             if self.fused:
                 continue
             if self.scaler and (clip or draw.random() < 0.3):
-                self.lines.append("scaler.unscale_(opt)")
+                self.lines += ["scaler.unscale_(opt)", UNSCALED]
             if clip:
                 self.lines.append("CLIP(model.parameters(), 0.5)")
             if self.scaler:
-                self.lines += ["scaler.step(opt)", "scaler.update()"]
+                self.lines += ["scaler.step(opt)", UNSCALED, "scaler.update()"]
             elif rng.random() < 0.85:
                 self.lines.append("opt.step()")
         self.lines += [f"GLOBALS[{index}].remove()" for index in range(sum("'global_" in line for line in self.lines))]

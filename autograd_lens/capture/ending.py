@@ -69,8 +69,8 @@ class PassEnd:
                     self.stopped_fn = node
                     self._stopped_at(node, None)
                     return
-                maybe = sorted({known.target for ready in self._ready() for known in self.unseen_hooks
-                                if known.grad_fn is ready and known.kind == "tensor"})
+                maybe = sorted({known.target or "a tensor with no name" for ready in self._ready()  # (a forward's)
+                                for known in self.unseen_hooks if known.grad_fn is ready and known.kind == "tensor"})
                 if maybe:
                     self.note(f"the pass stopped at an error no Python frame explains: the hooks in C on "
                               f"{', '.join(maybe)} may or may not have run before it, and are not shown")
