@@ -349,14 +349,14 @@ def late_change(observer: Any, fn: Any, position: int, real: Value, diverged: bo
         return Unknown(f"the pass stopped at {type(observer.error).__name__} after hooks ran; had none run, it would "
                        "have gone on to its end, where DistributedDataParallel writes .grad after its all-reduce (a "
                        "process group is initialized): what .grad would hold without hooks is not known")
-    if diverged and observer.foreign_calls:  # what it did with these values (nothing, maybe) says not what with others
-        return Unknown(f"code that is no gradient hook ran during this pass ({', '.join(observer.foreign_calls)}: e.g. "
-                       "a DistributedDataParallel communication hook, whose result DDP writes to .grad) after hooks "
-                       "made this gradient differ; what it would have made of the values without hooks is not known")
     seen = last_seen(observer, fn, position)
-    if seen is real:  # the copy taken at the write, reused (values_equal would say so): the usual case
-        return None
-    if isinstance(seen, TensorSummary) or isinstance(real, TensorSummary) or values_equal(seen, real):
+    # the copy taken at the write, reused (values_equal would say so): the usual case
+    if seen is real or isinstance(seen, TensorSummary) or isinstance(real, TensorSummary) or values_equal(seen, real):
+        if diverged and observer.foreign_calls:  # what it did with these values (nothing) says not what with others
+            return Unknown(f"code that is no gradient hook ran during this pass ({', '.join(observer.foreign_calls)}: "
+                           "e.g. a DistributedDataParallel communication hook, whose result DDP writes to .grad) after "
+                           "hooks made this gradient differ; what it would have made of the values without hooks is "
+                           "not known")
         return None
     later = sorted({function_name(r.function, r.code) if r.function is not None or r.code is not None else "<C hook>"
                     for r in _hook_records_after(observer, position)
