@@ -14,7 +14,7 @@ import torch
 from ..model import values_equal
 from .hooks import (ENGINE_CODE, Wrapper, code_of, engine_call_args, frame_code, function_name,
                     may_edit_in_place, module_hook_kind, multi_grad_received, runs_in, shown_name, torch_wrapper,
-                    user_function, wrapper_family, wrapper_module, wrapper_state, DISTRIBUTED_DIR)
+                    standard_library, user_function, wrapper_family, wrapper_module, wrapper_state, DISTRIBUTED_DIR)
 from .late import LATE_CODE, REGISTER_CODE, dict_is_new, registered as late_registered, tensor_registered
 from .livecheck import live_change, marks, post_accumulate_marks, summarised
 from .nested import NestedCalls, grads_written
@@ -171,7 +171,7 @@ class HookCalls(NestedCalls):
                 elif _run_by_collector(frame_code(frame)):  # Python's garbage collector, not torch, called it here
                     self.unhooked.activate(edited_in_place=True)
                 else:
-                    self._foreign(function_name(function, frame_code(frame)))
+                    self._foreign(function_name(function, frame_code(frame)), frame_code(frame))
                 return
             if wrapper is None:
                 first = args[0] if args else None
@@ -275,11 +275,11 @@ class HookCalls(NestedCalls):
         if node is not None and module is not None:
             self.boundaries.setdefault(id(node), (module, "outputs" if wrapper.family == "module_pre" else "inputs"))
 
-    def _foreign(self, name: str) -> None:
-        """Python code torch's C++ side called during the pass that is no gradient hook (a DDP communication hook, an
-        engine callback): not a step; it may change .grad where no node sees it, so values without hooks are checked."""
+    def _foreign(self, name: str, code: Any = None) -> None:
+        """Code torch's C++ called in the pass, no gradient hook (a DDP comm hook): may write .grad, unless stdlib's."""
         if name not in self.foreign_calls:
             self.foreign_calls.append(name)
+        self.foreign_writes = self.foreign_writes or code is None or not standard_library(code)
         self.unhooked.activate(edited_in_place=True)
 
     def _begin_unseen(self, wrapper: Wrapper, function: Any) -> None:

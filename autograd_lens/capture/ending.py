@@ -353,7 +353,8 @@ def late_change(observer: Any, fn: Any, position: int, real: Value, diverged: bo
     seen = last_seen(observer, fn, position)
     # the copy taken at the write, reused (values_equal would say so): the usual case
     if seen is real or isinstance(seen, TensorSummary) or isinstance(real, TensorSummary) or values_equal(seen, real):
-        if diverged and observer.foreign_calls:  # what it did with these values (nothing) says not what with others
+        if diverged and getattr(observer, "foreign_writes", False):  # what it did with these values (nothing) says
+            # not what it would do with others
             return Unknown(f"code that is no gradient hook ran during this pass ({', '.join(observer.foreign_calls)}: "
                            "e.g. a DistributedDataParallel communication hook, whose result DDP writes to .grad) after "
                            "hooks made this gradient differ; what it would have made of the values without hooks is "

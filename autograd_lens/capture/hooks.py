@@ -27,6 +27,14 @@ from .hooknames import function_name, is_compiled_hook, traced_hook_name  # noqa
 
 TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 DISTRIBUTED_DIR = TORCH_DIR + "distributed" + os.sep  # torch's DDP communication hooks among its code
+_STDLIB_DIR = os.path.dirname(os.__file__) + os.sep  # Python's standard library (its site-packages apart)
+
+
+def standard_library(code: CodeType) -> bool:
+    """Code of Python's standard library (``random.Random.getstate``, which torch.compile calls from C during a pass),
+    not of a package installed beside it: it writes no ``.grad``."""
+    name = code.co_filename
+    return name.startswith(_STDLIB_DIR) and "site-packages" not in name and "dist-packages" not in name
 ENGINE_CODE: CodeType = torch.autograd.graph._engine_run_backward.__code__
 
 # Torch's wrappers around user hooks, by the tail of their qualified name, with

@@ -118,6 +118,7 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         self.nested_grads: dict | None = None  # named leaves outside the graph: .grad before a nested backward
         self.nested_written: list[str] = []  # named leaves whose .grad a nested backward wrote
         self.foreign_calls: list[str] = []  # Python code called during the pass that is no gradient hook
+        self.foreign_writes = False  # some of it may write .grad (not only the standard library's: calls._foreign)
         self.boundaries: dict[int, tuple[Any, str]] = {}  # id(BackwardHookFunctionBackward) -> (module, side)
         self.leaf_ids: set[int] = set()
         self.claimed: set[int] = set()  # id(KnownHook) already matched to a call in this pass
