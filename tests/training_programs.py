@@ -499,45 +499,21 @@ def report(program: Program, problems: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
-    import traceback
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--programs", type=int, default=200)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--show", type=int, default=5, help="failures printed in full (shrunk)")
+    parser.set_defaults(programs=200)
     parser.add_argument("--func", action="store_true", help="cells with torch.func and autograd.functional instead")
-    options = parser.parse_args(argv)
     torch.set_num_threads(1)
-    failures = 0
-    classes: dict[str, list[int]] = {}
-    for seed in range(options.seed, options.seed + options.programs):
-        if options.func:
-            try:
-                problems = compare_func(seed)
-            except Exception:  # noqa: BLE001
-                print(f"seed {seed}: the checker failed\n{traceback.format_exc()}", flush=True)
-                problems = ["the checker failed"]
-            if problems:
-                failures += 1
-                print(f"seed {seed} ({', '.join(func_program(seed, 'never')['kinds'])}): {problems[0][:600]}", flush=True)
-            continue
-        try:
-            program, problems = check(seed)
-        except Exception:  # noqa: BLE001
-            print(f"seed {seed}: the checker failed\n{traceback.format_exc()}", flush=True)
-            failures += 1
-            continue
-        if problems:
-            failures += 1
-            classes.setdefault(model_programs._class_of(problems[0]), []).append(seed)
-            if failures <= options.show:
-                print(report(program, problems), "\n", flush=True)
-            else:
-                print(f"seed {seed}: {problems[0][:300]}", flush=True)
-    for name, seeds in sorted(classes.items(), key=lambda item: -len(item[1])):
-        print(f"{len(seeds):5d}  {name}  (seeds {seeds[:8]})")
-    print(f"{options.programs} programs, {failures} with a false statement")
-    return 1 if failures else 0
+
+    def check_seed(seed: int, options: Any) -> tuple[Any, list[str]]:
+        return (seed, compare_func(seed)) if options.func else check(seed)
+
+    def show(program: Any, problems: list[str], options: Any) -> str:
+        if options.func:  # (program: the seed)
+            return f"seed {program} ({', '.join(func_program(program, 'never')['kinds'])}): {problems[0][:600]}"
+        return report(program, problems)
+
+    return programs.campaign(parser, argv, check_seed, show, classify=model_programs._class_of)
 
 
 if __name__ == "__main__":
