@@ -4,7 +4,6 @@ calls, with what, and what it returns; backward runs nested inside the pass, not
 from __future__ import annotations
 
 import gc
-import os
 import sys
 from types import FrameType
 from typing import Any
@@ -14,7 +13,8 @@ import torch
 from ..model import values_equal
 from .hooks import (ENGINE_CODE, Wrapper, code_of, engine_call_args, frame_code, function_name,
                     may_edit_in_place, module_hook_kind, multi_grad_received, runs_in, shown_name, torch_wrapper,
-                    standard_library, user_function, wrapper_family, wrapper_module, wrapper_state, DISTRIBUTED_DIR)
+                    standard_library, user_function, weak_container_callback, wrapper_family, wrapper_module,
+                    wrapper_state, DISTRIBUTED_DIR)
 from .late import LATE_CODE, REGISTER_CODE, dict_is_new, registered as late_registered, tensor_registered
 from .livecheck import live_change, marks, post_accumulate_marks, summarised
 from .nested import NestedCalls, grads_written
@@ -166,7 +166,7 @@ class HookCalls(NestedCalls):
             module = None
             context = None
             if wrapper is None and not candidates and _not_a_gradient_hook(args):
-                if frame_code(frame).co_filename.endswith(_WEAKREF_FILES):
+                if weak_container_callback(frame_code(frame)):
                     pass  # a weak dictionary dropping a key whose object was freed (checkpointing's): no gradient
                 elif _run_by_collector(frame_code(frame)):  # Python's garbage collector, not torch, called it here
                     self.unhooked.activate(edited_in_place=True)
@@ -379,8 +379,6 @@ def _wrapped_user_functions(wrapper: Wrapper) -> tuple:
         return (getattr(local.get("self"), "hook", None),)
     return ()
 
-
-_WEAKREF_FILES = (os.sep + "weakref.py", os.sep + "_weakrefset.py")
 
 
 def _run_by_collector(code: Any) -> bool:

@@ -344,8 +344,7 @@ def late_change(observer: Any, fn: Any, position: int, real: Value, diverged: bo
     is not known; so too where such code (a DDP communication hook) ran after hooks made this gradient differ, even if
     it left .grad as it was (float16 rounding, a .grad a hook set to None), and where a hook stopped a pass that DDP
     would have reduced at its end."""
-    if getattr(observer, "error", None) is not None and torch.distributed.is_available() \
-            and torch.distributed.is_initialized() \
+    if getattr(observer, "error", None) is not None and _distributed() \
             and stopped_by_hooks(observer) is not None:  # without hooks DDP would reduce at the end, and write .grad
         return Unknown(f"the pass stopped at {type(observer.error).__name__} after hooks ran; had none run, it would "
                        "have gone on to its end, where DistributedDataParallel writes .grad after its all-reduce (a "

@@ -35,6 +35,8 @@ def standard_library(code: CodeType) -> bool:
     not of a package installed beside it: it writes no ``.grad``."""
     name = code.co_filename
     return name.startswith(_STDLIB_DIR) and "site-packages" not in name and "dist-packages" not in name
+
+
 ENGINE_CODE: CodeType = torch.autograd.graph._engine_run_backward.__code__
 
 # Torch's wrappers around user hooks, by the tail of their qualified name, with
