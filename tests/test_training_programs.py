@@ -285,14 +285,13 @@ def test_cells_with_torch_func_and_jacobians_show_only_what_torch_did(seed):
     assert training_programs.compare_func(seed) == []
 
 
-# Known, not fixed: the note on leaves that moved since an earlier pass whose hooks changed gradients compares leaves
-# by their label.  Two jacobian() calls make two input leaves with no name, both labelled "leaf": the second call's
-# passes say "leaf changed since pass 1, whose hooks changed gradients (an optimizer step used them?) ... a run that
-# never had the hooks would have reached other values", which is false (its input is another tensor, the same
-# without hooks).  The same for a name given to a new tensor between passes (x = torch.randn(...) per step).  Telling
-# the tensors apart needs each leaf's identity kept with the pass (annotate.moved_leaves sees the drawings only).
+# Was false: the note on leaves that moved since an earlier pass whose hooks changed gradients compared leaves by their
+# label.  Two jacobian() calls make two input leaves with no name, both labelled "leaf": the second call's passes said
+# "leaf changed since pass 1, whose hooks changed gradients (an optimizer step used them?) ... a run that never had
+# the hooks would have reached other values", which is false (its input is another tensor, the same without hooks).
+# The same for a name given to a new tensor between passes.  Now each pass keeps which tensor object each leaf was
+# (annotate.leaf_ids) and the note names only leaves that are the same object in both passes (tests/test_leaf_identity.py).
 
-@pytest.mark.xfail(strict=True, reason="moved_leaves compares leaves by label, not identity (see above)")
 def test_the_moved_note_does_not_take_another_tensor_for_the_same_leaf():
     def f(a):
         y = a * 2

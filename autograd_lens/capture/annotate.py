@@ -3,6 +3,7 @@ them (module groups), and the names of hook boundaries only a module group can t
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -122,6 +123,50 @@ def leaves_may_move(earlier: Any) -> tuple[bool, bool, bool] | None:
     return (changed, stopped, maybe) if changed or stopped or maybe else None
 
 
+class LeafTensor:
+    """Stands for one tensor object a pass had as a leaf: two passes' leaves are one tensor when they hold the same
+    ``LeafTensor`` (compared with ``is``; it holds nothing, not even a number, so that no output depends on it)."""
+
+    def __repr__(self) -> str:
+        return "<a leaf tensor>"
+
+
+# id(leaf tensor) -> (weak reference to it, its LeafTensor): each pass reads them while its leaves live, so that a
+# LeafTensor is never given to another tensor, even when the first dies and another gets its id().  Process-wide, so
+# that the passes of two Lenses (%%lens cells) compare
+_SEEN: dict[int, tuple[Any, LeafTensor]] = {}
+_PRUNE_OVER = [4096]  # entries at which the dead ones are dropped (doubled when most are alive)
+
+
+def leaf_ids(shape: Any) -> dict:
+    """``{"leaf_ids": {label: LeafTensor}}`` for the pass whose graph ``shape`` is (``structure.Structure``, its
+    leaves labelled), read while the pass runs.  A label two tensors have in one pass gets none (which one is which
+    is not known), nor a tensor that takes no weak reference."""
+    found: dict[str, Any] = {}
+    for key, fn in shape.leaves.items():
+        label = shape.leaf_labels.get(key)
+        try:
+            same = _leaf_tensor(fn.variable)
+        except Exception:
+            same = None
+        if label is not None:
+            found[label] = same if label not in found or found[label] is same else None
+    if len(_SEEN) > _PRUNE_OVER[0]:
+        for dead in [key for key, (ref, _) in _SEEN.items() if ref() is None]:
+            del _SEEN[dead]
+        _PRUNE_OVER[0] = max(4096, 2 * len(_SEEN))
+    return {"leaf_ids": {label: same for label, same in found.items() if same is not None}}
+
+
+def _leaf_tensor(tensor: Any) -> LeafTensor:
+    entry = _SEEN.get(id(tensor))
+    if entry is not None and entry[0]() is tensor:
+        return entry[1]
+    same = LeafTensor()
+    _SEEN[id(tensor)] = (weakref.ref(tensor), same)
+    return same
+
+
 def _at_start(backward_pass: Any) -> dict:
     """Each leaf's value as the pass started: as drawn (read after it), or before the first hook of the pass that
     changed the leaf itself (an optimizer step in a post-accumulate hook)."""
@@ -138,9 +183,11 @@ def _like(value: Any, drawn: Any) -> Any:
     return summarize(value) if isinstance(value, torch.Tensor) and isinstance(drawn, TensorSummary) else value
 
 
-def moved_leaves(moving: tuple[Any, tuple[bool, bool, bool]] | None, built: Any) -> dict:
+def moved_leaves(moving: tuple[Any, tuple[bool, bool, bool]] | None, built: Any, ids: dict | None = None) -> dict:
     """A note when leaves (parameters) hold other values than in an earlier pass whose hooks changed gradients
-    (an optimizer step used them): "without hooks" is then this pass's graph with its hooks removed, on the values
+    (an optimizer step used them): only leaves that are the same tensor objects in both passes (``ids``: this pass's
+    :func:`leaf_ids`, the earlier pass's ``leaf_ids``; a name given to another tensor since is not a leaf that moved,
+    and where either pass does not know which tensor a label was, nothing is said of it): "without hooks" is then this pass's graph with its hooks removed, on the values
     the leaves hold now, not what a run that never had the hooks would reach (its leaves would differ).
     ``moving`` is the first earlier pass for which :func:`leaves_may_move` says something, with what it says (the
     Lens keeps it, so that a pass costs the same after a thousand passes as after one)."""
@@ -149,9 +196,10 @@ def moved_leaves(moving: tuple[Any, tuple[bool, bool, bool]] | None, built: Any)
     now = _at_start(built)
     earlier, (changed, stopped, maybe), *cell = moving  # cell: (" of an earlier %%lens cell", its same leaves)
     where = f"pass {earlier.index + 1}{cell[0] if cell else ''}"
-    before = _at_start(earlier)
+    before, ids, earlier_ids = _at_start(earlier), ids or {}, getattr(earlier, "leaf_ids", None) or {}
     moved = [name for name, value in now.items() if name in before and value is not None and (
-        not cell or name in cell[1]) and before[name] is not None and not values_equal(value, before[name])]
+        not cell or name in cell[1]) and name in ids and ids[name] is earlier_ids.get(name)
+        and before[name] is not None and not values_equal(value, before[name])]
     if not moved and stopped:  # nothing moved here; without the hooks that pass would have gone on
         note = (f"{where} stopped at a hook's error before it reached every leaf: if code used "
                 ".grad since (an optimizer step), a run that never had the hooks would have other parameters and "

@@ -114,7 +114,7 @@ def complete(draft: PassDraft, moving: Any = None, index: int | None = None) -> 
                             name=name, op=op) for name, op in draft.not_leaves)
     built = dataclasses.replace(built, mistakes=pass_notes(built, tuple(values["refilled"])) + not_leaves)
     built = with_ran_hooks(built)  # badges of the hooks that ran where the walk drew none
-    moved = moved_leaves(moving, built)
+    moved = moved_leaves(moving, built, draft.extra.get("leaf_ids"))
     return dataclasses.replace(built, **draft.extra, **moved)
 
 

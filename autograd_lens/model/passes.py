@@ -175,6 +175,8 @@ class BackwardPass:
     groups_note: str = ""  # why module groups are not known when asked for, or what they may have changed
     debug: Any = field(default=None, compare=False, repr=False)  # evidence for .unreached (autograd_lens.debug)
     kept_bytes: int = field(default=0, compare=False, repr=False)  # of copied values, counted in the Lens's budget
+    # drawn leaf label -> what two passes share only when their leaf is the same tensor object (annotate.LeafTensor)
+    leaf_ids: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @cached_property
     def unreached(self) -> dict:
