@@ -3,7 +3,6 @@ calls, with what, and what it returns; backward runs nested inside the pass, not
 
 from __future__ import annotations
 
-import gc
 import sys
 from types import FrameType
 from typing import Any
@@ -14,7 +13,7 @@ from ..model import values_equal
 from .hooks import (ENGINE_CODE, Wrapper, code_of, engine_call_args, frame_code, function_name,
                     may_edit_in_place, module_hook_kind, multi_grad_received, runs_in, shown_name, torch_wrapper,
                     standard_library, user_function, weak_container_callback, wrapper_family, wrapper_module,
-                    wrapper_state, DISTRIBUTED_DIR)
+                    wrapper_state, run_by_collector, DISTRIBUTED_DIR)
 from .late import LATE_CODE, REGISTER_CODE, dict_is_new, registered as late_registered, tensor_registered
 from .livecheck import live_change, marks, post_accumulate_marks, summarised
 from .nested import NestedCalls, grads_written
@@ -168,7 +167,7 @@ class HookCalls(NestedCalls):
             if wrapper is None and not candidates and _not_a_gradient_hook(args):
                 if weak_container_callback(frame_code(frame)):
                     pass  # a weak dictionary dropping a key whose object was freed (checkpointing's): no gradient
-                elif _run_by_collector(frame_code(frame)):  # Python's garbage collector, not torch, called it here
+                elif run_by_collector(frame_code(frame)):  # Python's garbage collector, not torch, called it here
                     self.unhooked.activate(edited_in_place=True)
                 else:
                     self._foreign(function_name(function, frame_code(frame)), frame_code(frame))
@@ -379,12 +378,6 @@ def _wrapped_user_functions(wrapper: Wrapper) -> tuple:
         return (getattr(local.get("self"), "hook", None),)
     return ()
 
-
-
-def _run_by_collector(code: Any) -> bool:
-    """A ``gc.callbacks`` function or a ``__del__``: Python runs them whenever it frees memory, also in the middle
-    of a backward pass (the engine's frame is then their caller), with nothing of torch behind them."""
-    return code.co_name == "__del__" or any(getattr(callback, "__code__", None) is code for callback in gc.callbacks)
 
 
 def _not_a_gradient_hook(args: list[Any]) -> bool:

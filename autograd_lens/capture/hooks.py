@@ -12,6 +12,7 @@ function it is, and what it received.  It changes nothing.
 from __future__ import annotations
 
 import functools
+import gc
 import inspect
 import os
 import sys
@@ -87,6 +88,12 @@ def weak_container_callback(code: CodeType) -> bool:
     whenever that object is freed, also while the engine frees what a node saved (then the engine's frame is its
     caller). No gradient hook."""
     return code.co_filename.endswith(_WEAKREF_FILES)
+
+
+def run_by_collector(code: CodeType) -> bool:
+    """A ``gc.callbacks`` function or a ``__del__``: Python runs them whenever it frees memory, also in the middle
+    of a backward pass (the engine's frame is then their caller), with nothing of torch behind them."""
+    return code.co_name == "__del__" or any(getattr(callback, "__code__", None) is code for callback in gc.callbacks)
 
 
 def traced_name(frame: FrameType) -> str | None:

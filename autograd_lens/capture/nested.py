@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from .hooks import ENGINE_CODE, Wrapper, function_name, module_hook_kind, torch_wrapper, traced_name, user_function, \
-    weak_container_callback, wrapper_family, wrapper_module
+from .hooks import ENGINE_CODE, Wrapper, engine_call_args, function_name, module_hook_kind, run_by_collector, \
+    torch_wrapper, traced_name, user_function, weak_container_callback, wrapper_family, wrapper_module
 
 _current_node = torch._C._current_autograd_node
 
@@ -47,6 +47,13 @@ def grads_written(observer: Any) -> None:
                 and name not in observer.nested_written:
             observer.nested_written.append(name)
     observer.nested_grads = None
+
+
+def _collector_call(frame: FrameType) -> bool:
+    """A ``gc.callbacks`` function or a ``__del__`` that Python ran as the nested engine made or freed an object
+    (the engine's frame is then its caller): called with none of what autograd passes a hook (a tensor, a tuple)."""
+    return run_by_collector(frame.f_code) and not any(
+        isinstance(arg, (torch.Tensor, tuple)) for arg in engine_call_args(frame, None))
 
 
 class NestedCalls:
@@ -92,6 +99,8 @@ class NestedCalls:
         if parent.f_code is ENGINE_CODE and parent is self.nested_frames[-1]:
             if torch_wrapper(code):
                 self.nested_wrapper = Wrapper(frame, wrapper_family(code))
+            elif _collector_call(frame):  # Python's garbage collector, not the engine, called it (as calls._begin)
+                self.unhooked.activate(edited_in_place=True)
             elif code not in self._own_codes and code not in self.unpack_codes and not weak_container_callback(code) \
                     and not self._is_unpack_hook(code):
                 self._nested_hook(traced_name(frame) or function_name(None, code))
