@@ -283,3 +283,45 @@ def test_a_gradient_subclass_with_torch_dispatch_sees_no_lens_op():
             y.backward(seed)
         logs.append(list(_Logged.ops))
     assert logs[0] == logs[1] and logs[0]
+
+
+def _adopted_before(grad, arrived) -> bool:
+    """The test usual_leaf and _written made before records.adopted (eight reads of both tensors)."""
+    try:
+        return grad.layout == torch.strided == arrived.layout and grad.numel() > 0 \
+            and grad.data_ptr() == arrived.data_ptr() and grad.dtype == arrived.dtype \
+            and grad.device == arrived.device and grad.shape == arrived.shape \
+            and grad.stride() == arrived.stride() and grad._version == arrived._version
+    except Exception:
+        return False
+
+
+def test_adopted_says_what_the_eight_reads_said():
+    """records.adopted (Tensor.is_set_to, dtype, version, layouts, elements) against the reads it replaced, on
+    what AccumulateGrad makes of an adopted gradient (a detached view) and on every near miss: a copy, another dtype
+    over the same bytes, another offset, another stride, no elements, a later version, a sparse tensor."""
+    from autograd_lens.capture.records import adopted
+
+    a = torch.randn(4, 6)
+    bumped = torch.randn(3)
+    bumped_view = bumped.detach()
+    cases = {
+        "detached": (a.detach(), a, True),
+        "transposed, detached": (a.t().detach(), a.t(), True),
+        "expanded, detached": (a[0].expand(3, 6).detach(), a[0].expand(3, 6), True),
+        "a copy": (a.clone(), a, False),
+        "another dtype over the same bytes": (a.view(torch.int32), a, False),
+        "another offset": (a[1:], a[:3], False),
+        "the same memory, transposed": (a.t(), a, False),
+        "another shape over the same memory": (a.view(6, 4), a, False),
+        "no elements": (torch.empty(0), torch.empty(0), False),
+        "no elements, detached": (a[:0].detach(), a[:0], False),
+    }
+    for name, (grad, arrived, expected) in cases.items():
+        assert _adopted_before(grad, arrived) is expected, name
+        assert adopted(grad, arrived, arrived._version) is expected, name
+    bumped_view.add_(1)  # shares the version counter: both at the new version
+    assert adopted(bumped_view, bumped, bumped._version)
+    assert not adopted(bumped_view, bumped, bumped._version - 1)  # the copy kept was of an earlier version
+    sparse = torch.randn(3).to_sparse()
+    assert not adopted(sparse, sparse, sparse._version)  # (layouts read first: no storage is asked for)

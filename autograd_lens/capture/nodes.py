@@ -12,7 +12,7 @@ import torch
 
 from ..model import TensorSummary, values_equal
 from .order import _MISSING, arrange_after, arrange_before, multi_grad_source, multi_grad_target
-from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord, copy_tuple, snapshot_all, usual_leaf
+from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord, adopted, copy_tuple, snapshot_all, usual_leaf
 from .snapshot import fast_snapshot, grad_of, held_bytes, snapshot
 from .snapshot import _disable_dispatch, _enter_dispatch, _exit_dispatch, _profiler_enabled
 from .snapshot import hidden_from_user as _hidden_from_modes, unseen_by_modes
@@ -187,13 +187,10 @@ class NodeRecorder(UnexplainedChanges):
         if grad_outputs and type(grad) is torch.Tensor and not self.over_budget and self.profiling:
             arrived = grad_outputs[0]
             try:
-                adopted = type(arrived) is torch.Tensor and grad.layout == torch.strided == arrived.layout \
-                    and grad.numel() > 0 and grad.data_ptr() == arrived.data_ptr() and grad.dtype == arrived.dtype \
-                    and grad.device == arrived.device and grad.shape == arrived.shape \
-                    and grad.stride() == arrived.stride() and grad._version == arrived._version
+                made_from = type(arrived) is torch.Tensor and adopted(grad, arrived, arrived._version)
             except Exception:  # no storage to compare (ZeroTensor, a subclass): copy it
-                adopted = False
-            if adopted:
+                made_from = False
+            if made_from:
                 earlier = self._earlier_copy(arrived, arrived._version)
                 if earlier is not None:
                     try:  # .grad read again after the pass: the same object at the same version has this copy

@@ -125,8 +125,15 @@ def copy_tuple(observer: Any, values: tuple) -> tuple[tuple, int]:
                 # nothing (what autograd hands over at almost every node), is cloned; anything else is snapshot()'s
                 if type(item) is _Tensor and item.is_cpu and item.layout == _strided and not item.requires_grad \
                         and not item.is_nested and not item.is_quantized and not item._is_zerotensor() \
-                        and item.numel() <= limit:
+                        and (numel := item.numel()) <= limit:
                     kept = item.clone() if item.is_contiguous() else copy_exactly(item)
+                    try:
+                        copies[id(item)] = (weakref.ref(item), version, kept)
+                    except TypeError:
+                        pass
+                    size += numel * item.element_size()  # (a copy of the same dtype and elements: held_bytes(kept))
+                    kept_items.append(kept)
+                    continue
                 else:
                     kept = snapshot(item, limit)
                 try:
@@ -140,6 +147,15 @@ def copy_tuple(observer: Any, values: tuple) -> tuple[tuple, int]:
                 pass
         kept_items.append(kept)
     return tuple(kept_items), size
+
+
+def adopted(grad: torch.Tensor, arrived: torch.Tensor, version: int) -> bool:
+    """``.grad`` (``grad``) is what AccumulateGrad made of the gradient that arrived (``arrived``, at ``version``)
+    without a copy: a detached view of the same memory, with the same storage, offset, sizes and strides
+    (``Tensor.is_set_to``: one call for what data_ptr, device, shape and stride took four), dtype and version, both
+    plain strided tensors with elements.  Raises for a tensor with no storage (callers: the general way then)."""
+    return grad.layout == _strided and arrived.layout == _strided and grad._version == version \
+        and grad.dtype == arrived.dtype and grad.is_set_to(arrived) and grad.numel() > 0
 
 
 def usual_leaf(observer: Any, fn: Any, key: int, grad_inputs: tuple, grad_outputs: tuple) -> bool:
@@ -161,10 +177,7 @@ def usual_leaf(observer: Any, fn: Any, key: int, grad_inputs: tuple, grad_output
         hit = observer.copies.get(id(arrived))
         if hit is None or hit[0]() is not arrived or hit[1] != version:
             return False
-        if not (grad.data_ptr() == arrived.data_ptr() and grad._version == version and grad.layout == _strided
-                and arrived.layout == _strided and grad.numel() > 0 and grad.dtype == arrived.dtype
-                and grad.device == arrived.device and grad.shape == arrived.shape
-                and grad.stride() == arrived.stride()):
+        if not adopted(grad, arrived, version):
             return False
         grad_ref = weakref.ref(grad)
     except Exception:  # no storage to compare, no weak reference: the general way
