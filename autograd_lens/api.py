@@ -79,10 +79,13 @@ def graph(
 
 def _with_grad_norms(drawn: Graph, found: Any) -> Graph:
     """Parameters' ``.grad`` kept as summaries get their norm (one reduction each), which the drawing shows as
-    the size of the gradient (``views.gradsize``).  Nothing else is read or changed."""
-    import dataclasses
-
+    the size of the gradient (``views.gradsize``).  Nothing else is read or changed.  A graph with no such summary
+    (a first picture after the forward pass: no ``.grad`` yet) is returned as it is, before any lookup is built."""
     from .model import TensorSummary
+
+    if not any(node.kind == "leaf" and isinstance(node.grad, TensorSummary) for node in drawn.nodes):
+        return drawn
+    import dataclasses
 
     by_name = {found.tensors[id(t)]: t for t in found.tensor_objects}
     nodes, changed = [], False

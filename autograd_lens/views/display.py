@@ -67,7 +67,6 @@ def graph_bundle(graph: Graph) -> dict[str, str]:
     due come while Graphviz lays out, when this thread would only wait (a first picture: one middle collection,
     about 1 ms, off its path)."""
     try:
-        text = graph_text(graph)
         collecting, svg_of = _pause_collector(), None
         try:
             svg_of = start_svg(graph.to_dot())
@@ -76,12 +75,13 @@ def graph_bundle(graph: Graph) -> dict[str, str]:
         finally:
             _resume_collector(collecting)
         if svg_of is None:
-            return {"text/html": hint_html(problem) + graph_table_html(graph), "text/plain": text}
+            return {"text/html": hint_html(problem) + graph_table_html(graph), "text/plain": graph_text(graph)}
         from .fold import FOLD_OVER, expanded, fold_states
 
         graph_html = states = laid = made = None
         table_of = graph_table_html
         try:
+            text = graph_text(graph)  # (the bundle's text made while Graphviz lays out, as what follows)
             if len(graph.nodes) > FOLD_OVER:  # a large graph: zoom, pan, find, upstream/downstream (see graphview)
                 # the drawings with folds opened, which the page stores, laid out after this one and meanwhile
                 # the navigator's module loaded (a first display's imports) and what needs no drawing made: the

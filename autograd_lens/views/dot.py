@@ -110,10 +110,13 @@ def to_dot(
 
         drawn = plan(graph)
         if drawn.groups or drawn.folds:  # with gradient sizes: outlines of parameters, norms of modules
-            from .gradsize import sizes_for
+            if any(node.kind == "leaf" and node.grad is not None for node in graph.nodes):
+                from .gradsize import sizes_for
 
-            sizes = sizes_for(graph, drawn)
-            graph, groups = sizes.graph, drawn.groups
+                sizes = sizes_for(graph, drawn)
+                graph, groups = sizes.graph, drawn.groups
+            else:  # no gradient known (before backward): no outline, no norm, no legend, as sizes_for would say
+                graph, groups = drawn.graph, drawn.groups
     options = graph.options
     direction = direction or (options.direction if options else "forward")
     legend = options.legend if legend is None and options else bool(legend)
