@@ -18,6 +18,7 @@ import autograd_lens as al
 from autograd_lens.capture import calls as calls_module
 from autograd_lens.capture.nodes import NodeRecorder
 from autograd_lens.capture.observe import PassObserver
+from autograd_lens.capture.records import snapshot_all as _snapshot_all
 
 
 def _mlp(grads_before: bool = False):
@@ -273,3 +274,42 @@ def test_leaves_the_usual_way_cannot_take_go_the_general_way(monkeypatch):
         run()
     assert steps.count("_written") == 1  # a (three users, summed); w and b the usual way
     assert torch.equal(lens.passes[0].grads["a"], names["a"].grad)
+
+
+@pytest.mark.parametrize("hook, edits, modified", [
+    (lambda g: g * 0.5, False, True),
+    (lambda g: None, False, False),
+    (lambda g: g.mul_(2) * 0.25, True, True),  # edits what it received, and returns another tensor
+    (lambda g: g.mul_(2) * 0.5, True, False),  # ... whose values are those it received
+    (lambda g: g.mul_(2), True, True),  # returns the very tensor it edited
+    (lambda g: g.clone().mul_(2), False, True),  # edits its own copy
+])
+def test_a_tensor_hooks_return_is_copied_once_and_compared_as_its_copy_would_be(hook, edits, modified, monkeypatch):
+    """calls._end: what a tensor hook returned (or, returning None, what it received) is copied by fast_snapshot
+    (no snapshot_all), and whether a hook that returned a new tensor also edited the one it received is read from
+    that tensor itself (plain, within the limit), not from a second copy of it.  Values as plain torch has them."""
+    def program(lens=None):
+        torch.manual_seed(3)
+        w = torch.randn(4, 3, requires_grad=True)
+        x = torch.randn(2, 4)
+        h = (x @ w).tanh()
+        h.register_hook(hook)
+        if lens is None:
+            (h * h).sum().backward()
+        else:
+            with lens:
+                (h * h).sum().backward()
+        return w
+    plain = program()
+    with al.Lens():  # the self-check: before counting
+        torch.ones(1, requires_grad=True).sum().backward()
+    copies = []
+    monkeypatch.setattr(calls_module, "snapshot_all", lambda *args: copies.append(args) or _snapshot_all(*args))
+    lens = al.Lens()
+    traced = program(lens)
+    assert torch.equal(traced.grad, plain.grad)
+    (call,) = lens.passes[0].hook_calls
+    assert copies == []  # before: one for what it returned (or received), one more for the received, for a new tensor
+    assert call.edited_in_place is edits
+    assert call.modified is modified
+    assert torch.equal(lens.passes[0].grads["w"], plain.grad)

@@ -20,7 +20,7 @@ from .nested import NestedCalls, grads_written
 from .nodes import NodeRecorder
 from .order import UNSEEN
 from .records import HookRecord, KnownHook, NodeRecord, after_post_accumulate, leaf_before, snapshot_all
-from .snapshot import hidden_from_user as _hidden_from_modes, snapshot  # the lens's tensor ops never reach a user's mode
+from .snapshot import fast_snapshot, hidden_from_user as _hidden_from_modes, plain_small, snapshot
 from .saved import saved_names
 from .shared import edited_spans
 
@@ -320,15 +320,19 @@ class HookCalls(NestedCalls):
             elif call.kind == "multi_grad":  # its return value is ignored; edits in place of what it got count
                 call.grad_out = snapshot_all(call.received, limit)
             elif returned is None:
-                call.grad_out = snapshot_all(call.received, limit)  # edits in place count
+                call.grad_out = _copy_out(call.received, limit)  # edits in place count
             else:
-                call.grad_out = snapshot_all(returned, limit)
+                call.grad_out = _copy_out(returned, limit)
             call.modified = not values_equal(call.grad_in, call.grad_out)
             if call.marks_in is not None:  # kept as a summary, whose numbers cannot be compared: the live tensors
                 call.modified, edited = live_change(call, returned)
             elif call.kind in ("post_accumulate_grad", "multi_grad") or returned is None:
                 edited = call.modified
-            else:  # returned a new value: did it also edit what it received?
+            elif isinstance(call.grad_in, torch.Tensor) and plain_small(call.received, limit):
+                # returned a new value: did it also edit what it received?  Compared as it is now, as its copy
+                # (snapshot's exact one: same values, shape, dtype) would be compared
+                edited = not values_equal(call.grad_in, call.received)
+            else:
                 edited = not values_equal(call.grad_in, snapshot_all(call.received, limit))
         call.edited_in_place = edited
         self.edited_in_place = self.edited_in_place or edited
@@ -354,6 +358,11 @@ class HookCalls(NestedCalls):
             # what it sent without the hook: what the record said, unless a hook upstream already made it differ
             self.unhooked.out.setdefault(id(record.fn), record.sent)
             record.sent = call.grad_out
+
+
+def _copy_out(value: Any, limit: int) -> Any:
+    """``snapshot_all`` of what a hook got or returned (a plain small tensor: ``fast_snapshot``, the same copy)."""
+    return fast_snapshot(value, limit) if isinstance(value, torch.Tensor) else snapshot_all(value, limit)
 
 
 def _present(candidates: list[KnownHook]) -> frozenset | None:

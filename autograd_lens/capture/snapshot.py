@@ -114,11 +114,17 @@ def snapshot(tensor: torch.Tensor | None, store_limit: int = DEFAULT_STORE_LIMIT
 def fast_snapshot(tensor: torch.Tensor, store_limit: int = DEFAULT_STORE_LIMIT) -> Value:
     """:func:`snapshot`, answered without its checks for the common case (a plain dense CPU tensor, within the
     limit, in a graph that records nothing): what autograd hands over at almost every node."""
-    if type(tensor) is torch.Tensor and tensor.is_cpu and tensor.layout == torch.strided \
-            and not tensor.requires_grad and not tensor.is_nested and not tensor.is_quantized \
-            and not tensor._is_zerotensor() and tensor.numel() <= store_limit:
+    if plain_small(tensor, store_limit):
         return tensor.clone() if tensor.is_contiguous() else copy_exactly(tensor)
     return snapshot(tensor, store_limit)
+
+
+def plain_small(tensor: Any, store_limit: int) -> bool:
+    """A plain dense CPU tensor within the limit, in a graph that records nothing: one :func:`snapshot` copies
+    exactly (same values, shape, strides and dtype), the case :func:`fast_snapshot` answers without its checks."""
+    return type(tensor) is torch.Tensor and tensor.is_cpu and tensor.layout == torch.strided \
+        and not tensor.requires_grad and not tensor.is_nested and not tensor.is_quantized \
+        and not tensor._is_zerotensor() and tensor.numel() <= store_limit
 
 
 def copy_exactly(tensor: torch.Tensor) -> torch.Tensor:
