@@ -540,6 +540,9 @@ class Shadow:
         return dict(self.without)
 
 
+GLOBAL_KINDS = {"global_full": "global_module_full", "global_pre": "global_module_full_pre"}
+
+
 def run(program: Program, mode: str) -> Run:
     """Run ``program`` one way: plain, lens, truth, nohook (hooks switched off, per pass) or never (no hook)."""
     import autograd_lens as al
@@ -583,6 +586,7 @@ def run(program: Program, mode: str) -> Run:
             logout(tag, out if out is not None else value)
             return out
         logged.written_in_c = True
+        logged.raw = raw  # what the other runs register (the lens names it)
         return logged
 
     def mchook(tag: str, kind: str) -> Any:
@@ -594,13 +598,16 @@ def run(program: Program, mode: str) -> Run:
             print(module, *grads)
             logout(tag, grads[0])
         logged.written_in_c = True
+        logged.raw = print
         return logged
 
-    def wrap(fn: Any, method: str) -> Any:
+    def wrap(fn: Any, method: str, target: Any = None) -> Any:
         if mode == "truth":
             registered[0] += 1
             number = registered[0]
             kinds[number] = method + (" in C" if getattr(fn, "written_in_c", False) else "")
+            # what the lens must show its calls as, under the tag they log (tagged(): "<tag>@<number>")
+            programs.registered(result.hooks, target, GLOBAL_KINDS.get(method, method), fn, f"@{number}")
 
             def numbered(*args: Any) -> Any:
                 stack.append(number)
@@ -619,14 +626,14 @@ def run(program: Program, mode: str) -> Run:
             return None
         if method == "multi":
             tensors, fn, multi_mode = args
-            return torch.autograd.graph.register_multi_grad_hook(tensors, wrap(fn, method), mode=multi_mode)
+            return torch.autograd.graph.register_multi_grad_hook(tensors, wrap(fn, method, tensors), mode=multi_mode)
         if method.startswith("global_"):
             register = module_globals.register_module_full_backward_hook if method == "global_full" else \
                 module_globals.register_module_full_backward_pre_hook
             handle = register(wrap(args[0], method))
             handles.append(handle)
             return handle
-        return getattr(target, method)(wrap(args[0], method))
+        return getattr(target, method)(wrap(args[0], method, target))
 
     shadow = Shadow()
 
@@ -640,6 +647,8 @@ def run(program: Program, mode: str) -> Run:
         nodes: list = []
         observers = []
         if mode == "truth":
+            result.targets.append({tag: programs._names_of(namespace, hook["on"]) for tag, hook in result.hooks.items()
+                                   if hook["on"] is not None})
             for fn in programs._nodes(root):
                 observers.append(fn.register_hook(
                     lambda gi, go, fn=fn: nodes.append((fn.name(), clone(go), clone(gi), programs._links(fn)))))

@@ -509,6 +509,10 @@ class Run:
     error: str | None = None  # the program itself failed (outside a pass)
     lens: Any = None
     torch_function: list = field(default_factory=list)  # what the subclass's __torch_function__ was called for
+    # truth: each generated hook's tag -> what the lens must show for its calls (``registered``): kind, name, and the
+    # object it was registered on (whose names each pass reads: ``targets``)
+    hooks: dict = field(default_factory=dict)
+    targets: list = field(default_factory=list)  # truth: per pass, tag -> the names its tensor has as the pass starts
 
 
 def _value_of(namespace: dict, name: str) -> Any:
@@ -541,11 +545,14 @@ def run(program: Program, mode: str, prelude: str = "") -> Run:
             out = raw(*args)
             log.append((tag + " out", clone(out if out is not None else value)))
             return out
+        logged.raw = raw  # what the other runs register (the lens names it)
         return logged
 
     def reg(target: Any, method: str, *args: Any) -> Any:
         if mode == "nohook":
             return None
+        if mode == "truth":
+            registered(result.hooks, target, method, args[1] if method == "multi" else args[-1])
         if method == "multi":
             tensors, fn, multi_mode = args
             return torch.autograd.graph.register_multi_grad_hook(tensors, fn, mode=multi_mode)
@@ -559,6 +566,10 @@ def run(program: Program, mode: str, prelude: str = "") -> Run:
         written: dict = {}
         handles = []
         if mode == "truth":
+            for target, new_hook in [pair for pairs in namespace.get("ADD_TARGETS", {}).values() for pair in pairs]:
+                registered(result.hooks, target, "register_hook", new_hook)  # (a hook registers it during a pass)
+            result.targets.append({tag: _names_of(namespace, hook["on"]) for tag, hook in result.hooks.items()
+                                   if hook["on"] is not None})
             received: dict = {}  # what each node got, read before its backward runs (one may edit it in place)
             for name in names:  # .grad right after each write (aliased .grads change later)
                 leaf = _value_of(namespace, name)
@@ -655,6 +666,58 @@ def _wrapper(value: torch.Tensor) -> bool:
     return type(value) is not torch.Tensor and hasattr(value, "__tensor_flatten__")
 
 
+KINDS = {"register_prehook": "node_pre", "register_post_accumulate_grad_hook": "post_accumulate_grad",
+         "multi": "multi_grad", "register_full_backward_hook": "module_full",
+         "register_full_backward_pre_hook": "module_full_pre"}
+
+
+def registered(hooks: dict, target: Any, method: str, function: Any, suffix: str = "") -> None:
+    """The truth run's note of a generated hook as it is registered: under its tag (the one it logs its calls
+    under, + ``suffix``), the kind and name of hook the lens must show for those calls, and the tensor it was
+    registered on (tensor and post-accumulate hooks: the lens names the tensor).  A hook whose tag is not found is
+    not noted."""
+    from autograd_lens.capture.hooknames import function_name  # the lens's way to name a function (names differ
+    # in style, not in what they name: this checks which hook a call is shown as, not how names are written)
+
+    tag = _tag_of(function)
+    if tag is None or tag + suffix in hooks:
+        return
+    tag += suffix
+    kind = KINDS.get(method) or (method if method.startswith("global_") else
+                                 "tensor" if isinstance(target, torch.Tensor) else "node")
+    hooks[tag] = {"kind": kind, "name": function_name(getattr(function, "raw", function)),
+                  "on": target if kind in ("tensor", "post_accumulate_grad") else None}
+
+
+def _tag_of(function: Any) -> str | None:
+    """The tag a generated hook logs its calls under: ``make_hook('h3', ...)``'s closure holds it, a
+    ``functools.partial(partial_hook, 'h3', ...)`` binds it, a ``Hooker``, its method, a lambda's default or a
+    ``wrapped`` function leads to one that does."""
+    todo, seen = [function], set()
+    while todo:
+        item = todo.pop()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        code = getattr(item, "__code__", None)
+        if code is not None and "tag" in code.co_freevars and item.__closure__:
+            tag = item.__closure__[code.co_freevars.index("tag")].cell_contents
+            return tag if isinstance(tag, str) else None
+        if isinstance(item, functools.partial):
+            if item.args and isinstance(item.args[0], str):
+                return item.args[0]
+            todo.append(item.func)
+            continue
+        todo += [getattr(item, "__wrapped__", None), getattr(item, "__self__", None), getattr(item, "f", None)]
+        todo += [value for value in (getattr(item, "__defaults__", None) or ()) if callable(value)]
+    return None
+
+
+def _names_of(namespace: dict, target: Any) -> frozenset:
+    """The names ``target`` (that very object) has in the program's namespace."""
+    return frozenset(name for name, value in namespace.items() if value is target and not name.startswith("_"))
+
+
 def _truth_calls(log: list) -> list[tuple[str, Any, Any]]:
     """(tag, received, passed on) per hook call, in firing order; passed on is absent for a call that raised."""
     calls = []
@@ -703,7 +766,7 @@ def compare(program: Program, runner: Any = None) -> list[str]:
         problems.append(f"{len(shown)} hook calls shown, {len(truth_calls)} ran: shown "
                         f"{[(c.hook, c.kind, c.target) for c in shown]}, ran {[c[0] for c in truth_calls]}")
         return problems
-    shown, call_problems = _aligned(shown, truth_calls)
+    shown, call_problems = _aligned(shown, truth_calls, (truth.hooks, truth.targets))
     problems += call_problems
     # 3. node runs
     for index, (p, truth_nodes) in enumerate(zip(passes, truth.nodes)):
@@ -751,11 +814,12 @@ def compare(program: Program, runner: Any = None) -> list[str]:
 PLACE_UNKNOWN = "its place among their hooks is not known"
 
 
-def _aligned(shown: list, truth_calls: list) -> tuple[list, list[str]]:
+def _aligned(shown: list, truth_calls: list, hooks: tuple = ({}, [])) -> tuple[list, list[str]]:
     """The shown calls paired with the calls that ran, and what is false in that pairing. A call the lens says
     it cannot place (a hook in C on one of several autograd.grad inputs captured at once) may have run anywhere
-    among the tensor and multi-grad hook calls of its pass: it is paired where the rest holds, if anywhere."""
-    problems = _call_problems(shown, truth_calls)
+    among the tensor and multi-grad hook calls of its pass: it is paired where the rest holds, if anywhere.
+    ``hooks``: the truth run's ``(hooks, targets)``, what each call's hook must be shown as (``_call_problems``)."""
+    problems = _call_problems(shown, truth_calls, hooks)
     for call in [c for c in shown if PLACE_UNKNOWN in (c.unseen or "")]:
         if not problems:
             break
@@ -767,22 +831,37 @@ def _aligned(shown: list, truth_calls: list) -> tuple[list, list[str]]:
             if moved == shown or any(other.pass_index != call.pass_index or other.kind not in ("tensor", "multi_grad")
                                      for other in shown[low:high + 1]):
                 continue
-            found = _call_problems(moved, truth_calls)
+            found = _call_problems(moved, truth_calls, hooks)
             if not found:
                 return moved, found
     return shown, problems
 
 
-def _call_problems(shown: list, truth_calls: list) -> list[str]:
+def _call_problems(shown: list, truth_calls: list, hooks: tuple = ({}, [])) -> list[str]:
+    """What is false in the shown calls, paired in order with the calls that ran (``_truth_calls``): each must be
+    shown as a call of the hook that ran there (the same registration for the same hook, and, where the truth run
+    noted the hook, its kind, name and the tensor's name: two calls of different hooks shown swapped are false even
+    when their values are equal), with its call number, what it received and what it passed on."""
     problems: list[str] = []
     by_tag: dict[str, int] = {}
     by_registration: dict[int, str] = {}
     counts: dict[str, int] = {}
+    noted, targets = hooks
     for index, (call, (tag, received, passed)) in enumerate(zip(shown, truth_calls)):
         where = f"hook call {index + 1} ({tag}: {call.hook} {call.kind} on {call.target})"
         if by_tag.setdefault(tag, call.registration) != call.registration or \
                 by_registration.setdefault(call.registration, tag) != tag:
             problems.append(f"{where}: shown as another registered hook's call")
+        hook = noted.get(tag)
+        named = targets[call.pass_index] if hook is not None and call.pass_index < len(targets) else {}
+        names = named.get(tag) or frozenset()
+        # a tensor has several true labels (another name, a module path, its op's name once a name holds another
+        # tensor): false is, for a tensor with a name as the pass starts, the name of another hooked tensor that is
+        # not one of its own
+        elsewhere = bool(names) and call.target not in names and any(call.target in other for other in named.values())
+        if hook is not None and (call.hook != hook["name"] or call.kind != hook["kind"] or elsewhere):
+            problems.append(f"{where}: the hook that ran there is {hook['name']} ({hook['kind']}"
+                            f"{' on ' + ' or '.join(sorted(names)) if names else ''})")
         counts[tag] = counts.get(tag, 0) + 1
         if call.invocation != counts[tag]:
             problems.append(f"{where}: call {call.invocation} shown, it was call {counts[tag]}")
