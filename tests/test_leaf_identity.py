@@ -13,10 +13,15 @@ import torch
 import autograd_lens as al
 
 MOVED = "changed since pass"
+OTHER = "is another tensor than in pass"  # the same name, another tensor: whether it came from the hooks' gradients
 
 
 def _moved_notes(lens):
     return [(p.index, n) for p in lens.passes for n in p.notes if MOVED in n]
+
+
+def _other_notes(lens):
+    return [(p.index, n.split(",")[0]) for p in lens.passes for n in p.notes if OTHER in n]
 
 
 def test_a_name_given_to_a_new_tensor_each_step_is_not_said_to_have_changed():
@@ -30,6 +35,32 @@ def test_a_name_given_to_a_new_tensor_each_step_is_not_said_to_have_changed():
             assert x.grad.tolist() == [6.0, 6.0]  # as plain torch: the hook doubles 3
     assert [sorted(p.leaf_grads) for p in lens.passes] == [["x"]] * 3
     assert _moved_notes(lens) == []
+    # not "changed", but not known to be free of the hooks' gradients either (it could be w - lr * w.grad)
+    assert _other_notes(lens) == [(1, "x is another tensor than in pass 1 (the same name"),
+                                  (2, "x is another tensor than in pass 1 (the same name")]
+
+
+def test_a_new_tensor_made_from_a_gradient_hooks_changed_is_said_to_be_another_tensor_of_unknown_origin():
+    """A functional update (``w = w - lr * w.grad`` as a new leaf): a run without the hook reaches another w, so
+    'without hooks' in the second pass (on the w it has) is not what that run gives: the note says so."""
+    def program(hooked):
+        w = torch.tensor([1.0, 2.0], requires_grad=True)
+        grads = []
+        for _ in range(2):
+            if hooked:
+                w.register_hook(lambda g: g * 0.5)
+            (w * w).sum().backward()
+            grads.append(w.grad.clone())
+            w = (w - 0.1 * w.grad).detach().requires_grad_()
+        return grads
+    never = program(False)
+    with al.Lens() as lens:
+        hooked = program(True)
+    assert torch.equal(lens.passes[1].leaf_grads["w"], hooked[1])
+    shown = lens.passes[1].grads_without_hooks["w"]  # this pass with its hook removed, on the w it has
+    assert torch.allclose(shown, torch.tensor([1.8, 3.6])) and not torch.allclose(shown, never[1])  # never: 1.6, 3.2
+    assert _moved_notes(lens) == []
+    assert _other_notes(lens) == [(1, "w is another tensor than in pass 1 (the same name")]
 
 
 def test_a_new_tensor_that_gets_a_dead_tensors_id_is_not_the_same_leaf():
@@ -40,7 +71,7 @@ def test_a_new_tensor_that_gets_a_dead_tensors_id_is_not_the_same_leaf():
             x.register_hook(lambda g: g * 2)
             (x * 1).sum().backward()
             del x
-    assert _moved_notes(lens) == []
+    assert _moved_notes(lens) == [] and len(_other_notes(lens)) == 5
     tensors = [p.leaf_ids["x"] for p in lens.passes]
     assert len({id(same) for same in tensors}) == 6  # six tensors, whatever their id()s were
 
@@ -71,6 +102,7 @@ def test_the_same_tensor_unchanged_is_not_said_to_have_changed_and_another_one_b
             opt.step()
     notes = _moved_notes(lens)
     assert len(notes) == 1 and notes[0][1].startswith("w changed since pass 1"), notes
+    assert _other_notes(lens) == [(1, "x is another tensor than in pass 1 (the same name")]
 
 
 def test_jacobians_of_two_unnamed_inputs_are_not_one_leaf_that_moved():
@@ -85,6 +117,7 @@ def test_jacobians_of_two_unnamed_inputs_are_not_one_leaf_that_moved():
     assert torch.allclose(jac1, torch.diag(4 * torch.cos(2 * first)))  # the hook doubles: 2 * 2cos(2a)
     assert torch.allclose(jac2, torch.diag(4 * torch.cos(2 * second)))
     assert len(lens.passes) == 4 and _moved_notes(lens) == []
+    assert not [n for p in lens.passes for n in p.notes if "another tensor" in n]  # "leaf": a label by place
 
 
 def test_a_name_given_to_a_new_tensor_after_an_earlier_lens_cell_is_not_said_to_have_moved(shell):
@@ -100,4 +133,5 @@ def test_a_name_given_to_a_new_tensor_after_an_earlier_lens_cell_is_not_said_to_
         assert result.success, result.error_in_exec
     last = shell.user_ns["_lens"].passes[-1]
     assert not [n for n in last.notes if MOVED in n], last.notes
+    assert [n for n in last.notes if n.startswith("w is another tensor than in pass 1 of an earlier %%lens cell")]
     assert last.leaf_grads["w"].tolist() == [1.0, 2.0]

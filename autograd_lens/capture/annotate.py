@@ -3,6 +3,7 @@ them (module groups), and the names of hook boundaries only a module group can t
 
 from __future__ import annotations
 
+import re
 import weakref
 from typing import Any
 
@@ -185,10 +186,12 @@ def _like(value: Any, drawn: Any) -> Any:
 
 def moved_leaves(moving: tuple[Any, tuple[bool, bool, bool]] | None, built: Any, ids: dict | None = None) -> dict:
     """A note when leaves (parameters) hold other values than in an earlier pass whose hooks changed gradients
-    (an optimizer step used them): only leaves that are the same tensor objects in both passes (``ids``: this pass's
-    :func:`leaf_ids`, the earlier pass's ``leaf_ids``; a name given to another tensor since is not a leaf that moved,
-    and where either pass does not know which tensor a label was, nothing is said of it): "without hooks" is then this pass's graph with its hooks removed, on the values
-    the leaves hold now, not what a run that never had the hooks would reach (its leaves would differ).
+    (an optimizer step used them): "without hooks" is then this pass's graph with its hooks removed, on the values
+    the leaves hold now, not what a run that never had the hooks would reach (its leaves would differ).  Only leaves
+    that are the same tensor objects in both passes "changed" (``ids``: this pass's :func:`leaf_ids`, the earlier
+    pass's ``leaf_ids``); a name that holds another tensor now (with other values) gets a note that whether its
+    values came from those gradients (``w = w - lr * w.grad``) is not known; where either pass does not know which
+    tensor a label was, or the leaf has no name ("leaf", "leaf_2": labels by place), nothing is said of it.
     ``moving`` is the first earlier pass for which :func:`leaves_may_move` says something, with what it says (the
     Lens keeps it, so that a pass costs the same after a thousand passes as after one)."""
     if moving is None:
@@ -197,21 +200,34 @@ def moved_leaves(moving: tuple[Any, tuple[bool, bool, bool]] | None, built: Any,
     earlier, (changed, stopped, maybe), *cell = moving  # cell: (" of an earlier %%lens cell", its same leaves)
     where = f"pass {earlier.index + 1}{cell[0] if cell else ''}"
     before, ids, earlier_ids = _at_start(earlier), ids or {}, getattr(earlier, "leaf_ids", None) or {}
-    moved = [name for name, value in now.items() if name in before and value is not None and (
-        not cell or name in cell[1]) and name in ids and ids[name] is earlier_ids.get(name)
-        and before[name] is not None and not values_equal(value, before[name])]
-    if not moved and stopped:  # nothing moved here; without the hooks that pass would have gone on
+    differ = [name for name, value in now.items() if name in before and value is not None and name in ids
+              and name in earlier_ids and before[name] is not None and not values_equal(value, before[name])]
+    moved = [name for name in differ if (not cell or name in cell[1]) and ids[name] is earlier_ids[name]]
+    others = [name for name in differ if ids[name] is not earlier_ids[name] and not _BY_PLACE.match(name)]
+    if not moved and not others and stopped:  # nothing moved here; without the hooks that pass would have gone on
         note = (f"{where} stopped at a hook's error before it reached every leaf: if code used "
                 ".grad since (an optimizer step), a run that never had the hooks would have other parameters and "
                 "other values here, which the lens does not compute")
         return {"notes": tuple(built.notes) + (note,)}
-    if not moved:  # as at the first pass a hook changed: what a run without the hooks would have had too
-        return {}
-    shown = ", ".join(moved[:3]) + (f" and {len(moved) - 3} more" if len(moved) > 3 else "")
     why = "changed gradients" if changed else "stopped it before it reached every leaf" if stopped else \
         "may have changed gradients (hooks in C, or in a nested backward)"
-    note = (f"{shown} changed since {where}, whose hooks {why} (an optimizer step "
-            "used them?): 'without hooks' here is this pass with its hooks removed, on the values the leaves "
-            "hold now; a run that never had the hooks would have reached other values, which the lens does "
-            "not compute")
-    return {"notes": tuple(built.notes) + (note,)}
+    notes = []
+    if moved:  # (none: as at the first pass a hook changed, what a run without the hooks would have had too)
+        notes.append(f"{_listed(moved)} changed since {where}, whose hooks {why} (an optimizer step "
+                     "used them?): 'without hooks' here is this pass with its hooks removed, on the values the leaves "
+                     "hold now; a run that never had the hooks would have reached other values, which the lens does "
+                     "not compute")
+    if others:
+        one = len(others) == 1
+        notes.append(f"{_listed(others)} {'is another tensor' if one else 'are other tensors'} than in {where} "
+                     f"(the same name, other values), whose hooks {why}: whether {'its' if one else 'their'} values "
+                     "came from gradients those hooks made (an update written as w = w - lr * w.grad) is not known; "
+                     "'without hooks' here is this pass with its hooks removed, on the values the leaves hold now")
+    return {"notes": tuple(built.notes) + tuple(notes)} if notes else {}
+
+
+_BY_PLACE = re.compile(r"leaf(_\d+)?$")  # structure.Structure.label's labels of leaves with no name
+
+
+def _listed(names: list) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
