@@ -7,6 +7,7 @@ it said nothing false are kept as differential tests, so that they stay guarded.
 
 from __future__ import annotations
 
+import functools
 import sys
 import textwrap
 import warnings
@@ -99,6 +100,90 @@ def test_python_hooks_from_torch_files_are_shown_as_python(kind):
     assert (call.hook, call.kind, call.target) == (function_name(hook), "tensor", "y"), (call.hook, call.unseen)
     assert call.unseen is None
     assert same(call.grad_in, logged[0][0]) and same(call.grad_out, logged[0][1])
+
+
+# The same class where it matters most: a post-accumulate-grad hook in torch's files that edits .grad in place
+# (functools.partial(torch.nn.utils.clip_grad_value_, clip_value=...) on each parameter: clipping in backward). No
+# call is shown at all, and "without hooks" is the clipped .grad, shown as "same", where a run without the hooks has
+# the unclipped gradients. The same fix (and the post-accumulate path must then see the call's edit, as for a lambda).
+
+
+def _clip_in_backward(hooked):
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 3)
+    x = torch.randn(4, 3)
+    if hooked:
+        for parameter in lin.parameters():
+            parameter.register_post_accumulate_grad_hook(
+                functools.partial(torch.nn.utils.clip_grad_value_, clip_value=0.5))
+    (lin(x) ** 2).sum().backward()
+    return {f"lin.{name}": parameter.grad.clone() for name, parameter in lin.named_parameters()}
+
+
+def _decorated_hooks(hooked, decorator, tensor_hook=True):
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 3)
+    x = torch.randn(4, 3)
+
+    @decorator
+    def clip(p):  # optimizer-in-backward style: a post-accumulate hook under @torch.no_grad()
+        p.grad.clamp_(-0.01, 0.01)
+
+    @decorator
+    def halve(g):
+        return g * 0.5
+
+    if hooked:
+        lin.weight.register_post_accumulate_grad_hook(clip)
+        lin.bias.register_post_accumulate_grad_hook(clip)
+        if tensor_hook:
+            lin.bias.register_hook(halve)
+    (lin(x) ** 2).sum().backward()
+    return {f"lin.{name}": parameter.grad.clone() for name, parameter in lin.named_parameters()}
+
+
+# The commonest instance: a hook decorated with @torch.no_grad() (or torch.enable_grad(), torch.inference_mode(), or
+# the class form @torch.no_grad): the function registered is torch's decorate_context (torch/utils/_contextlib.py),
+# which calls the user's function inside the context. The tensor hook is shown as "<C hook>" ("written in C"); the
+# post-accumulate hooks are not shown at all, and with no other hook their clipping is taken for the value without
+# hooks. The fix above covers it (decorate_context is a function under TORCH_DIR the engine calls, with family
+# "ignore"; code_of(clip) is its code); function_name(clip) follows __wrapped__ to "clip".
+@pytest.mark.xfail(strict=True, reason="hooks decorated with @torch.no_grad() & co are shown as '<C hook>' or not at "
+                                       "all (post-accumulate), 'without hooks' wrong: calls._profile / observe._users")
+@pytest.mark.parametrize("tensor_hook", [True, False], ids=["with_tensor_hook", "post_accumulate_only"])
+@pytest.mark.parametrize("decorator", ["no_grad", "no_grad_class", "enable_grad", "inference_mode"])
+def test_hooks_decorated_by_torch_context_managers(decorator, tensor_hook):
+    make = {"no_grad": torch.no_grad(), "no_grad_class": torch.no_grad, "enable_grad": torch.enable_grad(),
+            "inference_mode": torch.inference_mode()}[decorator]
+    plain, unhooked = _decorated_hooks(True, make, tensor_hook), _decorated_hooks(False, make)
+    undecorated = al.Lens()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with undecorated:
+            _decorated_hooks(True, lambda f: f, tensor_hook)  # the same hooks undecorated: what the lens must show
+    lens, traced = lensed(_decorated_hooks, True, make, tensor_hook)
+    assert same(list(plain.values()), list(traced.values()))
+    (p,) = lens.passes
+    (q,) = undecorated.passes
+    for name, value in unhooked.items():
+        assert (p.grads_without_hooks[name] is None and p.unknown.get(name)) or same(p.grads_without_hooks[name], value)
+    assert [(c.hook, c.kind, c.target) for c in p.hook_calls] == [(c.hook, c.kind, c.target) for c in q.hook_calls]
+    for name, value in unhooked.items():
+        assert (p.grads_without_hooks[name] is None and p.unknown.get(name)) or same(p.grads_without_hooks[name], value)
+
+
+@pytest.mark.xfail(strict=True, reason="a post-accumulate hook in torch's files (partial of clip_grad_value_): no call "
+                                       "shown, 'without hooks' = the clipped .grad")
+def test_post_accumulate_hook_from_torch_files_is_shown_and_undone_without_hooks():
+    plain, unhooked = _clip_in_backward(True), _clip_in_backward(False)
+    lens, traced = lensed(_clip_in_backward, True)
+    assert same(list(plain.values()), list(traced.values()))
+    (p,) = lens.passes
+    assert [(c.kind, c.target) for c in p.hook_calls] == [("post_accumulate_grad", name) for name in plain] or \
+        sorted((c.kind, c.target) for c in p.hook_calls) == sorted(("post_accumulate_grad", name) for name in plain)
+    for name, value in unhooked.items():
+        assert same(p.leaf_grads[name], plain[name])
+        assert (p.grads_without_hooks[name] is None and p.unknown.get(name)) or same(p.grads_without_hooks[name], value)
 
 
 # --- 2. torch.autograd.grad(..., materialize_grads=True) ---------------------------------------------------------------
