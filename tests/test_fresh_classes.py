@@ -172,6 +172,105 @@ def test_hooks_decorated_by_torch_context_managers(decorator, tensor_hook):
         assert (p.grads_without_hooks[name] is None and p.unknown.get(name)) or same(p.grads_without_hooks[name], value)
 
 
+def _decorated_node_hooks(decorator, kind, hooked=True):
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 3)
+    x = torch.randn(4, 3, requires_grad=True)
+    log = []
+
+    @decorator
+    def node_pre(grad_outputs):
+        log.append(grad_outputs[0].clone())
+        return tuple(g * 0.5 for g in grad_outputs)
+
+    @decorator
+    def node_post(grad_inputs, grad_outputs):
+        log.append(grad_inputs[0].clone())
+        return tuple(None if g is None else g * 0.5 for g in grad_inputs)
+
+    y = lin(x).tanh()
+    if hooked:
+        y.grad_fn.register_prehook(node_pre) if kind == "node_pre" else y.grad_fn.register_hook(node_post)
+    (y ** 2).sum().backward()
+    return {"x": x.grad.clone(), "lin.weight": lin.weight.grad.clone(), "lin.bias": lin.bias.grad.clone()}, log
+
+
+# Node hooks decorated the same way (and with @torch.compiler.disable, the usual decorator of a hook in compiled
+# code: torch/_dynamo's wrapper): a node pre-hook is shown as "<C hook>" of kind "tensor" on y; a node post-hook that
+# halves the gradients is not shown at all, and the values without hooks are the halved ones. Module full backward
+# (pre-)hooks and multi-grad hooks decorated so are shown right (torch's wrapper calls them, and the lens looks one
+# frame deeper). The same fix.
+@pytest.mark.xfail(strict=True, reason="node hooks decorated with @torch.no_grad() / @torch.compiler.disable: shown as "
+                                       "a tensor '<C hook>' or not at all, 'without hooks' wrong")
+@pytest.mark.parametrize("kind", ["node_pre", "node_post"])
+@pytest.mark.parametrize("decorator", ["no_grad", "compiler_disable"])
+def test_node_hooks_decorated_by_torch(decorator, kind):
+    make = {"no_grad": torch.no_grad(), "compiler_disable": torch.compiler.disable}[decorator]
+    (plain, plain_log), (unhooked, _) = _decorated_node_hooks(make, kind), _decorated_node_hooks(make, kind, False)
+    undecorated = al.Lens()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with undecorated:
+            _decorated_node_hooks(lambda f: f, kind)
+    lens, (traced, lens_log) = lensed(_decorated_node_hooks, make, kind)
+    assert same(list(plain.values()), list(traced.values())) and same(plain_log, lens_log)
+    (p,) = lens.passes
+    (q,) = undecorated.passes
+    for name, value in unhooked.items():
+        assert (p.grads_without_hooks[name] is None and p.unknown.get(name)) or same(p.grads_without_hooks[name], value)
+    assert [(c.hook, c.kind, c.target) for c in p.hook_calls] == [(c.hook, c.kind, c.target) for c in q.hook_calls]
+    assert same(p.hook_calls[0].grad_in, plain_log[0]) or same(p.hook_calls[0].grad_in[0], plain_log[0])
+
+
+@pytest.mark.parametrize("kind", ["module", "module_pre", "multi"])
+@pytest.mark.parametrize("decorator", ["no_grad", "compiler_disable"])
+def test_module_and_multi_grad_hooks_decorated_by_torch(decorator, kind):
+    """Decorated module full backward (pre-)hooks and multi-grad hooks: shown by name and kind, as undecorated ones,
+    and the values without hooks are torch's."""
+    make = {"no_grad": torch.no_grad(), "compiler_disable": torch.compiler.disable}[decorator]
+
+    def program(decorator, hooked=True):
+        torch.manual_seed(0)
+        lin = torch.nn.Linear(3, 3)
+        x = torch.randn(4, 3, requires_grad=True)
+        log = []
+
+        @decorator
+        def module_hook(module, grad_input, grad_output):
+            log.append(grad_input[0].clone())
+            return tuple(None if g is None else g * 0.5 for g in grad_input)
+
+        @decorator
+        def module_pre(module, grad_output):
+            log.append(grad_output[0].clone())
+            return tuple(g * 0.5 for g in grad_output)
+
+        @decorator
+        def multi(grads):
+            log.append(grads[0].clone())
+
+        if hooked and kind == "module":
+            lin.register_full_backward_hook(module_hook)
+        if hooked and kind == "module_pre":
+            lin.register_full_backward_pre_hook(module_pre)
+        h = lin(x)
+        y = h.tanh()
+        if hooked and kind == "multi":
+            torch.autograd.graph.register_multi_grad_hook((h, y), multi)
+        (y ** 2).sum().backward()
+        return {"x": x.grad.clone(), "lin.weight": lin.weight.grad.clone()}, log
+
+    (plain, plain_log), (unhooked, _) = program(make), program(make, False)
+    lens, (traced, lens_log) = lensed(program, make)
+    assert same(list(plain.values()), list(traced.values())) and same(plain_log, lens_log)
+    (p,) = lens.passes
+    name = {"module": "module_hook", "module_pre": "module_pre", "multi": "multi"}[kind]
+    expected_kind = {"module": "module_full", "module_pre": "module_full_pre", "multi": "multi_grad"}[kind]
+    assert [(c.hook, c.kind) for c in p.hook_calls] == [(name, expected_kind)]
+    for leaf, value in unhooked.items():
+        assert same(p.grads_without_hooks[leaf], value)
+
+
 @pytest.mark.xfail(strict=True, reason="a post-accumulate hook in torch's files (partial of clip_grad_value_): no call "
                                        "shown, 'without hooks' = the clipped .grad")
 def test_post_accumulate_hook_from_torch_files_is_shown_and_undone_without_hooks():
