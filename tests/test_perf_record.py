@@ -186,20 +186,20 @@ def test_the_profile_function_answers_the_lens_own_hooks_first(monkeypatch):
 
 
 def test_an_unnamed_tensors_hook_on_a_one_output_function_is_placed_without_comparing(monkeypatch):
-    """nodes._output_of: a hook on an unnamed tensor belongs to the output whose gradient equals what it passed on;
+    """placing._output_of: a hook on an unnamed tensor belongs to the output whose gradient equals what it passed on;
     a function with one output has only that one to compare, so nothing is copied or compared there."""
-    from autograd_lens.capture import nodes
+    from autograd_lens.capture import placing
 
     with al.Lens():  # the self-check: before counting
         torch.ones(1, requires_grad=True).sum().backward()
     compared = []
-    equal = nodes.values_equal
+    equal = placing.values_equal
 
     def counting(first, second):
         compared.append(1)
         return equal(first, second)
 
-    monkeypatch.setattr(nodes, "values_equal", counting)
+    monkeypatch.setattr(placing, "values_equal", counting)
     def run(x):
         h = x.tanh()
         h.register_hook(lambda g: g * 2)  # unnamed, on the one output of TanhBackward0

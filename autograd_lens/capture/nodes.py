@@ -11,18 +11,19 @@ from typing import Any
 import torch
 
 from ..model import TensorSummary, values_equal
-from .order import _MISSING, arrange_after, arrange_before, multi_grad_source, multi_grad_target
-from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord, adopted, copy_tuple, snapshot_all, usual_leaf
+from .order import _MISSING, arrange_after, arrange_before
+from .records import BEFORE_NODE, GradRecord, NodeRecord, adopted, copy_tuple, snapshot_all, usual_leaf
 from .snapshot import fast_snapshot, grad_of, held_bytes, snapshot
-from .snapshot import _disable_dispatch, _enter_dispatch, _exit_dispatch, _profiler_enabled
+from .snapshot import _disable_dispatch, _dispatch_modes, _enter_dispatch, _exit_dispatch, _profiler_enabled
 from .snapshot import hidden_from_user as _hidden_from_modes, unseen_by_modes
 from .leafstate import read_before_write
 from .unexplained import UnexplainedChanges
 from .shared import edited_spans
-from .structure import gradient_edge
+from .placing import HookPlacing
 from .ending import _distributed
 
 _current_node = torch._C._current_autograd_node
+_Tensor = torch.Tensor
 NOT_KEPT = (_MISSING,)
 
 def budget_note(budget: int, earlier: int) -> str:
@@ -32,7 +33,7 @@ def budget_note(budget: int, earlier: int) -> str:
     return f"values not kept past {budget} bytes (memory_budget){held}: later gradients are shown as summaries"
 
 
-class NodeRecorder(UnexplainedChanges):
+class NodeRecorder(UnexplainedChanges, HookPlacing):
     """Part of :class:`~autograd_lens.capture.observe.PassObserver`: the node observers and the copies they keep."""
 
     paused = False  # the profile function switched itself off as one of the two hooks below started (calls.py)
@@ -69,6 +70,8 @@ class NodeRecorder(UnexplainedChanges):
                 return None  # a backward run inside a hook: not this pass
             profiling = profiling or self._pause_profile()
             fn = _current_node()
+            if not _profiler_enabled() and not _dispatch_modes() and self._usual_node(fn, grad_inputs, grad_outputs):
+                return None
             if _profiler_enabled():  # hidden_from_user also switches record functions off
                 with _hidden_from_modes():
                     self._record_node(fn, grad_inputs, grad_outputs)
@@ -87,6 +90,73 @@ class NodeRecorder(UnexplainedChanges):
             if profiling:
                 sys.setprofile(self._profile)
         return None
+
+    def _usual_node(self, fn: Any, grad_inputs: Any, grad_outputs: Any) -> bool:
+        """The usual node in one piece: what ``unseen_by_modes`` and ``_record_node`` decide and record for it, when
+        no hook call is pending or written in C there, no custom backward kept its own copies, within the memory
+        budget, with the profile function watching and nothing the lens copied in reach of Python dispatch (the
+        caller checked: no profiler, no dispatch mode): a leaf's ``usual_leaf``; a function whose every gradient that
+        arrived is the copy kept of what its one user sent (``_unexplained`` then finds nothing), or a None no
+        function sends to, and whose every gradient sent is a plain tensor (copied as ``copy_tuple`` copies).
+        Returns False, having recorded nothing, otherwise (``_record_node`` then goes its way)."""
+        key = id(fn)
+        shape = self.shape
+        if type(grad_inputs) is not tuple or type(grad_outputs) is not tuple or self.pending or self.over_budget \
+                or not self.plain or not self.profiling or self.unhooked.active or key in self.c_nodes \
+                or key in self.nested_nodes:
+            return False
+        if key in shape.leaves:
+            return not (grad_inputs or key in self.incoming or key in self.written or _distributed()) \
+                and usual_leaf(self, fn, key, grad_inputs, grad_outputs)
+        if self.hooks_hidden or self.python_received:
+            return False
+        copies, consumers, ran, records = self.copies, shape.consumers, self.ran, self.records
+        arrived: list = []
+        size = 0
+        for output, item in enumerate(grad_outputs):
+            users = consumers.get((key, output))
+            if not users:
+                if item is not None:
+                    return False
+                arrived.append(None)
+                continue
+            if len(users) != 1:
+                return False
+            position = ran.get(id(users[0][0]))
+            if position is None:
+                return False
+            sent, slot = records[position].sent, users[0][1]
+            if type(sent) is not tuple or slot >= len(sent):
+                return False
+            kept = sent[slot]
+            if item is not None:
+                if type(item) is not _Tensor:
+                    return False
+                hit = copies.get(id(item))
+                try:
+                    if hit is None or hit[2] is not kept or hit[0]() is not item or hit[1] != item._version:
+                        return False
+                except Exception:  # no version counter
+                    return False
+                if isinstance(kept, _Tensor):
+                    size += kept.numel() * kept.element_size()
+            elif kept is not None:
+                return False
+            arrived.append(kept)
+        for item in grad_inputs:
+            if item is not None and type(item) is not _Tensor:
+                return False
+        if self.memory_budget is not None:
+            self._held(size)
+        if self.over_budget:
+            sent = snapshot_all(grad_inputs, -1)
+        else:
+            sent, size = copy_tuple(self, grad_inputs)
+            if self.memory_budget is not None:
+                self._held(size)
+        ran[key] = len(records)
+        records.append(NodeRecord(fn, tuple(arrived), sent))
+        return True
 
     def _pause_profile(self) -> bool:
         """Switch the lens's profile function off for its own work; True if it was on (to switch it back on).  A
@@ -319,78 +389,3 @@ class NodeRecorder(UnexplainedChanges):
         self.ran[key] = position
         if self.unhooked.active:
             self.unhooked.on_node(fn, grad_inputs, grad_outputs, before + after, is_leaf)
-
-    def place(self, call: HookRecord, fn: Any, grad_outputs: tuple) -> None:
-        """Decide what a hook call is attached to (tensor name, node, output index).
-
-        The engine says which node it runs a hook for (``current_fn``); ``fn`` is the node whose
-        post-hook is placing the call (the next to run), the fallback when the engine said nothing."""
-        if call.current_fn is not None and call.kind != "multi_grad":
-            if call.current_fn is not fn:
-                grad_outputs = ()  # fired for another node (an input of autograd.grad): no outputs to match
-            fn = call.current_fn
-        if call.kind in ("tensor", "post_accumulate_grad", "multi_grad"):
-            candidates = [h for h in call.candidates if h.kind == call.kind and id(h) not in self.claimed]
-            if call.kind == "multi_grad":
-                call.target = multi_grad_target(candidates, call.grad_in, call.current_fn)  # (its gradients' order)
-                call.node_fn = fn
-                mine = multi_grad_source(candidates, fn, call.slot)
-                if mine is not None:  # its place among the hooks of the tensor whose hook called it
-                    call.position, call.output_nr = mine.position, mine.output_nr
-                return
-            here = [h for h in candidates if h.grad_fn is fn]
-            if call.current_fn is not None:  # the engine named the node: only a hook attached there can be it
-                candidates = here
-            if not here and fn is not None:
-                # Only an input of autograd.grad fires its hooks without its node running next.
-                here = [h for h in candidates if self._is_input_node(h.grad_fn) and self._all_consumers_ran(h.grad_fn)]
-            same_target = len({(h.target, id(h.grad_fn)) for h in candidates}) == 1
-            chosen = here[0] if here else (candidates[0] if candidates and same_target and fn is None else None)
-            if chosen is not None:
-                self.claimed.add(id(chosen))  # a tensor hook fires once per pass
-                call.target, call.node_fn, call.output_nr = chosen.target, chosen.grad_fn, chosen.output_nr
-                call.position, call.key = chosen.position, chosen.key
-                return
-            if fn is None:  # fired after the last node ran and matches no known tensor
-                call.target = "an unnamed tensor"
-                return
-            call.node_fn = fn
-            call.output_nr = _output_of(call, grad_outputs, self.store_limit)
-            return  # target: the output's label, known once the model is built
-        call.node_fn = fn
-        if call.module is not None:
-            call.target = self.ensure_names().module_name(call.module) or type(call.module).__name__
-            if fn is not None:
-                call.wrapper_seq = fn._sequence_nr()
-        # node hooks: the target is the node's label, known once the model is built
-
-    def _is_input_node(self, node: Any) -> bool:
-        for tensor in self.inputs:
-            if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
-                edge = gradient_edge(tensor, self.shape.leaves)
-                if edge is not None and edge[0] is node:
-                    return True
-        return False
-
-    def _all_consumers_ran(self, node: Any) -> bool:
-        """True when the engine could now reach ``node`` (it is used, and every user of it ran)."""
-        found = False
-        for (node_id, _), consumers in self.shape.consumers.items():
-            if node_id == id(node):
-                found = True
-                if not all(id(consumer) in self.ran for consumer, _ in consumers):
-                    return False
-        return found
-
-
-def _output_of(call: HookRecord, grad_outputs: tuple, limit: int) -> int:
-    """Which output of a multi-output node an unnamed tensor hook belonged to: the one whose
-    gradient equals what the hook passed on."""
-    if len(grad_outputs) < 2:
-        return 0  # one output (or none): that one, whatever the values (no copy of it to compare)
-    produced = call.grad_out
-    for index, value in enumerate(grad_outputs):
-        if isinstance(value, torch.Tensor) and produced is not None:
-            if values_equal(snapshot(value, limit), produced):
-                return index
-    return 0

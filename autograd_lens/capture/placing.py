@@ -1,0 +1,93 @@
+"""Where each hook call belongs (tensor name, node, output index): part of
+:class:`~autograd_lens.capture.nodes.NodeRecorder`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..model import values_equal
+from .order import multi_grad_source, multi_grad_target
+from .records import HookRecord
+from .snapshot import snapshot
+from .structure import gradient_edge
+
+
+class HookPlacing:
+    """Part of :class:`~autograd_lens.capture.observe.PassObserver`: what each hook call is attached to."""
+
+    def place(self, call: HookRecord, fn: Any, grad_outputs: tuple) -> None:
+        """Decide what a hook call is attached to (tensor name, node, output index).
+
+        The engine says which node it runs a hook for (``current_fn``); ``fn`` is the node whose
+        post-hook is placing the call (the next to run), the fallback when the engine said nothing."""
+        if call.current_fn is not None and call.kind != "multi_grad":
+            if call.current_fn is not fn:
+                grad_outputs = ()  # fired for another node (an input of autograd.grad): no outputs to match
+            fn = call.current_fn
+        if call.kind in ("tensor", "post_accumulate_grad", "multi_grad"):
+            candidates = [h for h in call.candidates if h.kind == call.kind and id(h) not in self.claimed]
+            if call.kind == "multi_grad":
+                call.target = multi_grad_target(candidates, call.grad_in, call.current_fn)  # (its gradients' order)
+                call.node_fn = fn
+                mine = multi_grad_source(candidates, fn, call.slot)
+                if mine is not None:  # its place among the hooks of the tensor whose hook called it
+                    call.position, call.output_nr = mine.position, mine.output_nr
+                return
+            here = [h for h in candidates if h.grad_fn is fn]
+            if call.current_fn is not None:  # the engine named the node: only a hook attached there can be it
+                candidates = here
+            if not here and fn is not None:
+                # Only an input of autograd.grad fires its hooks without its node running next.
+                here = [h for h in candidates if self._is_input_node(h.grad_fn) and self._all_consumers_ran(h.grad_fn)]
+            same_target = len({(h.target, id(h.grad_fn)) for h in candidates}) == 1
+            chosen = here[0] if here else (candidates[0] if candidates and same_target and fn is None else None)
+            if chosen is not None:
+                self.claimed.add(id(chosen))  # a tensor hook fires once per pass
+                call.target, call.node_fn, call.output_nr = chosen.target, chosen.grad_fn, chosen.output_nr
+                call.position, call.key = chosen.position, chosen.key
+                return
+            if fn is None:  # fired after the last node ran and matches no known tensor
+                call.target = "an unnamed tensor"
+                return
+            call.node_fn = fn
+            call.output_nr = _output_of(call, grad_outputs, self.store_limit)
+            return  # target: the output's label, known once the model is built
+        call.node_fn = fn
+        if call.module is not None:
+            call.target = self.ensure_names().module_name(call.module) or type(call.module).__name__
+            if fn is not None:
+                call.wrapper_seq = fn._sequence_nr()
+        # node hooks: the target is the node's label, known once the model is built
+
+    def _is_input_node(self, node: Any) -> bool:
+        for tensor in self.inputs:
+            if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+                edge = gradient_edge(tensor, self.shape.leaves)
+                if edge is not None and edge[0] is node:
+                    return True
+        return False
+
+    def _all_consumers_ran(self, node: Any) -> bool:
+        """True when the engine could now reach ``node`` (it is used, and every user of it ran)."""
+        found = False
+        for (node_id, _), consumers in self.shape.consumers.items():
+            if node_id == id(node):
+                found = True
+                if not all(id(consumer) in self.ran for consumer, _ in consumers):
+                    return False
+        return found
+
+
+def _output_of(call: HookRecord, grad_outputs: tuple, limit: int) -> int:
+    """Which output of a multi-output node an unnamed tensor hook belonged to: the one whose
+    gradient equals what the hook passed on."""
+    if len(grad_outputs) < 2:
+        return 0  # one output (or none): that one, whatever the values (no copy of it to compare)
+    produced = call.grad_out
+    for index, value in enumerate(grad_outputs):
+        if isinstance(value, torch.Tensor) and produced is not None:
+            if values_equal(snapshot(value, limit), produced):
+                return index
+    return 0
