@@ -146,17 +146,21 @@ class NodeRecorder(UnexplainedChanges, HookPlacing):
         for item in grad_inputs:
             if item is not None and type(item) is not _Tensor:
                 return False
+        ran[key] = len(records)
+        records.append(NodeRecord(fn, tuple(arrived), self._sent(size, grad_inputs)))
+        return True
+
+    def _sent(self, arrived_size: int, grad_inputs: tuple) -> tuple:
+        """Counts ``arrived_size`` bytes (the copies of what a node received) against the memory budget, then returns
+        the copies of what it sent (``copy_tuple``; summaries once past the budget), counted too."""
+        if self.memory_budget is not None:
+            self._held(arrived_size)
+        if self.over_budget:
+            return snapshot_all(grad_inputs, -1)
+        sent, size = copy_tuple(self, grad_inputs)
         if self.memory_budget is not None:
             self._held(size)
-        if self.over_budget:
-            sent = snapshot_all(grad_inputs, -1)
-        else:
-            sent, size = copy_tuple(self, grad_inputs)
-            if self.memory_budget is not None:
-                self._held(size)
-        ran[key] = len(records)
-        records.append(NodeRecord(fn, tuple(arrived), sent))
-        return True
+        return sent
 
     def _pause_profile(self) -> bool:
         """Switch the lens's profile function off for its own work; True if it was on (to switch it back on).  A
@@ -305,15 +309,7 @@ class NodeRecorder(UnexplainedChanges, HookPlacing):
             # the usual node (no hook call to place, no custom backward's own copies, no hook in C): _keep of both
             # tuples, inline
             arrived, size = copy_tuple(self, grad_outputs)
-            if self.memory_budget is not None:
-                self._held(size)
-            if self.over_budget:
-                sent = snapshot_all(grad_inputs, -1)
-            else:
-                sent, size = copy_tuple(self, grad_inputs)
-                if self.memory_budget is not None:
-                    self._held(size)
-            record: Any = NodeRecord(fn, arrived, sent)
+            record: Any = NodeRecord(fn, arrived, self._sent(size, grad_inputs))
             before: list = []
             after: list = []
         else:
