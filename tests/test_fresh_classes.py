@@ -44,11 +44,11 @@ def same(a, b) -> bool:
 # Python frame showed this hook: it is written in C" (false), because calls._profile takes any code under TORCH_DIR
 # that the engine calls for one of torch's wrappers (hooks.torch_wrapper; family "ignore"), and observe._users leaves
 # such hooks out of known_hooks.
-# Fix (capture/calls.py HookCalls._profile, capture/observe.py _users / _remember): a frame the engine calls whose code
-# is under TORCH_DIR, whose wrapper_family is "ignore" and which is not BackwardCFunction.apply(_boxed) nor a DDP hook,
-# is a user's hook when its code is the code_of() of a hook the pass knows (inventory) or one registered on a tensor:
-# self._begin(frame, None) as for any hook; and _users() must keep a hook whose code is under TORCH_DIR unless it is
-# one of torch's wrappers (wrapper_family(code) != "ignore" or a module/multi-grad wrapper).
+# Fixed (capture/torchhooks.py): a frame the engine calls from torch's files, of no wrapper family, is a hook when a
+# hook found on a tensor or node of the pass runs its code and is the user's (a functools.wraps wrapper of the
+# user's function, an nn.Module, an aten operator, a public torch function, bare or in a partial); observe._users
+# keeps such node hooks. Left: hooks from torch's files inside a nested backward (nested.py) are still taken for
+# torch's own.
 
 
 class ClipGrad(torch.nn.Module):  # a module of the user's, used as a hook: its call runs torch's Module.__call__
@@ -73,8 +73,6 @@ def _torch_file_hook_program(make_hook):
     return x.grad, hook
 
 
-@pytest.mark.xfail(strict=True, reason="Python hooks in torch's files (module instances, F.relu, aten overloads) are "
-                                       "shown as '<C hook>' 'written in C': calls._profile / observe._users")
 @pytest.mark.parametrize("kind", ["user_module", "hardtanh", "relu", "aten_neg"])
 def test_python_hooks_from_torch_files_are_shown_as_python(kind):
     from autograd_lens.capture.hooknames import function_name
@@ -148,8 +146,6 @@ def _decorated_hooks(hooked, decorator, tensor_hook=True):
 # post-accumulate hooks are not shown at all, and with no other hook their clipping is taken for the value without
 # hooks. The fix above covers it (decorate_context is a function under TORCH_DIR the engine calls, with family
 # "ignore"; code_of(clip) is its code); function_name(clip) follows __wrapped__ to "clip".
-@pytest.mark.xfail(strict=True, reason="hooks decorated with @torch.no_grad() & co are shown as '<C hook>' or not at "
-                                       "all (post-accumulate), 'without hooks' wrong: calls._profile / observe._users")
 @pytest.mark.parametrize("tensor_hook", [True, False], ids=["with_tensor_hook", "post_accumulate_only"])
 @pytest.mark.parametrize("decorator", ["no_grad", "no_grad_class", "enable_grad", "inference_mode"])
 def test_hooks_decorated_by_torch_context_managers(decorator, tensor_hook):
@@ -200,8 +196,6 @@ def _decorated_node_hooks(decorator, kind, hooked=True):
 # halves the gradients is not shown at all, and the values without hooks are the halved ones. Module full backward
 # (pre-)hooks and multi-grad hooks decorated so are shown right (torch's wrapper calls them, and the lens looks one
 # frame deeper). The same fix.
-@pytest.mark.xfail(strict=True, reason="node hooks decorated with @torch.no_grad() / @torch.compiler.disable: shown as "
-                                       "a tensor '<C hook>' or not at all, 'without hooks' wrong")
 @pytest.mark.parametrize("kind", ["node_pre", "node_post"])
 @pytest.mark.parametrize("decorator", ["no_grad", "compiler_disable"])
 def test_node_hooks_decorated_by_torch(decorator, kind):
@@ -271,8 +265,6 @@ def test_module_and_multi_grad_hooks_decorated_by_torch(decorator, kind):
         assert same(p.grads_without_hooks[leaf], value)
 
 
-@pytest.mark.xfail(strict=True, reason="a post-accumulate hook in torch's files (partial of clip_grad_value_): no call "
-                                       "shown, 'without hooks' = the clipped .grad")
 def test_post_accumulate_hook_from_torch_files_is_shown_and_undone_without_hooks():
     plain, unhooked = _clip_in_backward(True), _clip_in_backward(False)
     lens, traced = lensed(_clip_in_backward, True)

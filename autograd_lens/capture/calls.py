@@ -11,7 +11,7 @@ import torch
 
 from ..model import values_equal
 from .hooks import (ENGINE_CODE, Wrapper, code_of, engine_call_args, frame_code, function_name,
-                    may_edit_in_place, module_hook_kind, multi_grad_received, runs_in, shown_name, torch_wrapper,
+                    may_edit_in_place, module_hook_kind, multi_grad_received, runs_in, shown_name,
                     standard_library, user_function, weak_container_callback, wrapper_family, wrapper_module,
                     wrapper_state, run_by_collector, DISTRIBUTED_DIR)
 from .late import LATE_CODE, REGISTER_CODE, dict_is_new, registered as late_registered, tensor_registered
@@ -22,6 +22,7 @@ from .order import UNSEEN
 from .records import HookRecord, KnownHook, NodeRecord, after_post_accumulate, leaf_before, snapshot_all
 from .snapshot import fast_snapshot, hidden_from_user as _hidden_from_modes, plain_small, snapshot
 from .saved import saved_names
+from .torchhooks import torchs_own
 from .shared import edited_spans
 
 _current_node = torch._C._current_autograd_node
@@ -75,7 +76,7 @@ class HookCalls(NestedCalls):
                     # The engine runs Python (a hook, a custom Function's backward): it may edit a gradient
                     # where the version counter does not see it (``.data``, numpy), so no earlier copy is reused
                     # after it starts (a hook's own call first reads what it got: nothing has run yet).
-                    if torch_wrapper(code):  # (not dynamo's closure calling a hook it traced: that is the hook)
+                    if torchs_own(self, code, frame):  # (not dynamo's closure calling a hook it traced: that is the hook)
                         if code is APPLY_CODE or code is APPLY_BOXED_CODE:
                             self._python_backward(frame, boxed=code is APPLY_BOXED_CODE)
                         self.copies.clear()
@@ -229,9 +230,8 @@ class HookCalls(NestedCalls):
             )
 
     def _python_backward(self, frame: FrameType, boxed: bool) -> None:
-        """A custom Function's backward is about to run: what its node received, copied now (the copies of what its
-        users sent are reused when unchanged), since that backward may edit its arguments in place (``g.mul_(3)``),
-        and what the node's own post-hook would read afterwards is then not what it received."""
+        """A custom Function's backward is about to run: what its node received, copied now (copies of what its users
+        sent reused when unchanged): it may edit its arguments in place (``g.mul_(3)``), not seen by its post-hook."""
         node, grads = frame.f_locals.get("self"), frame.f_locals.get("args")
         if getattr(getattr(node, "_forward_cls", None), "__module__", "").startswith("torch."):
             return  # torch's own (a module's hook boundary, reentrant checkpointing): its hooks run inside, as steps

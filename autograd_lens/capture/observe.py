@@ -43,6 +43,7 @@ from .ending import PassEnd
 from ..model import Value
 from .ledger import made_by
 from .hooks import TORCH_DIR, Wrapper, code_of, may_edit_in_place, multi_grad_user_fn, runs_python
+from .torchhooks import users_torch_hook
 from .late import LATE_CODE
 from .late import restore as restore_late_hooks
 from .leafstate import watch
@@ -380,9 +381,10 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
 
 
 def _users(hook: Any) -> bool:
-    """A hook of the user's, not one of torch's wrappers (module and legacy hooks, whose calls are seen inside)."""
+    """A hook of the user's, not one of torch's wrappers (module and legacy hooks, whose calls are seen inside):
+    torch's own code too when the user registered it (``torchhooks.users_torch_hook``)."""
     code = code_of(hook)
-    return code is None or not code.co_filename.startswith(TORCH_DIR)
+    return code is None or not code.co_filename.startswith(TORCH_DIR) or users_torch_hook(hook)
 
 
 def _not_nested() -> bool:
