@@ -347,7 +347,7 @@ def test_gradient_edge_input_has_a_value_without_hooks_or_a_reason():
 # shown right (GRAD_CHANGED_IN_PASS). Cause: nodes.py _record_node, leaf branch, "a leaf without a .grad before the
 # pass: .grad is exactly what arrived" (received = self.written[key] when no pre-hook read it), and unexplained then
 # sees a change between what the users sent and that "received".
-# Fix (capture/nodes.py _record_node, leaf branch): when key is not in self.incoming, take what arrived from the
+# Fixed (capture/nodes.py _arrived, as described here): when key is not in self.incoming, take what arrived from the
 # post-hook's own grad_outputs[0] (self._keep(grad_outputs[0]), or the written copy only when .grad is adopted from
 # it: records.adopted(grad, grad_outputs[0], version)); when .grad is then not what arrived, add key to
 # observer.changed_before_write (a hook wrote .grad during the pass: GRAD_CHANGED_IN_PASS, no invented call).
@@ -369,8 +369,6 @@ def _grad_written_by_a_hook(log, hooked=True):
     return x0.grad.clone(), x1.grad.clone()
 
 
-@pytest.mark.xfail(strict=True, reason="a hook setting a leaf's .grad (None before the pass) before its write: an "
-                                       "invented '<C hook>' call on the leaf (nodes._record_node takes .grad for what arrived)")
 def test_a_hook_writing_a_leaf_grad_invents_no_hook_call():
     plain_log, lens_log = [], []
     plain = _grad_written_by_a_hook(plain_log)

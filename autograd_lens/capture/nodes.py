@@ -274,6 +274,20 @@ class NodeRecorder(UnexplainedChanges, HookPlacing):
                     return earlier
         return self._keep(grad)
 
+    def _arrived(self, key: int, grad_outputs: tuple) -> Any:
+        """What reached a leaf with no ``.grad`` as the pass began (no pre-hook of the lens read it): ``.grad`` as
+        written, when it is what arrived (autograd adopted it, or it holds the same values).  Otherwise a hook wrote
+        ``.grad`` during the pass before AccumulateGrad added to it (nothing else runs during a pass): what arrived,
+        and the value without hooks is not known (``GRAD_CHANGED_IN_PASS``)."""
+        written = self.written[key]
+        if not grad_outputs or not isinstance(grad_outputs[0], torch.Tensor):
+            return written
+        arrived = self._keep(grad_outputs[0])
+        if arrived is written or values_equal(arrived, written):
+            return written
+        self.changed_before_write.add(key)
+        return arrived
+
     def _received(self, key: int, grad_outputs: tuple) -> tuple:
         """Copies of what a node received.  A custom Function's backward may have edited its arguments in place
         (``g.mul_(3)``): for the gradients it was called with (the same objects; torch gives it zeros in place of a
@@ -325,8 +339,7 @@ class NodeRecorder(UnexplainedChanges, HookPlacing):
                 fresh = key not in self.written
                 if fresh:  # no user code ran since the write
                     self.written[key] = self._written(grad_of(fn.variable), grad_outputs)
-                # a leaf without a .grad before the pass: .grad is exactly what arrived
-                received = self.incoming.pop(key) if key in self.incoming else self.written[key]
+                received = self.incoming.pop(key) if key in self.incoming else self._arrived(key, grad_outputs)
                 record = GradRecord(fn, received, self.written[key])
                 if grad_outputs:  # what the write was, when C++ code changed .grad after it
                     received = self.check_write(fn, grad_outputs[0], record, fresh)
