@@ -383,6 +383,38 @@ def test_a_hook_writing_a_leaf_grad_invents_no_hook_call():
     assert same(written[0].received, unhooked[0])  # what AccumulateGrad got: the gradient x0 gets without hooks
 
 
+def _hidden(a, hook):  # a tensor made in a function and never named after it (a forward's)
+    h = a * 2
+    h.register_hook(hook)
+    return h.sin()
+
+
+def _unnamed_torch_file_hooks(log):
+    torch.manual_seed(0)
+    x = torch.randn(3, requires_grad=True)
+    first = _hidden(x, torch.no_grad()(lambda g: log.append(("lambda", g.clone())) or g * 0.5))
+    second = _hidden(x, ClipGrad(log))
+    (first + second).sum().backward()
+    return x.grad
+
+
+def test_torch_file_hooks_on_unnamed_tensors_are_all_shown():
+    """Two such hooks (a decorated lambda, a module instance) on tensors made in a function: main before 8e943e7
+    showed one call of the two, as '<C hook>'. Each call, in torch's order, with what it got and passed on."""
+    plain_log, lens_log = [], []
+    plain = _unnamed_torch_file_hooks(plain_log)
+    lens, traced = lensed(_unnamed_torch_file_hooks, lens_log)
+    assert same(plain, traced) and len(plain_log) == len(lens_log) == 2
+    calls = lens.hook_calls
+    order = ["lambda" if isinstance(entry[0], str) else "ClipGrad" for entry in plain_log]
+    assert [c.hook for c in calls] == ["<lambda>" if name == "lambda" else name for name in order]
+    assert all(c.unseen is None for c in calls)
+    for call, entry in zip(calls, plain_log):
+        received = entry[1] if isinstance(entry[0], str) else entry[0]
+        assert same(call.grad_in, received)
+        assert same(call.grad_out, received * 0.5 if isinstance(entry[0], str) else entry[1])
+
+
 # --- 4. classes where the lens said nothing false: kept as differential tests -----------------------------------------
 
 
