@@ -13,7 +13,8 @@ from ..model import values_equal
 from .hooks import (ENGINE_CODE, Wrapper, code_of, engine_call_args, frame_code, function_name,
                     may_edit_in_place, module_hook_kind, multi_grad_received, runs_in, shown_name,
                     standard_library, user_function, weak_container_callback, wrapper_family, wrapper_module,
-                    wrapper_state, run_by_collector, DISTRIBUTED_DIR)
+                    wrapper_state, run_by_collector, DISTRIBUTED_DIR, wrapped_user_functions,
+                    not_a_gradient_hook)
 from .late import LATE_CODE, REGISTER_CODE, dict_is_new, registered as late_registered, tensor_registered
 from .livecheck import live_change, marks, post_accumulate_marks, summarised
 from .nested import NestedCalls, grads_written
@@ -24,6 +25,7 @@ from .snapshot import fast_snapshot, hidden_from_user as _hidden_from_modes, pla
 from .saved import saved_names
 from .torchhooks import torchs_own
 from .shared import edited_spans
+from .bits import same_bits, values_differ
 
 _current_node = torch._C._current_autograd_node
 TENSOR_REGISTER_CODE = getattr(torch.Tensor.register_hook, "__code__", None)  # Python in torch 2.x
@@ -31,6 +33,7 @@ TENSOR_REGISTER_CODE = getattr(torch.Tensor.register_hook, "__code__", None)  # 
 APPLY_CODE = getattr(torch.autograd.function.BackwardCFunction.apply, "__code__", None)
 # ... or with them in one list (a Function with boxed_grads_call = True, whose backward may free them one by one)
 APPLY_BOXED_CODE = getattr(getattr(torch.autograd.function.BackwardCFunction, "apply_boxed", None), "__code__", None)
+_RAW_NAMES: dict[type, tuple[str, ...]] = {}  # node type -> the names of its saved values' raw forms (_raw_saved_*)
 NODE_CODE, WRITE_CODE = NodeRecorder._on_node.__code__, NodeRecorder._before_write.__code__  # the lens's node hooks
 
 class HookCalls(NestedCalls):
@@ -104,7 +107,7 @@ class HookCalls(NestedCalls):
                     self.nested_running = event == "c_call"  # like in_engine, for the nested engine
                 elif event == "c_call" and self.nested_wrapper is not None and frame is self.nested_wrapper.frame \
                         and self.nested_wrapper.family != "ignore" \
-                        and any(function is arg for function in _wrapped_user_functions(self.nested_wrapper)):
+                        and any(function is arg for function in wrapped_user_functions(self.nested_wrapper)):
                     self._nested_wrapped(arg)  # torch's wrapper calls a hook written in C
             elif event == "return" and self.nested_frames:
                 if frame is self.nested_frames[-1]:
@@ -130,7 +133,7 @@ class HookCalls(NestedCalls):
                     self.late_frame = None
             elif event == "c_call" and self.wrapper is not None and frame is self.wrapper.frame:
                 if self.current is None and self.in_engine and self.wrapper.family != "ignore" \
-                        and any(function is arg for function in _wrapped_user_functions(self.wrapper)):
+                        and any(function is arg for function in wrapped_user_functions(self.wrapper)):
                     self._begin_unseen(self.wrapper, arg)  # torch's wrapper calls a hook written in C
             elif frame is self.engine_frame and getattr(arg, "__name__", None) == "run_backward":
                 self.in_engine = event == "c_call"  # c_call starts the engine; c_return / c_exception end it
@@ -142,15 +145,18 @@ class HookCalls(NestedCalls):
         node = _current_node()
         if node is None:
             return False
-        for attribute in saved_names(node):
-            raw_name = "_raw" + attribute
-            if hasattr(type(node), raw_name):
-                raw = getattr(node, raw_name)
-                for item in raw if isinstance(raw, (tuple, list)) else (raw,):
-                    hook = getattr(item, "unpack_hook", None)
-                    if hook is not None and code_of(hook) is code:
-                        self.unpack_codes.add(code)
-                        return True
+        kind = type(node)
+        raw_names = _RAW_NAMES.get(kind)
+        if raw_names is None:  # its saved values' raw forms, read without unpacking
+            raw_names = _RAW_NAMES[kind] = tuple(name for name in map("_raw".__add__, saved_names(node))
+                                                 if hasattr(kind, name))
+        for raw_name in raw_names:
+            raw = getattr(node, raw_name)
+            for item in raw if isinstance(raw, (tuple, list)) else (raw,):
+                hook = getattr(item, "unpack_hook", None)
+                if hook is not None and code_of(hook) is code:
+                    self.unpack_codes.add(code)
+                    return True
         return False
 
     def _begin(self, frame: FrameType, wrapper: Wrapper | None) -> None:
@@ -165,7 +171,7 @@ class HookCalls(NestedCalls):
             args = engine_call_args(frame, function)
             module = None
             context = None
-            if wrapper is None and not candidates and _not_a_gradient_hook(args):
+            if wrapper is None and not candidates and not_a_gradient_hook(args):
                 if weak_container_callback(frame_code(frame)):
                     pass  # a weak dictionary dropping a key whose object was freed (checkpointing's): no gradient
                 elif run_by_collector(frame_code(frame)):  # Python's garbage collector, not torch, called it here
@@ -319,11 +325,12 @@ class HookCalls(NestedCalls):
                 after_post_accumulate(call, limit)
             elif call.kind == "multi_grad":  # its return value is ignored; edits in place of what it got count
                 call.grad_out = snapshot_all(call.received, limit)
-            elif returned is None:
-                call.grad_out = _copy_out(call.received, limit)  # edits in place count
+            elif returned is None:  # edits in place count; none made: the copy of what it got holds exactly this
+                unedited = call.kind == "tensor" and same_bits(call.received, call.grad_in, limit)
+                call.grad_out = call.grad_in if unedited else _copy_out(call.received, limit)
             else:
                 call.grad_out = _copy_out(returned, limit)
-            call.modified = not values_equal(call.grad_in, call.grad_out)
+            call.modified = values_differ(call.grad_in, call.grad_out)
             if call.marks_in is not None:  # kept as a summary, whose numbers cannot be compared: the live tensors
                 call.modified, edited = live_change(call, returned)
             elif call.kind in ("post_accumulate_grad", "multi_grad") or returned is None:
@@ -331,7 +338,8 @@ class HookCalls(NestedCalls):
             elif isinstance(call.grad_in, torch.Tensor) and plain_small(call.received, limit):
                 # returned a new value: did it also edit what it received?  Compared as it is now, as its copy
                 # (snapshot's exact one: same values, shape, dtype) would be compared
-                edited = not values_equal(call.grad_in, call.received)
+                edited = not (same_bits(call.received, call.grad_in, limit)
+                              or values_equal(call.grad_in, call.received))
             else:
                 edited = not values_equal(call.grad_in, snapshot_all(call.received, limit))
         call.edited_in_place = edited
@@ -372,29 +380,3 @@ def _present(candidates: list[KnownHook]) -> frozenset | None:
     if len(holders) != 1:
         return None
     return frozenset(next(iter(holders.values())).keys())
-
-
-def _wrapped_user_functions(wrapper: Wrapper) -> tuple:
-    """The user functions torch's wrapper may be calling now (its loop variables or closure)."""
-    local = wrapper.frame.f_locals
-    if wrapper.family == "module_full":
-        return (local.get("hook"),)
-    if wrapper.family == "module_pre":
-        return local.get("user_pre_hook"), local.get("user_hook")
-    if wrapper.family == "multi_grad":
-        return (local.get("fn"),)
-    if wrapper.family == "legacy":
-        return (getattr(local.get("self"), "hook", None),)
-    return ()
-
-
-
-def _not_a_gradient_hook(args: list[Any]) -> bool:
-    """Arguments no gradient hook is called with: a tensor hook gets a tensor, a node hook a tuple (then another),
-    a post-accumulate hook the leaf; a DDP communication hook gets (state, bucket), an engine callback nothing."""
-    if not args:
-        return True
-    first = args[0]
-    if isinstance(first, (torch.Tensor, tuple)):
-        return False
-    return first is not None or len(args) > 1

@@ -18,7 +18,7 @@ from .leafstate import LeafState, touched  # noqa: F401  (build.py and tracer.py
 from .structure import gradient_edge
 from .snapshot import hidden_from_user as _hidden_from_modes
 from .shared import span_of
-from .snapshot import snapshot
+from .finalgrad import final_grad, last_seen  # noqa: F401  (build.py reads final_grad here)
 
 AFTER_BACKWARD = ("node", "module_full", "module_pre", "legacy")  # calls made by a node's post-hooks (torch's
 # module-hook wrappers are post-hooks of the module's boundary nodes)
@@ -309,31 +309,6 @@ def stopped_by_hooks(observer: Any) -> Unknown | None:
     return Unknown(f"the pass stopped at {type(error).__name__}: {error} after hooks ran; had no hook run it might "
                    "have gone on and reached this tensor")
 
-
-
-def final_grad(observer: Any, variable: torch.Tensor) -> Value:
-    """``.grad`` as the pass left it.  A view's memory (a DDP bucket, the seed it was adopted from) can be written
-    by C++ code that does not count versions: it is copied again; otherwise the copy taken as it was written is
-    reused when it is the same tensor, unchanged."""
-    grad = variable.grad
-    if isinstance(grad, torch.Tensor) and grad._is_view():
-        return snapshot(grad, observer.store_limit, magnitudes=True)
-    return observer.copied(grad, magnitudes=True)  # a large one's mean |value|: the gradient-flow plot's
-
-
-def last_seen(observer: Any, fn: Any, position: int) -> Value:
-    """The last value of leaf ``fn``'s ``.grad`` the recording saw: as written, or as its last post-accumulate hook
-    left it."""
-    after = vars(observer).get("after_write")
-    if after is None:  # once per pass: id(AccumulateGrad) -> .grad as its last post-accumulate hook left it
-        after = observer.after_write = {}
-        for record in observer.records:
-            node = record.current_fn or record.node_fn if isinstance(record, HookRecord) else None
-            if node is not None and record.kind == "post_accumulate_grad" and (
-                    isinstance(record.grad_out, torch.Tensor)  # a hook in C: .grad as its neighbours show it
-                    or record.unseen is None and record.error is None):  # a Python hook's return: .grad read then
-                after[id(node)] = record.grad_out  # None: the hook left .grad None (optimizer in backward)
-    return after[id(fn)] if id(fn) in after else observer.records[position].grad
 
 
 def late_change(observer: Any, fn: Any, position: int, real: Value, diverged: bool) -> Unknown | None:

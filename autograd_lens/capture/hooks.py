@@ -355,3 +355,28 @@ def shown_name(frame: FrameType) -> str | None:
         return None
     names = {function_name(hook) for hook in (ref() for ref in refs) if hook is not None and runs_in(hook, frame)}
     return names.pop() if len(names) == 1 else None
+
+
+def wrapped_user_functions(wrapper: Wrapper) -> tuple:
+    """The user functions torch's wrapper may be calling now (its loop variables or closure)."""
+    local = wrapper.frame.f_locals
+    if wrapper.family == "module_full":
+        return (local.get("hook"),)
+    if wrapper.family == "module_pre":
+        return local.get("user_pre_hook"), local.get("user_hook")
+    if wrapper.family == "multi_grad":
+        return (local.get("fn"),)
+    if wrapper.family == "legacy":
+        return (getattr(local.get("self"), "hook", None),)
+    return ()
+
+
+def not_a_gradient_hook(args: list[Any]) -> bool:
+    """Arguments no gradient hook is called with: a tensor hook gets a tensor, a node hook a tuple (then another),
+    a post-accumulate hook the leaf; a DDP communication hook gets (state, bucket), an engine callback nothing."""
+    if not args:
+        return True
+    first = args[0]
+    if isinstance(first, (torch.Tensor, tuple)):
+        return False
+    return first is not None or len(args) > 1
