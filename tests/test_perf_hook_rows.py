@@ -12,6 +12,8 @@ ran are replaced by exact comparisons where that is exact, and everything record
   which, for values that differ, looks for a NaN with ``isnan().any()`` (a mask as large as the gradient); now
   ``bits.values_differ`` asks a sum first (not NaN: no NaN element), and whether it also edited what it received is
   first a bitwise comparison.
+- ``shared.shared_leaves`` (asked once a pass when a hook ran): the memory span of every leaf's ``.grad`` was read
+  to find two that overlap; now only of those whose ``.grad`` shares its storage with another leaf's.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch.nn as nn
 import autograd_lens as al
 from autograd_lens.capture import bits, finalgrad
 from autograd_lens.capture import calls as calls_module
+from autograd_lens.capture import shared as shared_module
 from autograd_lens.capture import nodes as nodes_module
 from autograd_lens.capture.snapshot import snapshot
 
@@ -217,6 +220,32 @@ def test_a_tensor_hook_returning_none_passes_on_its_received_copy_when_the_bits_
         (before.modified, before.edited_in_place, before.returned_none)
     if zero:  # what it passed on holds -0.0 where it received 0.0 (values_equal: equal, so not "modified")
         assert torch.signbit(call.grad_out[0, 0]) and not torch.signbit(call.grad_in[0, 0])
+
+
+def test_shared_leaves_reads_spans_only_of_grads_sharing_a_storage(monkeypatch):
+    _self_check()
+    spans = []
+    span_of = shared_module.span_of
+    monkeypatch.setattr(shared_module, "span_of", lambda tensor: spans.append(tensor) or span_of(tensor))
+    names, run = _hooked_mlp(lambda g: None)
+    with al.Lens(names=names) as lens:
+        run()
+    assert spans == []  # before: one per leaf (6)
+    assert all(isinstance(value, torch.Tensor) for value in lens.passes[0].grads_without_hooks.values())
+    # two leaves' .grads in one storage (set before the pass, added to in it): both read, and both unknown unhooked
+    torch.manual_seed(0)
+    buffer = torch.zeros(10)
+    a, b = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
+    a.grad, b.grad = buffer[:4], buffer[2:6]  # overlapping
+    c = torch.randn(4, requires_grad=True)
+    c.grad = buffer[6:]  # the same storage, apart from both
+    h = a * b * c
+    h.register_hook(lambda g: g * 2)
+    with al.Lens(names={"a": a, "b": b, "c": c}) as lens:
+        h.sum().backward()
+    assert len(spans) == 3
+    history = lens._history
+    assert [getattr(history.get(id(t)), "shared", None) for t in (a, b, c)] == [True, True, False]
 
 
 def _values():

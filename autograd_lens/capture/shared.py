@@ -58,33 +58,38 @@ def shared_leaves(observer: Any, adopted: set[int]) -> set[int]:
     one without hooks (a hook that returns a new tensor, or keeps the one it got, decides whether autograd adopts
     it): those whose ``.grad`` overlaps another leaf's now, and those of ``adopted`` (their ``.grad`` was None) that
     may hold a view of a buffer another of them, or the caller's gradient= tensor, holds too (``_source``)."""
-    spans = {}
+    storages: dict[int, list] = {}  # storage address -> the leaves whose .grad is in it (one each, usually)
     for key, fn in observer.shape.leaves.items():
         grad = fn.variable.grad
-        span = span_of(grad) if isinstance(grad, torch.Tensor) else None
-        if span is not None:
-            spans[key] = span
+        if isinstance(grad, torch.Tensor):
+            try:
+                storages.setdefault(grad.untyped_storage().data_ptr(), []).append((key, grad))
+            except Exception:  # noqa: BLE001 - sparse, nested, meta: no memory to share (span_of: None)
+                pass
     by_storage: dict[int, list] = {}  # compared within one storage only (all pairs: quadratic in the leaves)
-    for key, (ptr, start, end) in spans.items():
-        by_storage.setdefault(ptr, []).append((key, start, end))
+    for group in storages.values():
+        if len(group) > 1:  # the spans of .grads that share a storage (span_of's address is that storage's)
+            for key, grad in group:
+                span = span_of(grad)
+                if span is not None:
+                    by_storage.setdefault(span[0], []).append((key, span[1], span[2]))
     found = {key for group in by_storage.values() if len(group) > 1 for key, start, end in group
              for other, start2, end2 in group if other != key and start < end2 and start2 < end}
     if not adopted:
         return found
     consumers = observer.shape.consumers
     arrivals: dict[int, int] = {}  # how many gradients reach each function (two or more: summed in a buffer of its own)
+    outputs: dict[int, list] = {}  # function -> the users of each of its outputs
     for (fn_id, _), users in consumers.items():
         arrivals[fn_id] = arrivals.get(fn_id, 0) + len(users)
+        if users:
+            outputs.setdefault(fn_id, []).append(users)
     # root function -> whether the caller passed a gradient= tensor it may pass again (a 0-dim one only when it is the
     # caller's own: backward() without gradient= makes a new one each time)
     seeded = {}
     for (fn, _), seed in zip(observer.shape.root_edges, observer.seed_objects):
         arrivals[id(fn)] = arrivals.get(id(fn), 0) + 1
         seeded[id(fn)] = isinstance(seed, torch.Tensor) and (seed.dim() > 0 or id(seed) in observer.own_seeds)
-    outputs: dict[int, list] = {}  # function -> the users of each of its outputs
-    for (fn_id, _), users in consumers.items():
-        if users:
-            outputs.setdefault(fn_id, []).append(users)
     groups: dict[int, list[tuple[int, bool]]] = {}
     for key in adopted:
         source, viewed = _source(observer.shape.leaves[key], outputs, arrivals)
@@ -127,10 +132,12 @@ def _source(fn: Any, outputs: dict[int, list], arrivals: dict[int, int]) -> tupl
             break  # a root (the seed reaches it), or gradients of several outputs
         user = edges[0][0][0]
         try:
+            if not _may_view(user):  # (asked first: reading the metadata makes objects)
+                break
             metadata = user._input_metadata
             # as many elements, or fewer (a slice, a row of stack's or unbind's): a view of part of that buffer;
             # more would be an expanded view, which autograd copies before a leaf holds it
-            if not _may_view(user) or len(metadata) != 1 \
+            if len(metadata) != 1 \
                     or _numel(metadata[0].shape) < _numel(current._input_metadata[0].shape):
                 break
         except Exception:  # no metadata to compare: the gradient may be anything

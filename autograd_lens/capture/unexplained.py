@@ -93,12 +93,10 @@ class UnexplainedChanges:
         sent = self._sent_as_is(fn, output)
         if sent is not first.grad_in:  # not the one user's copy as is: what the users sent, added up
             sent = self.unhooked.input_of(fn, output, hooked=True)
-        gaps = [(None, first, sent, first.grad_in, "before the hooks after it", "what the tensor's users sent, added "
-                 "up", "what the hook after it received")]
-        gaps += [(earlier, later, earlier.grad_out, later.grad_in, "between the hooks around it", "what the hook "
-                  "before it passed on", "what the hook after it received") for earlier, later in zip(seen, seen[1:])]
-        gaps.append((last, None, last.grad_out, received, "after the hooks before it", "what the hook before it "
-                     "passed on", f"what reached {fn.name()}"))
+        # (earlier call, later call, what went in, what came out) around each hook: compared before any text is made
+        gaps = [(None, first, sent, first.grad_in)]
+        gaps += [(earlier, later, earlier.grad_out, later.grad_in) for earlier, later in zip(seen, seen[1:])]
+        gaps.append((last, None, last.grad_out, received))
         gaps = [gap for gap in gaps if _changed(gap[2], gap[3])]
         if not gaps or self.unhooked.other_edits or self.wrote_shared():
             return []  # unchanged, or changed by what the lens does not follow (code in C that edits)
@@ -106,7 +104,13 @@ class UnexplainedChanges:
         if self._edited_on_its_way(fn, output, live, own):
             return []
         after = []
-        for _, later, got, gave, where, got_text, gave_text in gaps:
+        for earlier, later, got, gave in gaps:
+            where, got_text, gave_text = (
+                ("before the hooks after it", "what the tensor's users sent, added up",
+                 "what the hook after it received") if earlier is None else
+                ("after the hooks before it", "what the hook before it passed on", f"what reached {fn.name()}")
+                if later is None else
+                ("between the hooks around it", "what the hook before it passed on", "what the hook after it received"))
             call = _unseen(fn, output, got, gave, f"registered {where} on a tensor whose hooks cannot be listed (no "
                            f"name here); what it received is {got_text}, and what it passed on is {gave_text}")
             if later is None:
