@@ -731,6 +731,57 @@ PROGRAMS = {
         PASS('backward', out, retain_graph=True)
         PASS('backward', out)
         """, ["x0"]),
+    # layers the generators do not use: parametrizations.orthogonal, the old weight_norm (a forward pre-hook),
+    # EmbeddingBag, log_softmax + nll_loss, sort / max / gather
+    "orthogonal": ("""
+        plin = torch.nn.utils.parametrizations.orthogonal(torch.nn.Linear(3, 3))
+        x0 = torch.randn(2, 3, requires_grad=True)
+        h0 = REG(plin.parametrizations.weight.original, 'register_hook', make_hook('h0', 'scale'))
+        h1 = REG(plin, 'register_full_backward_hook', make_module_hook('h1', 'scale'))
+        t1 = plin(x0)
+        h2 = REG(t1, 'register_hook', make_hook('h2', 'scale'))
+        PASS('backward', (t1 ** 2).sum(), retain_graph=True)
+        PASS('backward', t1.sum())
+        """, ['x0', 'plin.parametrizations.weight.original', 'plin.bias']),
+    "old_weight_norm": ("""
+        wlin = torch.nn.utils.weight_norm(torch.nn.Linear(3, 3))
+        x0 = torch.randn(2, 3, requires_grad=True)
+        h0 = REG(wlin.weight_g, 'register_hook', make_hook('h0', 'scale'))
+        h1 = REG(wlin.weight_v, 'register_post_accumulate_grad_hook', make_after('h1', 'inplace'))
+        t1 = wlin(x0)
+        h2 = REG(t1, 'register_hook', make_hook('h2', 'scale'))
+        PASS('backward', (t1 ** 2).sum())
+        t3 = wlin(x0 * 2)
+        PASS('backward', t3.sum())
+        """, ['x0', 'wlin.weight_g', 'wlin.weight_v', 'wlin.bias']),
+    "embedding_bag": ("""
+        bag = torch.nn.EmbeddingBag(10, 3, mode='mean')
+        idx = torch.tensor([1, 2, 4, 5, 4, 3])
+        off = torch.tensor([0, 3])
+        h0 = REG(bag.weight, 'register_hook', make_hook('h0', 'scale'))
+        t1 = bag(idx, off)
+        h1 = REG(t1, 'register_hook', make_hook('h1', 'scale'))
+        PASS('backward', (t1 ** 2).sum(), retain_graph=True)
+        PASS('backward', t1.sum())
+        """, ['bag.weight']),
+    "ctc_like_logsoftmax_nll": ("""
+        x0 = torch.randn(4, 5, requires_grad=True)
+        t1 = torch.log_softmax(x0, dim=1)
+        h0 = REG(t1, 'register_hook', make_hook('h0', 'scale'))
+        t2 = torch.nn.functional.nll_loss(t1, torch.tensor([1, 0, 4, 2]))
+        h1 = REG(t2, 'register_hook', make_hook('h1', 'scale'))
+        PASS('backward', t2)
+        """, ['x0']),
+    "sort_max_gather": ("""
+        x0 = torch.randn(2, 5, requires_grad=True)
+        v, i = x0.sort(dim=1)
+        h0 = REG(v, 'register_hook', make_hook('h0', 'scale'))
+        m, j = x0.max(dim=1)
+        h1 = REG(m, 'register_hook', make_hook('h1', 'scale'))
+        g = x0.gather(1, torch.tensor([[0, 0], [4, 1]]))
+        h2 = REG(g, 'register_hook', make_hook('h2', 'scale'))
+        PASS('backward', v[:, :2].sum() + m.sum() + g.sum())
+        """, ['x0']),
     "grad_of_grad_with_hooks_on_each_level": ("""
         x0 = torch.randn(3, requires_grad=True)
         t1 = x0 ** 3
