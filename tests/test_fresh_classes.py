@@ -281,12 +281,9 @@ def test_post_accumulate_hook_from_torch_files_is_shown_and_undone_without_hooks
 # torch.autograd.grad turns the engine's None for an unused input into zeros after the engine returns; the lens keeps
 # the engine's result (tracer._run's ``result``), so it shows "returned None" (and None without hooks, "same") where
 # the program got zeros.
-# Fix (tried on a copy of main bd8002e, with the GradientEdge one below: both tests pass, and layout, against_torch,
-# training_programs, conformance, debug, truth; the diff was handed over with the report): tracer._observer sets
-# observer.materialize = shared.materialized(caller.f_back) (caller.f_back.f_code is torch.autograd.grad.__code__ and
-# f_locals["materialize_grads"] is true); build._results, for kind "grad": a None result for a tensor input becomes
-# torch.zeros_like(input), and a value without hooks left None with no reason becomes zeros too, as autograd.grad
-# makes them.
+# Fixed (capture/gradinputs.py, read by build._results from the stack as the pass ends): when the engine's caller is
+# torch.autograd.grad's frame and its f_locals["materialize_grads"] is true, record a None result (and a None value
+# without hooks) for input i as torch.zeros_like(inputs[i]), as torch.autograd.grad does.
 
 
 def _materialized(hooked):
@@ -298,8 +295,6 @@ def _materialized(hooked):
     return torch.autograd.grad(y.sum(), [x, w], allow_unused=True, materialize_grads=True)
 
 
-@pytest.mark.xfail(strict=True, reason="materialize_grads=True: the lens shows None returned where torch returned "
-                                       "zeros (tracer._run keeps the engine's result)")
 def test_materialize_grads_shows_what_autograd_grad_returned():
     plain = _materialized(True)
     unhooked = _materialized(False)
@@ -314,9 +309,10 @@ def test_materialize_grads_shows_what_autograd_grad_returned():
 # torch.autograd.grad(out, get_gradient_edge(y)) returns the gradient that reaches y's backward function (after y's
 # tensor hooks). The lens labels it "input 0" and records its value right, but its value without hooks is None with
 # no reason in ``unknown`` (the table says "unknown: not recorded"): the guarantee is a value or a reason.
-# Fix (capture/build.py _unhooked_input, tried as said above): for an input that is a GradientEdge, return
-# observer.unhooked.input_of(edge.node, edge.output_nr), the gradient reaching that node input without hooks (a
-# GradientEdge input is read after that tensor's hooks); today it falls into "not a tensor: None".
+# Fixed (capture/gradinputs.py unhooked_input): an input that is a GradientEdge is the gradient the edge's node
+# receives at its output_nr, after that tensor's hooks: without hooks, the unhooked value arriving at that node input
+# (as for a non-leaf tensor input, read where the pre-hook reads it); or, if that is not at hand, Unknown("an input
+# given as a GradientEdge: ...").
 
 
 def _edge_input(hooked):
@@ -330,7 +326,6 @@ def _edge_input(hooked):
     return torch.autograd.grad(z.sum(), get_gradient_edge(y))
 
 
-@pytest.mark.xfail(strict=True, reason="a GradientEdge input of autograd.grad: value without hooks None, no reason")
 def test_gradient_edge_input_has_a_value_without_hooks_or_a_reason():
     plain, unhooked = _edge_input(True), _edge_input(False)
     lens, traced = lensed(_edge_input, True)

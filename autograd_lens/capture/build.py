@@ -22,6 +22,7 @@ from .leafstate import changed_off_graph, changed_since
 from .retained import written_as_retained
 from .shared import SHARED, shared_leaves, shared_write
 from .unhooked import SAME, Unknown, add, carry, is_known
+from .gradinputs import materializes, returned, unhooked_input
 from .structure import gradient_edge
 from .walk import Walk
 from .counting import HookCounter, _function_key
@@ -175,9 +176,9 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
             out["without"][key] = snapshot(value, limit) if isinstance(value, torch.Tensor) else value
 
     if observer.kind == "grad":
+        materialize = materializes()
         for index, tensor in enumerate(observer.inputs):
-            returned = result[index] if isinstance(result, (tuple, list)) and index < len(result) else None
-            out["returned"][index] = snapshot(returned, limit)
+            out["returned"][index] = snapshot(returned(result, index, observer.inputs, materialize), limit)
             if untrusted is not None:
                 value: Any = untrusted
             elif stopped is not None:
@@ -185,7 +186,7 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
             elif not unhooked.active:
                 value = SAME
             else:
-                value = _unhooked_input(observer, tensor)
+                value = unhooked_input(observer, tensor, materialize)
             settle(index, value, out["returned"][index])
         return out
     hooked = any(map(isinstance, observer.records, repeat(HookRecord))) \
@@ -259,15 +260,6 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
         if id(observer.shape.leaves[key].variable) in history:
             history[id(observer.shape.leaves[key].variable)].shared = True
     return out
-
-
-def _unhooked_input(observer: PassObserver, tensor: Any) -> Any:
-    if not isinstance(tensor, torch.Tensor):
-        return None
-    edge = gradient_edge(tensor, observer.shape.leaves)
-    if edge is None:
-        return Unknown("torch cannot say which node takes this tensor's gradient (its layout has no views)")
-    return observer.unhooked.input_of(*edge)
 
 
 # ----------------------------------------------------------------------------- events

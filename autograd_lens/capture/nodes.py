@@ -280,8 +280,8 @@ class NodeRecorder(UnexplainedChanges, HookPlacing):
         ``.grad`` during the pass before AccumulateGrad added to it (nothing else runs during a pass): what arrived,
         and the value without hooks is not known (``GRAD_CHANGED_IN_PASS``)."""
         written = self.written[key]
-        if not grad_outputs or not isinstance(grad_outputs[0], torch.Tensor):
-            return written
+        if written is None or not grad_outputs or not isinstance(grad_outputs[0], torch.Tensor):
+            return written  # (None: AccumulateGrad dropped it, its variable no longer requiring grad)
         arrived = self._keep(grad_outputs[0])
         if arrived is written or values_equal(arrived, written):
             return written
