@@ -60,3 +60,37 @@ def test_a_torch_file_hook_on_an_unnamed_tensor_is_shown_as_the_python_hook_it_i
     assert (call.hook, call.kind, call.unseen) == (name, "tensor", None)
     assert torch.equal(call.grad_in, logged[0][0]) and torch.equal(call.grad_out, logged[0][1])
     assert call.modified == (not torch.equal(logged[0][0], logged[0][1]))
+
+
+def _nested(make):
+    """A hook of the outer pass runs autograd.grad on a graph with a hook made by ``make``."""
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    v = torch.tensor([3.0, 4.0], requires_grad=True)
+
+    def outer(g):
+        with torch.enable_grad():
+            a = v * 2
+            a.register_hook(make())
+            (gv,) = torch.autograd.grad((a * a).sum(), v)
+        return g * gv
+
+    y = w * 3
+    y.register_hook(outer)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with al.Lens() as lens:
+            y.sum().backward()
+    return w.grad, lens.passes[0]
+
+
+@pytest.mark.parametrize("kind", ["no_grad", "compiler_disable", "module"])
+def test_a_torch_file_hook_in_a_nested_backward_is_said_as_a_plain_hook_is(kind):
+    """Hooks inside a backward nested in the pass are not recorded as steps: the note names them and the values
+    without hooks that depend on them are unknown. A hook whose code is torch's is one too (it was passed over as
+    torch's own, and the value without hooks shown as known)."""
+    make, name, equivalent = MAKERS[kind]
+    plain_grad, plain = _nested(lambda: equivalent)
+    grad, p = _nested(make)
+    assert torch.equal(grad, plain_grad)
+    assert p.grads_without_hooks["w"] is None and p.unknown["w"] == plain.unknown["w"]
+    assert [note.replace("<lambda>", name) for note in plain.notes] == list(p.notes)

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from .torchhooks import torch_hook_name, users_torch_frame
 from .hooks import ENGINE_CODE, Wrapper, engine_call_args, function_name, module_hook_kind, run_by_collector, \
     torch_wrapper, traced_name, user_function, weak_container_callback, wrapper_family, wrapper_module
 
@@ -97,13 +98,13 @@ class NestedCalls:
         if not self.nested_running:
             return  # the nested engine's Python wrapper (logging), before or after its C++ run
         if parent.f_code is ENGINE_CODE and parent is self.nested_frames[-1]:
-            if torch_wrapper(code):
+            if torch_wrapper(code) and not users_torch_frame(code, frame):  # (a hook of the user's in torch's code)
                 self.nested_wrapper = Wrapper(frame, wrapper_family(code))
             elif _collector_call(frame):  # Python's garbage collector, not the engine, called it (as calls._begin)
                 self.unhooked.activate(edited_in_place=True)
             elif code not in self._own_codes and code not in self.unpack_codes and not weak_container_callback(code) \
                     and not self._is_unpack_hook(code):
-                self._nested_hook(traced_name(frame) or function_name(None, code))
+                self._nested_hook(traced_name(frame) or torch_hook_name(code, frame) or function_name(None, code))
         elif self.nested_wrapper is not None and parent is self.nested_wrapper.frame \
                 and self.nested_wrapper.family != "ignore":
             function = user_function(frame, self.nested_wrapper)

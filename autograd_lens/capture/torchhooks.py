@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .hooks import DISTRIBUTED_DIR, TORCH_DIR, code_of, torch_wrapper, wrapper_family
+from .hooks import DISTRIBUTED_DIR, TORCH_DIR, code_of, function_name, torch_wrapper, wrapper_family
 
 _OPS = tuple(kind for kind in (getattr(torch._ops, "OpOverload", None), getattr(torch._ops, "OpOverloadPacket", None))
              if isinstance(kind, type))
@@ -73,6 +73,15 @@ def users_torch_code(observer: Any, code: Any, frame: Any) -> bool:
     functions += [hook for pre, post in observer.node_hooks.values() for hook in pre + post if code_of(hook) is code]
     if functions:
         return any(users_torch_hook(function) for function in functions)
+    return users_torch_frame(code, frame)
+
+
+def users_torch_frame(code: Any, frame: Any) -> bool:
+    """``frame``, which the engine called and which runs torch's ``code``, runs a hook of the user's, as the frame
+    alone tells: one of torch's decorators running the user's function, an ``nn.Module`` or aten operator called, a
+    function torch defines at module level (a backward nested in the pass: its hooks are not listed beforehand)."""
+    if code.co_qualname.startswith("BackwardCFunction.") or wrapper_family(code) != "ignore":
+        return False
     cell = _DECORATORS.get(code.co_qualname)
     if cell is not None:
         inner = frame.f_locals.get(cell)
@@ -88,3 +97,16 @@ def users_torch_code(observer: Any, code: Any, frame: Any) -> bool:
 def torchs_own(observer: Any, code: Any, frame: Any) -> bool:
     """``hooks.torch_wrapper``: the engine calls torch's own Python, not a hook, unless the user registered it."""
     return torch_wrapper(code) and not users_torch_code(observer, code, frame)
+
+
+def torch_hook_name(code: Any, frame: Any) -> str | None:
+    """The name a user's hook run by torch's ``code`` in ``frame`` goes by (the decorated function's, the module's
+    class, the operator's), or None when the frame does not tell."""
+    cell = _DECORATORS.get(code.co_qualname)
+    inner = frame.f_locals.get(cell) if cell is not None else None
+    if inspect.isfunction(inner):
+        return function_name(inner)
+    owner = frame.f_locals.get("self") if code.co_qualname in _CALLABLES else None
+    if isinstance(owner, torch.nn.Module):
+        return type(owner).__name__
+    return function_name(owner) if owner is not None else None
