@@ -244,3 +244,94 @@ def test_input_edges_are_those_the_old_walk_filled():
             assert {key: edges[edge_id].dst for key, edge_id in made.input_edges.items()} == expected, (name, options)
             assert all(edges[edge_id].kind == "data" for edge_id in made.input_edges.values())
             assert len(made.input_edges) == sum(len(row) - row.count(None) for row in made.edge_rows.values())
+
+
+@pytest.mark.parametrize("case", [name for name, _, _ in _graphs()])
+def test_structure_made_with_its_users_is_the_same(case):
+    """``structure(roots, users=True)`` (the tracer's: ``consumers`` made in the walk that finds the nodes, leaves found
+    among the nodes with no inputs) holds what ``structure(roots)`` and its ``consumers`` made when first read hold,
+    in the same order."""
+    name, roots, namespace = next(item for item in _graphs() if item[0] == case)
+    from autograd_lens.capture.structure import structure
+
+    plain, made = structure(roots), structure(roots, users=True)
+    assert made._consumers is not None and plain._consumers is None
+    assert made.nodes == plain.nodes and made.nexts == plain.edges() and made.depth == plain.depth
+    assert list(made.leaves.items()) == list(plain.leaves.items()) and made.leaves
+    assert list(made.consumers.items()) == list(plain.consumers.items())
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: f"saved{o.show_saved}-split{o.split_leaf_uses}-"
+                         f"max{o.max_nodes}-el{o.max_elements}")
+@pytest.mark.parametrize("case", [name for name, _, _ in _graphs()])
+def test_walk_of_a_structure_with_its_users_draws_what_the_general_code_draws(case, options, monkeypatch):
+    """The walk of the tracer's Structure (its users made: the uses of each leaf counted from them, arrows drawn by
+    ``rows._arrows``) equals the general code's (shortcuts off: uses counted from every node's inputs)."""
+    from autograd_lens.capture.structure import structure
+
+    name, roots, namespace = next(item for item in _graphs() if item[0] == case)
+    names = names_from(namespace)
+    made = {}
+    for shortcuts in (True, False):
+        monkeypatch.setattr(walk_module, "_SHORTCUTS", shortcuts)
+        shape = structure(roots, users=True)
+        shape.label(names, [None] * len(roots))
+        made[shortcuts] = _everything(walk_module.walk(shape, names, options))
+    assert made[True] == made[False]
+
+
+def test_reduced_dims_are_read_only_where_a_node_type_can_have_them():
+    """The walk reads ``structure._reduced_dims`` only for node types that can have ``_saved_dim`` (``_may_reduce``):
+    a custom Function's node (attributes of its own) always; what it draws equals what the function gives for each."""
+    from autograd_lens.capture.structure import _may_reduce, _reduced_dims, structure
+
+    class Keeps(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx._saved_dim, ctx._saved_self_sym_sizes = (0,), (3, 2)  # as a sum(dim=0) would keep them
+            return a * 1
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    a = torch.randn(3, 2, requires_grad=True)
+    out = (Keeps.apply(a).sum(dim=1) * 2).mean() + a.sum(dim=[0, 1])
+    shape = structure([out])
+    walked = walk_module.walk([out], names_from({"a": a}), GraphOptions(), ["out"])
+    reduced = {node.sequence_nr: node.reduced for node in walked.graph.nodes if node.kind == "function"}
+    for fn in shape.nodes:
+        if type(fn).__name__ != "AccumulateGrad":
+            assert reduced[fn._sequence_nr()] == _reduced_dims(fn), fn.name()
+            if _reduced_dims(fn) is not None:
+                assert _may_reduce(type(fn))
+    assert sorted(value for value in reduced.values() if value is not None) == [(0,), (0, 1), (1,)]
+
+
+def test_inventory_of_the_listed_tensors_is_the_whole_inventory(monkeypatch):
+    """``inventory.listed`` (read with the names: the named tensors, leaves and inputs with hooks or retaining their
+    gradient) gives the inventory of every named tensor, leaf and input, on generated programs (hooks of every kind)."""
+    import programs
+
+    from autograd_lens.capture import inventory as inventory_module
+
+    seen = []
+    original = inventory_module.inventory
+
+    def both(observer):
+        fast = original(observer)
+        listed, observer.listed = observer.listed, None
+        try:
+            whole = original(observer)
+        finally:
+            observer.listed = listed
+        assert fast == whole
+        seen.append((len(fast), len(listed), len(observer.names.tensor_objects) + len(observer.shape.leaves)))
+        return fast
+
+    monkeypatch.setattr(inventory_module, "inventory", both)
+    for seed in range(1, 60, 3):
+        torch.manual_seed(seed)
+        programs.run(programs.Generator(seed).generate(), "lens")
+    assert len(seen) > 20 and sum(entries for entries, _, _ in seen) > 20
+    assert sum(listed for _, listed, _ in seen) < sum(every for _, _, every in seen)  # fewer looked at

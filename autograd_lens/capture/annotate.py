@@ -144,10 +144,11 @@ def leaf_ids(shape: Any) -> dict:
     leaves labelled), read while the pass runs.  A label two tensors have in one pass gets none (which one is which
     is not known), nor a tensor that takes no weak reference."""
     found: dict[str, Any] = {}
-    for key, fn in shape.leaves.items():
+    variables = shape.variables()
+    for key in shape.leaves:
         label = shape.leaf_labels.get(key)
         try:
-            same = _leaf_tensor(fn.variable)
+            same = _leaf_tensor(variables[key])
         except Exception:
             same = None
         if label is not None:

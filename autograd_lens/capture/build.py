@@ -200,8 +200,9 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
     spread = hooked and shared_write(observer, history)  # added to shared memory: what flows on may have changed
     grads, added, added_without, unknown = out["grads"], out["added"], out["added_without"], out["unknown"]
     ran, records, old_grads, active = observer.ran, observer.records, observer.old_grads, unhooked.active
+    variables = observer.shape.variables()
     for key, fn in observer.shape.leaves.items():
-        variable = fn.variable
+        variable = variables[key]
         real = final_grad(observer, variable)
         grads[key] = real
         leaf_id = id(variable)
@@ -255,7 +256,7 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
         late = late_change(observer, fn, position, real, without is not SAME) if is_known(without) else None
         settle(key, late or without, real)
         history[leaf_id] = LeafState.of(variable, real, late or without, shared, hooked)
-    changed_off_graph(observer, history, {id(fn.variable) for fn in observer.shape.leaves.values()})
+    changed_off_graph(observer, history, observer.shape.by_variable())  # (the ids of its leaves)
     for key in shared_leaves(observer, adopted) if hooked else ():
         if id(observer.shape.leaves[key].variable) in history:
             history[id(observer.shape.leaves[key].variable)].shared = True

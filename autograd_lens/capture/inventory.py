@@ -27,14 +27,16 @@ def inventory(observer: Any) -> tuple[InventoryEntry, ...]:
     names = observer.ensure_names()
     shape = observer.shape
     entries: list[InventoryEntry] = []
-    leaf_nodes = {id(fn.variable): fn for fn in shape.leaves.values()}
-    in_graph = {id(fn) for fn in shape.nodes}
+    leaf_nodes = shape.by_variable()
+    in_graph = shape.node_ids()
     seen: set[int] = set()
     multi: dict[int, int] = {}  # id(user function of a multi-grad hook) -> its entry
     multi_labels: dict[int, list] = {}  # its entry -> (slot, label) of each tensor: named in the order given to torch
-    labelled = [(names.tensors[id(t)], t) for t in names.tensor_objects]
-    labelled += [(shape.leaf_labels[id(fn)], fn.variable) for fn in leaf_nodes.values()]
-    labelled += [(f"input {i}", t) for i, t in enumerate(observer.inputs) if isinstance(t, torch.Tensor)]
+    labelled = getattr(observer, "listed", None)  # (as the names were read: those with hooks, or retaining their gradient)
+    if labelled is None:
+        labelled = [(names.tensors[id(t)], t) for t in names.tensor_objects]
+        labelled += [(shape.leaf_labels[id(fn)], fn.variable) for fn in leaf_nodes.values()]
+        labelled += [(f"input {i}", t) for i, t in enumerate(observer.inputs) if isinstance(t, torch.Tensor)]
     for label, tensor in labelled:
         backward_hooks = getattr(tensor, "_backward_hooks", None)
         after_hooks = getattr(tensor, "_post_accumulate_grad_hooks", None)
@@ -82,7 +84,7 @@ def inventory(observer: Any) -> tuple[InventoryEntry, ...]:
         for kind, hooks in (("node_pre", pre), ("node", post)):
             for position, hook in enumerate(hooks, 1):
                 entries.append(InventoryEntry(kind, target, function_name(hook), position, len(hooks)))
-    leaves = {id(fn.variable) for fn in shape.leaves.values()}
+    leaves = leaf_nodes
     for module in names.module_objects:
         label = names.modules[id(module)]
         legacy = module._is_full_backward_hook is False
@@ -112,6 +114,28 @@ def inventory(observer: Any) -> tuple[InventoryEntry, ...]:
         for position, hook in enumerate(hooks, 1):
             entries.append(InventoryEntry(kind, "every module of the pass", function_name(hook), position, len(hooks)))
     return tuple(entries)
+
+
+def listed(names: Any, shape: Any, inputs: tuple) -> list[tuple[str, torch.Tensor]]:
+    """(label, tensor) of the named tensors, the graph's leaves and the inputs, in that order (a leaf once, under its
+    name when it has one), that have tensor or post-accumulate hooks or retain their gradient: the only ones
+    ``_index_hooks`` and ``inventory.inventory`` look at (each skips every other).  One whose attributes cannot be
+    read is listed: each finds that out as it did."""
+    tensors, found = names.tensors, []
+    variables, leaf_labels = shape.variables(), shape.leaf_labels
+    labelled = [(tensors[id(t)], t) for t in names.tensor_objects]
+    labelled += [(leaf_labels[id(fn)], variables[id(fn)]) for key, fn in shape.by_variable().items()
+                 if key not in tensors]  # (a named leaf: listed under its name, before)
+    labelled += [(f"input {i}", t) for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)]
+    for entry in labelled:
+        tensor = entry[1]
+        try:
+            if tensor._backward_hooks or getattr(tensor, "_post_accumulate_grad_hooks", None) \
+                    or tensor.grad_fn is not None and tensor.retains_grad:
+                found.append(entry)
+        except Exception:
+            found.append(entry)
+    return found
 
 
 def _legacy_hooks_in_graph(observer: Any, module: Any) -> bool:

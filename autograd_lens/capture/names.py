@@ -23,6 +23,20 @@ def hook_name(hook: Any) -> str:
     return function_name(hook)
 
 
+def _hook_badges(tensor: torch.Tensor) -> tuple[str, ...]:
+    if not getattr(tensor, "_backward_hooks", None) and not getattr(tensor, "_post_accumulate_grad_hooks", None) \
+            and tensor.grad_fn is None:
+        return ()  # most leaves: no hook, and retain_grad() is for non-leaves
+    badges = []
+    for hook in getattr(tensor, "_backward_hooks", None) and tensor._backward_hooks.values() or ():
+        badges.append(f"[hook] {hook_name(hook)}")
+    for hook in (getattr(tensor, "_post_accumulate_grad_hooks", None) or {}).values():
+        badges.append(f"[post-accumulate hook] {hook_name(hook)}")
+    if tensor.grad_fn is not None and tensor.retains_grad:
+        badges.append("[retain_grad]")
+    return tuple(badges)
+
+
 @dataclass
 class Names:
     """Names of the tensors and modules of one namespace.
@@ -114,6 +128,14 @@ class Names:
                 if param is not None:
                     badges[id(param)] = badges.get(id(param), ()) + texts
         return badges
+
+    def results(self) -> dict[tuple[int, int], torch.Tensor]:
+        """(id(grad_fn), output_nr) -> the first named tensor that is that output (a result of an op)."""
+        found: dict[tuple[int, int], torch.Tensor] = {}
+        for tensor in self.tensor_objects:
+            if tensor.grad_fn is not None:
+                found.setdefault((id(tensor.grad_fn), tensor.output_nr), tensor)
+        return found
 
     def tensor_name(self, tensor: torch.Tensor) -> str | None:
         return self.tensors.get(id(tensor))

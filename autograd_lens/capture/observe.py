@@ -46,6 +46,7 @@ from .hooks import TORCH_DIR, Wrapper, code_of, may_edit_in_place, multi_grad_us
 from .torchhooks import users_torch_hook
 from .late import LATE_CODE
 from .late import restore as restore_late_hooks
+from .inventory import listed
 from .leafstate import watch
 from .names import Names, names_from
 from .nodes import NodeRecorder
@@ -151,6 +152,7 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         self.inventory: tuple = ()  # the hooks attached when the pass started (see inventory.py)
         self.walk: Any = None  # the graph's model, when drawn before the pass
         self.leaf_state: Any = None  # leaf values read before the pass, when drawn after it
+        self.listed: list | None = None  # (label, tensor) with hooks, read as the names are (see listed())
 
     # ------------------------------------------------------------------ set-up / tear-down
     def start(self) -> None:
@@ -163,9 +165,10 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
                 self.unhooked.unknown_from(fn, COMPILED)
             elif made and (why := made_by(made, fn)) is not None:
                 self.unhooked.unknown_from(fn, why)
-        for fn in self.shape.leaves.values():
-            variable = fn.variable
-            self.leaf_ids.add(id(variable))
+        variables = self.shape.variables()
+        self.leaf_ids.update(self.shape.by_variable())
+        for key, fn in self.shape.leaves.items():
+            variable = variables[key]
             if variable.grad is not None or getattr(variable, "_post_accumulate_grad_hooks", None):
                 watch(self, fn, variable)
         if self.shape.depth > DEEP_GRAPH:
@@ -189,7 +192,7 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
             self.unhooked.activate(edited_in_place=True, seen=not any(map(may_edit_in_place, c_node_hooks)))
             self.note("a hook written in C on a backward function (" + describe_c_hooks(c_node_hooks) + ") runs "
                       "without a Python frame: its calls are shown in their place, with the gradients around them")
-        in_graph = {id(fn) for fn in self.shape.nodes}
+        in_graph = self.shape.node_ids() if self.unseen_hooks else ()
         unseen = [known for known in self.unseen_hooks if id(known.grad_fn) in in_graph]
         if unseen:  # found with the names, which the inventory looked up
             # A hook written in C runs without a Python frame: what it returned is known only from what reached
@@ -257,7 +260,7 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         self.unseen_hooks, self.unseen_multi = [], []
         self.chains, self.after_chains, self.node_hooks, self.hook_dicts = {}, {}, {}, {}
         self.nested_frames, self.nested_wrapper = [], None
-        self.walk = self.leaf_state = None
+        self.walk = self.leaf_state = self.listed = None
         self.roots = self.inputs = self.seeds = self.start_seeds = self.seed_objects = ()
         self.old_grads, self.incoming, self.written = {}, {}, {}
         self.copies, self.hook_positions = {}, None  # (hook_positions: ending.late_change's, holds nodes)
@@ -291,10 +294,8 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         """Map each hook function found on a known tensor to the tensor it is attached to."""
         names = self.names
         shape = self.shape
-        leaf_nodes = {id(fn.variable): fn for fn in shape.leaves.values()}
-        labelled: list[tuple[str, torch.Tensor]] = [(names.tensors[id(t)], t) for t in names.tensor_objects]
-        labelled += [(shape.leaf_labels[id(fn)], fn.variable) for fn in leaf_nodes.values()]
-        labelled += [(f"input {i}", t) for i, t in enumerate(self.inputs) if isinstance(t, torch.Tensor)]
+        leaf_nodes = shape.by_variable()
+        self.listed = labelled = listed(names, shape, self.inputs)  # (the inventory's too)
         seen: set[int] = set()
         for label, tensor in labelled:
             hooks = tensor._backward_hooks

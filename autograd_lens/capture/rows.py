@@ -114,6 +114,57 @@ class GraphRows:
         return [(row[0], row[_SEQUENCE_NR]) for row in self.nodes if row[_KIND] == "function"]
 
 
+def _arrows(kept: list, nexts: list, leaf_labels: dict, function_ids: dict, sources: dict, edges: list,
+            edge_rows: dict, leaf_copies: dict, use_counter: dict, tensor_ids: dict) -> None:
+    """The walk's arrows (each input of each drawn function, every input drawn), as its general loop draws them: an
+    input with a box of its own in ``sources`` (a leaf drawn once, a function with no tensor box) the usual way,
+    without the look-ups of the general one; tests/test_perf_build.py compares the two."""
+    first = len(edges)
+    edge_names = _names_up_to(first + sum(map(len, nexts)) + 8, _EDGE_NAMES, "e")
+    count = first
+    append = edges.append
+    source_of = sources.get
+    for fn, following in zip(kept, nexts):
+        fn_key = id(fn)
+        if not following:
+            if fn_key not in leaf_labels:
+                edge_rows[fn_key] = ()
+            continue
+        dst = function_ids[fn_key]
+        row: list[str | None] = []  # the arrow of each input slot, None where none is drawn
+        for next_fn, output_nr in following:
+            if next_fn is None:
+                row.append(None)
+                continue
+            key = id(next_fn)
+            src = source_of(key)
+            if src is None:  # the general way: a leaf drawn once per use, an output with a tensor box
+                copies = leaf_copies.get(key)
+                if copies is not None:
+                    index = use_counter.get(key, 0)
+                    use_counter[key] = index + 1
+                    src = copies[min(index, len(copies) - 1)]
+                else:
+                    src = tensor_ids.get((key, output_nr)) or function_ids[key]
+            edge_id = edge_names[count]
+            count += 1
+            append((edge_id, src, dst, "data", ""))
+            row.append(edge_id)
+        edge_rows[fn_key] = tuple(row)
+
+
+def _names_up_to(count: int, names: list[str], prefix: str) -> list[str]:
+    """``names`` (``prefix`` + 0, 1, ...: the ids of boxes or arrows, made once for every walk) with at least
+    ``count`` of them."""
+    if len(names) < count:
+        names.extend([f"{prefix}{index}" for index in range(len(names), count)])
+    return names
+
+
+_NODE_NAMES: list[str] = []
+_EDGE_NAMES: list[str] = []
+
+
 def without_saved(options: GraphOptions) -> GraphOptions:
     """``options.replace(show_saved=False)`` (what graphs drawn after their pass use), made once per options."""
     try:

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ..format import format_value
-from ..model import GraphOptions
+from ..model import GraphOptions, python_dispatch
 from .names import Names
 
 # Saved values that describe layout rather than maths: never drawn.
@@ -171,3 +171,23 @@ def _storage_names(names: Names) -> dict[tuple, str]:
         if key is not None:
             found.setdefault(key, names.tensors[id(kept)])
     return found
+
+
+def _add_constants(build: Any, saved: list[tuple[str, Any]], node_id: str) -> None:
+    """Draw the numbers an op was called with (the 3 in ``y * 3``; ``saved``: its ``_saved_values``) as small
+    input nodes."""
+    for name, value in saved:
+        if not _is_constant_name("_saved_" + name):
+            continue
+        if isinstance(value, torch.Tensor):
+            if value.dim() != 0 or value.requires_grad or python_dispatch(value):  # (not read: python_dispatch)
+                continue
+            number: Any = value.item()
+        elif isinstance(value, (bool, int, float)):
+            number = value
+        else:
+            continue
+        if name in ("alpha", "beta") and number == 1:
+            continue  # the implicit factor of add/addmm: noise in a drawing
+        const_id = build.node(kind="constant", label=_number(number), detail=name)
+        build.edge(const_id, node_id, kind="saved", label=name)

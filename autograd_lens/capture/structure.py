@@ -68,6 +68,37 @@ class Structure:
     # each node's ``next_functions``, as ``nodes`` (torch builds the tuple anew at every read; a node's edges never
     # change once it is made): read with :meth:`next_of` or :meth:`edges`
     nexts: list[tuple] = field(default_factory=list)
+    # id(AccumulateGrad) -> its leaf tensor, and id(leaf tensor) -> its AccumulateGrad (the graph's last, should two be
+    # one tensor's): each leaf's ``variable`` read once, by label() or when first asked (variables(), by_variable())
+    _variables: dict[int, Any] | None = None
+    _by_variable: dict[int, Any] | None = None
+    _node_ids: set[int] | None = None
+
+    def variables(self) -> dict[int, Any]:
+        """``id(AccumulateGrad)`` -> its leaf tensor, in the order of ``leaves``."""
+        if self._variables is None:
+            self._read_variables()
+        return self._variables  # type: ignore[return-value]
+
+    def by_variable(self) -> dict[int, Any]:
+        """``id(leaf tensor)`` -> its ``AccumulateGrad`` (what ``{id(fn.variable): fn for fn in leaves.values()}``
+        makes)."""
+        if self._by_variable is None:
+            self._read_variables()
+        return self._by_variable  # type: ignore[return-value]
+
+    def _read_variables(self) -> None:
+        variables, by_variable = {}, {}
+        for key, fn in self.leaves.items():
+            variables[key] = tensor = fn.variable
+            by_variable[id(tensor)] = fn
+        self._variables, self._by_variable = variables, by_variable
+
+    def node_ids(self) -> set[int]:
+        """``id()`` of every node (made once)."""
+        if self._node_ids is None:
+            self._node_ids = set(map(id, self.nodes))
+        return self._node_ids
 
     def edges(self) -> list[tuple]:
         """``next_functions`` of every node, in the order of ``nodes``."""
@@ -109,22 +140,80 @@ class Structure:
                 label = names.outputs.get((id(fn), output_nr)) or ("output" if index == 0 else f"output_{index}")
             self.root_labels.append(root_label.setdefault((id(fn), output_nr), label))
         unnamed = 0
+        named_leaves, tensors, leaf_labels = names.leaves, names.tensors, self.leaf_labels
+        variables, by_variable = {}, {}  # (read here once: see variables())
         for key, fn in self.leaves.items():
-            variable = id(fn.variable)  # (a parameter frozen after the forward no longer requires grad: tensors)
-            label = names.leaves.get(variable) or names.tensors.get(variable) or root_label.get((key, 0))
+            variables[key] = tensor = fn.variable
+            by_variable[variable := id(tensor)] = fn
+            # (a parameter frozen after the forward no longer requires grad: tensors)
+            label = named_leaves.get(variable) or tensors.get(variable) or root_label.get((key, 0))
             if label is None:
                 unnamed += 1
                 label = "leaf" if unnamed == 1 else f"leaf_{unnamed}"
-            self.leaf_labels[key] = label
+            leaf_labels[key] = label
+        self._variables, self._by_variable = variables, by_variable
 
 
-def structure(roots: Sequence[Any]) -> Structure:
-    """Reachable nodes and who uses what (no names, no values, no model): cheap, before a pass."""
+def structure(roots: Sequence[Any], users: bool = False) -> Structure:
+    """Reachable nodes and who uses what (no names, no values, no model): cheap, before a pass.  ``users``: make
+    :attr:`Structure.consumers` in the same walk (what the tracer reads of every pass), not when first read."""
     starts = root_edges(roots)
+    if users:
+        return _walked([fn for fn, _ in starts], starts)
     nexts: list[tuple] = []
     reachable, depth = _reachable_with_depth([fn for fn, _ in starts], nexts)
     leaves = {id(fn): fn for fn in reachable if type(fn).__name__ == "AccumulateGrad"}
     return Structure(reachable, starts, leaves, depth=depth, nexts=nexts)
+
+
+def pass_structure(roots: Sequence[Any]) -> Structure:
+    """``structure(roots, users=True)``: what the tracer reads of every pass's graph before it runs."""
+    return structure(roots, users=True)
+
+
+def _walked(starts: list[Any], edges: list[tuple[Any, int]]) -> Structure:
+    """:func:`structure`'s Structure with its ``consumers`` made in the same breadth-first walk (the order of
+    :func:`_reachable_with_depth`, and of :attr:`Structure.consumers`: node by node, slot by slot); the leaves are
+    found among the nodes with no inputs (an ``AccumulateGrad`` has none).  tests/test_perf_build.py compares the
+    two."""
+    order: list[Any] = []
+    nexts: list[tuple] = []
+    leaves: dict[int, Any] = {}
+    consumers: dict[tuple[int, int], list[tuple[Any, int]]] = {}
+    seen: set[int] = set()
+    add, keep, record = seen.add, nexts.append, order.append
+    level = [node for node in starts if node is not None]
+    depth = 0
+    while level:
+        depth += 1
+        following: list[Any] = []
+        wait = following.append
+        for fn in level:
+            key = id(fn)
+            if key in seen:
+                continue
+            add(key)
+            record(fn)
+            inputs = fn.next_functions
+            keep(inputs)
+            if not inputs:
+                if type(fn).__name__ == "AccumulateGrad":
+                    leaves[key] = fn
+                continue
+            slot = 0
+            for next_fn, output_nr in inputs:
+                if next_fn is not None:
+                    next_key = id(next_fn)
+                    users = consumers.get((next_key, output_nr))
+                    if users is None:
+                        consumers[(next_key, output_nr)] = [(fn, slot)]
+                    else:
+                        users.append((fn, slot))
+                    if next_key not in seen:
+                        wait(next_fn)
+                slot += 1
+        level = following
+    return Structure(order, edges, leaves, consumers, depth=depth, nexts=nexts)
 
 
 def _reachable(starts: list[Any]) -> list[Any]:
@@ -168,6 +257,17 @@ def _leaf_uses(nexts: list[tuple], leaf_labels: dict[int, str]) -> dict[int, int
                 key = id(next_fn)
                 if key in leaf_labels:
                     uses[key] = uses.get(key, 0) + 1
+    return uses
+
+
+def _uses_of(consumers: dict, leaf_labels: dict[int, str]) -> dict[int, int]:
+    """:func:`structure._leaf_uses` of every node, from the users ``Structure.consumers`` holds (a leaf has one
+    output): the same counts."""
+    uses = {}
+    for key in leaf_labels:
+        users = consumers.get((key, 0))
+        if users:
+            uses[key] = len(users)
     return uses
 
 
@@ -225,3 +325,17 @@ def _reduced_dims(fn: Any) -> tuple[int, ...] | None:
         return tuple(sorted({d % rank if rank else 0 for d in signed}))
     except (TypeError, ValueError):
         return None
+
+
+def _may_reduce(kind: type) -> bool:
+    """Whether :func:`structure._reduced_dims` can find dims on a node of type ``kind``: not on a type of torch's C++
+    nodes (no instance attributes) that has no ``_saved_dim``.  Looked up once per type."""
+    plain = kind.__getattribute__ is object.__getattribute__ and not hasattr(kind, "__getattr__") \
+        and "__dict__" not in dir(kind)
+    reduces = not plain or hasattr(kind, "_saved_dim")
+    if len(_REDUCING) < 4096:  # one entry per backward function type seen
+        _REDUCING[kind] = reduces
+    return reduces
+
+
+_REDUCING: dict[type, bool] = {}

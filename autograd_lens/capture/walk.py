@@ -16,12 +16,13 @@ from typing import Any, Sequence
 
 import torch
 
-from ..model import Graph, GraphOptions, TensorSummary, Value, python_dispatch
-from .names import Names, hook_name  # hook_name: also imported from here
-from .rows import GraphRows
-from .saved import _drawn_saved_values, _is_constant_name, _number, _saved_summary, _storage_names
+from ..model import Graph, GraphOptions, TensorSummary, Value
+from .names import Names, _hook_badges
+from .rows import _NODE_NAMES, GraphRows, _arrows, _names_up_to
+from .saved import _add_constants, _drawn_saved_values, _saved_summary, _storage_names
 from .snapshot import dtype_name, snapshot
-from .structure import Structure, _leaf_uses, _metadata, _output_shape, _reduced_dims, _within_budget, structure
+from .structure import _REDUCING, Structure, _leaf_uses, _may_reduce, _output_shape, _reduced_dims, _uses_of
+from .structure import _within_budget, structure
 
 _BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
 
@@ -146,20 +147,6 @@ class Walk:
         return name if label is None else label
 
 
-def _hook_badges(tensor: torch.Tensor) -> tuple[str, ...]:
-    if not getattr(tensor, "_backward_hooks", None) and not getattr(tensor, "_post_accumulate_grad_hooks", None) \
-            and tensor.grad_fn is None:
-        return ()  # most leaves: no hook, and retain_grad() is for non-leaves
-    badges = []
-    for hook in getattr(tensor, "_backward_hooks", None) and tensor._backward_hooks.values() or ():
-        badges.append(f"[hook] {hook_name(hook)}")
-    for hook in (getattr(tensor, "_post_accumulate_grad_hooks", None) or {}).values():
-        badges.append(f"[post-accumulate hook] {hook_name(hook)}")
-    if tensor.grad_fn is not None and tensor.retains_grad:
-        badges.append("[retain_grad]")
-    return tuple(badges)
-
-
 class _Builder(GraphRows):
     """Numbers nodes and edges in the order they are added (as rows: see ``rows.GraphRows``)."""
 
@@ -187,7 +174,9 @@ def walk(
     reachable = shape.nodes
     nexts = shape.edges()  # each node's next_functions, read once
     leaf_labels = shape.leaf_labels
-    uses = _leaf_uses(nexts, leaf_labels)  # id(AccumulateGrad) -> uses by the functions drawn
+    # id(AccumulateGrad) -> uses by the functions drawn (from the users, when made: the same count)
+    uses = _leaf_uses(nexts, leaf_labels) if shape._consumers is None or not _SHORTCUTS \
+        else _uses_of(shape._consumers, leaf_labels)
     if len(reachable) - len(leaf_labels) + sum(uses.values()) <= options.max_nodes:
         count = len(reachable)  # every box fits (what _within_budget would find, without going through them)
     else:
@@ -205,10 +194,7 @@ def walk(
     max_elements = options.max_elements
     # Summaries of large tensors cost a few reductions each: only for graphs a student reads.
     stats = len(reachable) <= 200
-    tensors_by_node = {}
-    for tensor in names.tensor_objects:
-        if tensor.grad_fn is not None:
-            tensors_by_node.setdefault((id(tensor.grad_fn), tensor.output_nr), tensor)
+    tensors_by_node: dict | None = None  # (id(grad_fn), output_nr) -> the named tensor: made when a tensor box needs it
     root_label = {(id(fn), nr): label for (fn, nr), label in zip(shape.root_edges, shape.root_labels)}
     storage_names = _storage_names(names) if options.show_saved else {}
     module_badges = names.module_badges()
@@ -219,6 +205,11 @@ def walk(
 
     shortcuts = _SHORTCUTS
     leaf_copies: dict[int, list[str]] = {}
+    # id(fn) -> the box its arrows start at, for a leaf drawn once and a function with no tensor box (the usual case)
+    sources: dict[int, str] = {}
+    op_labels, reducing = _OP_LABELS, _REDUCING
+    node_names = _names_up_to(2 * len(kept) + 8, _NODE_NAMES, "n")
+    named_count = len(node_names)
     leaf_type = leaf_name = None  # torch's AccumulateGrad type and its name() (the same for every node of the type)
     for fn in kept:
         fn_key = id(fn)
@@ -245,9 +236,12 @@ def walk(
             if module_badges:
                 badges += module_badges.get(id(variable), ())
             if copies == 1 and shortcuts:  # the usual case: one box (as node(...), without the call)
-                node_id = f"n{len(nodes)}"  # a row: id, kind, label, op, shape, value, grad, hooks, detail,
-                nodes.append((node_id, kind, label, name, shape_now, value, grad, badges, "", None, None))  # seq, reduced
+                count_nodes = len(nodes)
+                node_id = node_names[count_nodes] if count_nodes < named_count else f"n{count_nodes}"
+                # a row: id, kind, label, op, shape, value, grad, hooks, detail, sequence_nr, reduced
+                nodes.append((node_id, kind, label, name, shape_now, value, grad, badges, "", None, None))
                 ids = [node_id]
+                sources[fn_key] = node_id
             else:
                 ids = [node(kind=kind, label=label, op=name, shape=shape_now, value=value, grad=grad, hooks=badges,
                             sequence_nr=None, detail=f"use {copy + 1} of {copies}" if copies > 1 else "")
@@ -259,16 +253,30 @@ def walk(
             tensor_labels[(fn_key, 0)] = label
             continue
         name = fn.name()
-        named_output = outputs_named.get((fn_key, 0))
-        label = op_label(name)
+        named_output = outputs_named.get((fn_key, 0)) if outputs_named else None
+        label = op_labels.get(name) or op_label(name)
         if label in user_names:  # the user has a tensor of that name (a target ``t``): not this op, say it's a call
             label += "()"
-        metadata = _metadata(fn)
+        try:  # _metadata(fn) and _output_shape(metadata, 0), without the calls
+            metadata = fn._input_metadata  # (a tuple, built anew at each read)
+            if type(metadata) is not tuple:
+                metadata = tuple(metadata or ())
+        except (AttributeError, RuntimeError, TypeError):
+            metadata = ()
+        try:
+            shape_now = tuple(metadata[0].shape) if metadata else None
+        except (AttributeError, IndexError, RuntimeError, TypeError):
+            shape_now = None
+        reduces = reducing.get(type(fn))
+        if reduces is None:
+            reduces = _may_reduce(type(fn))
         saved = _drawn_saved_values(fn) if show_saved else []  # read once: the summary and the constants
-        node_id = f"n{len(nodes)}"  # as node(kind="function", ...), without the call: a row in Node's field order
-        nodes.append((node_id, "function", label, name, _output_shape(metadata, 0), None, None, (),
+        count_nodes = len(nodes)
+        node_id = node_names[count_nodes] if count_nodes < named_count else f"n{count_nodes}"
+        # as node(kind="function", ...), without the call: a row in Node's field order
+        nodes.append((node_id, "function", label, name, shape_now, None, None, (),
                       _saved_summary(fn, names, storage_names, options, saved) if show_saved else "",
-                      fn._sequence_nr(), _reduced_dims(fn)))
+                      fn._sequence_nr(), _reduced_dims(fn) if reduces else None))
         function_ids[fn_key] = node_id
         labels[fn_key] = label if named_output is None else f"{label} → {named_output}"
         op_names[fn_key] = name
@@ -277,6 +285,7 @@ def walk(
         # A tensor node for every output that has a name, is a root, or is one of several outputs.
         outputs = len(metadata) or 1
         if shortcuts and outputs == 1 and named_output is None and (fn_key, 0) not in root_label:
+            sources[fn_key] = node_id  # its arrows start at its box
             if show_saved:
                 _add_constants(build, saved, node_id)
             continue  # the usual case: no tensor box (what the loop below finds)
@@ -287,6 +296,8 @@ def walk(
                 tensor_label = f"{label}[{output_nr}]"
             if tensor_label is None:
                 continue
+            if tensors_by_node is None:
+                tensors_by_node = names.results()
             live = tensors_by_node.get(key)
             tensor_id = node(
                 kind="output" if key in root_label else "tensor",
@@ -306,7 +317,10 @@ def walk(
     use_counter: dict[int, int] = {}
     edge_rows = result.edge_rows
     edges = build.edges
-    for fn, following in zip(kept, nexts):
+    if shortcuts and kept_ids is None:  # every input of a drawn function drawn: the usual case, in a loop of its own
+        _arrows(kept, nexts, leaf_labels, function_ids, sources, edges, edge_rows, leaf_copies, use_counter,
+                tensor_ids)
+    for fn, following in zip(kept, nexts) if not shortcuts or kept_ids is not None else ():
         fn_key = id(fn)
         if fn_key in leaf_labels:
             continue
@@ -355,9 +369,12 @@ def leaf_state(shape: Structure, options: GraphOptions) -> dict[int, tuple[Value
     None stays None, so nothing read after the pass is shown as what the leaf held before it.  A large
     leaf's value (None here) is read when the model is built: a pass does not change it."""
     limit = options.max_elements
-    return {key: (_small(fn.variable, options, False) if fn.variable.numel() <= limit else None,
-                  _small(fn.variable.grad, options, False))
-            for key, fn in shape.leaves.items()}
+    state = {}
+    for key, variable in shape.variables().items():
+        grad = variable.grad
+        state[key] = (_small(variable, options, False) if variable.numel() <= limit else None,
+                      None if grad is None else _small(grad, options, False))
+    return state
 
 
 def _small(tensor: torch.Tensor | None, options: GraphOptions, stats: bool = True,
@@ -375,23 +392,3 @@ def _small(tensor: torch.Tensor | None, options: GraphOptions, stats: bool = Tru
 
 
 _SUMMARY_DEFAULTS = {item.name: item.default for item in dataclass_fields(TensorSummary)}
-
-
-def _add_constants(build: _Builder, saved: list[tuple[str, Any]], node_id: str) -> None:
-    """Draw the numbers an op was called with (the 3 in ``y * 3``; ``saved``: its ``_saved_values``) as small
-    input nodes."""
-    for name, value in saved:
-        if not _is_constant_name("_saved_" + name):
-            continue
-        if isinstance(value, torch.Tensor):
-            if value.dim() != 0 or value.requires_grad or python_dispatch(value):  # (not read: python_dispatch)
-                continue
-            number: Any = value.item()
-        elif isinstance(value, (bool, int, float)):
-            number = value
-        else:
-            continue
-        if name in ("alpha", "beta") and number == 1:
-            continue  # the implicit factor of add/addmm: noise in a drawing
-        const_id = build.node(kind="constant", label=_number(number), detail=name)
-        build.edge(const_id, node_id, kind="saved", label=name)

@@ -60,7 +60,7 @@ class Evidence:
 
 def collect(shape: Any, names: Any, recorder: Any = None, paths_note: str = "") -> Evidence:
     """Evidence for one pass; ``shape`` is the pass's ``Structure``, ``names`` its ``Names``."""
-    leaf_ids = {id(fn.variable) for fn in shape.leaves.values()}
+    leaf_ids = shape.by_variable()  # id(leaf tensor) -> its node
     consumers = shape.consumers
     roots = {(id(fn), nr) for fn, nr in shape.root_edges}
     missing: list[tuple[str, torch.Tensor]] = []
