@@ -22,15 +22,9 @@ import autograd_lens as al
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import programs  # noqa: E402  (tests/programs.py: the differential oracle)
+from test_fresh_eyes5 import lensed  # noqa: E402  (program(*args) under a Lens: (lens, what it returned))
 
 
-def lensed(program, *args):
-    """``program(*args)`` under a Lens: (lens, what it returned)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with al.Lens() as lens:
-            out = program(*args)
-    return lens, out
 
 
 def same(a, b) -> bool:

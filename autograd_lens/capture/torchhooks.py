@@ -22,12 +22,6 @@ _OPS = tuple(kind for kind in (getattr(torch._ops, "OpOverload", None), getattr(
              if isinstance(kind, type))
 
 
-def in_torch(function: Any) -> bool:
-    """The code the profiler sees when ``function`` runs is in torch's files."""
-    code = code_of(function)
-    return code is not None and code.co_filename.startswith(TORCH_DIR)
-
-
 def users_torch_hook(function: Any) -> bool:
     """``function`` (a registered hook whose code is in torch's files) is the user's: a ``functools.wraps`` wrapper
     of the user's own function (torch's context-manager decorators, ``torch.compiler.disable``), an ``nn.Module``,
