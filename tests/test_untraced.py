@@ -7,6 +7,7 @@ while the user's hook ran, and "call 1 of 1" for a module hook's second call."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import torch
@@ -95,3 +96,89 @@ def test_what_torch_compile_runs_while_it_compiles_is_not_said():
     with al.Lens() as lens:
         compiled(x).sum().backward()
     assert left_alone(lens) == [] and lens.recording_notes == []
+
+
+# --- compiled autograd -------------------------------------------------------------------------------------------
+# Found 2026-11-28: with compiled autograd on (torch._dynamo.config.compiled_autograd, or its _enable), the lens put
+# its post-hook on every node; compiled autograd traced those into the graph it compiles (a capture of its own,
+# not the user's) and ran them outside any node, and the lens warned "could not record backward pass 1
+# (AttributeError: 'NoneType' object has no attribute 'next_functions')" and said nothing else.
+
+def compiled_autograd_program(log, lens=None, passes=1):
+    """A hooked pass under compiled autograd (backend "eager": no compiler needed), then a usual pass."""
+    from torch._dynamo import compiled_autograd
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    w = torch.randn(3, requires_grad=True)
+    x = torch.randn(3)
+    before = dict(counters["compiled_autograd"])
+    with lens if lens is not None else contextlib.nullcontext():
+        with compiled_autograd._enable(torch.compile(backend="eager")):
+            for _ in range(passes):
+                y = (w * x).tanh()
+                y.register_hook(lambda g: log.append(g.clone()) or g * 2)
+                y.sum().backward()
+        compiled = w.grad.clone()
+        (w * 3).sum().backward()  # compiled autograd off again: a pass the lens records
+    made = {key: value - before.get(key, 0) for key, value in counters["compiled_autograd"].items()}
+    return compiled, w.grad.clone(), made
+
+
+def test_a_compiled_autograd_pass_is_left_alone_and_said(recwarn):
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    plain_log: list = []
+    plain = compiled_autograd_program(plain_log, passes=2)
+    torch._dynamo.reset()
+    lens_log: list = []
+    lens = al.Lens()
+    seen = compiled_autograd_program(lens_log, lens, passes=2)
+    torch._dynamo.reset()
+    # nothing changed: values, the user's hook calls, what compiled autograd captured and compiled
+    assert all(torch.equal(a, b) for a, b in zip(plain[:2], seen[:2]))
+    assert len(plain_log) == len(lens_log) == 2 and all(torch.equal(a, b) for a, b in zip(plain_log, lens_log))
+    assert plain[2] == seen[2] and plain[2].get("captures", 0) >= 1
+    assert not [w for w in recwarn if "autograd_lens" in str(w.message)]
+    # said: two passes left alone, the usual pass after them recorded
+    assert [m.split(" ran ")[0] for m in left_alone(lens)] == [
+        "compiled autograd (torch._dynamo.config.compiled_autograd)"]
+    assert "here twice" in left_alone(lens)[0]
+    assert len(lens.passes) == 1 and lens.hook_calls == []
+    assert [run.name for run in lens.passes[0].node_runs] == ["SumBackward0", "MulBackward0"]
+
+
+def test_compiled_autograd_turned_on_by_the_config_around_a_compiled_step():
+    """``torch._dynamo.config.compiled_autograd = True``: a compiled step that calls backward() runs it under
+    compiled autograd; left alone and said, the parameter's hook called as without the lens."""
+    import torch._dynamo
+
+    def run(lens=None):
+        torch.manual_seed(0)
+        model = nn.Linear(3, 2)
+        x = torch.randn(4, 3)
+        log = []
+        model.weight.register_hook(lambda g: log.append(g.clone()))
+
+        @torch.compile(backend="eager")
+        def step(x):
+            loss = model(x).tanh().sum()
+            loss.backward()
+            return loss
+
+        with lens if lens is not None else contextlib.nullcontext():
+            step(x)
+        return model.weight.grad, log
+
+    with torch._dynamo.config.patch(compiled_autograd=True):
+        torch._dynamo.reset()
+        plain, plain_log = run()
+        torch._dynamo.reset()
+        lens = al.Lens()
+        seen, seen_log = run(lens)
+        torch._dynamo.reset()
+    assert torch.equal(plain, seen) and len(plain_log) == len(seen_log) == 1
+    assert torch.equal(plain_log[0], seen_log[0])
+    assert lens.passes == [] and [m.split(" ran ")[0] for m in left_alone(lens)] == [
+        "compiled autograd (torch._dynamo.config.compiled_autograd)"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -70,7 +71,19 @@ def _untraceable(args: tuple) -> str:
     modes = torch._C._TorchDispatchModeKey
     if any(torch._C._get_dispatch_mode(key) is not None for key in (modes.FAKE, modes.PROXY, modes.FUNCTIONAL)):
         return "compile"
-    return "compile" if torch.compiler.is_compiling() else ""
+    if torch.compiler.is_compiling():
+        return "compile"
+    return "compiled" if compiled_autograd_on() else ""
+
+
+def compiled_autograd_on() -> bool:
+    """Compiled autograd will run a backward started now (``torch._dynamo.compiled_autograd._enable``, what
+    ``torch._dynamo.config.compiled_autograd = True`` turns on around a compiled function): its module's flag, which
+    its own ``_disable`` clears while the compiled graph runs (a backward inside a hook there runs on the usual
+    engine).  Never imports the module: not imported, it was never turned on."""
+    compiled = sys.modules.get("torch._dynamo.compiled_autograd")
+    return compiled is not None and getattr(compiled, "compiled_autograd_enabled", False) is True \
+        and not getattr(compiled, "compiled_autograd_enabled_force_eager", False)
 
 
 # what each kind of pass left alone is, in a note's words (see ``notes.MESSAGES["untraced_pass"]``)
@@ -78,4 +91,5 @@ UNTRACED = {
     "vmap": "torch.autograd.grad(..., is_grads_batched=True)",
     "func": "a torch.func transform (grad, vjp, jacrev, vmap, ...)",
     "thread": "another thread",
+    "compiled": "compiled autograd (torch._dynamo.config.compiled_autograd)",
 }
