@@ -39,6 +39,10 @@ NODE_CODE, WRITE_CODE = NodeRecorder._on_node.__code__, NodeRecorder._before_wri
 class HookCalls(NestedCalls):
     """Part of :class:`~autograd_lens.capture.observe.PassObserver`: the profile function and the hook calls it sees."""
 
+    # a hook returned another tensor than it got, of the same values (g.detach(), a copy made under no_grad): with
+    # create_graph=True what the pass builds through it may differ all the same (Ledger.note_made)
+    replaced = False
+
     def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
         try:
             code = frame.f_code
@@ -352,6 +356,8 @@ class HookCalls(NestedCalls):
             self._passed_on(call)
         if call.modified or edited:
             self.unhooked.activate(edited, seen=True)
+        elif returned is not None and call.kind not in ("post_accumulate_grad", "multi_grad"):
+            self.replaced = self.replaced or _replaces(returned, call.received)
         call.frame = None  # don't keep the hook's locals alive
         call.received = None
         self.pending.append(call)
@@ -366,6 +372,13 @@ class HookCalls(NestedCalls):
             # what it sent without the hook: what the record said, unless a hook upstream already made it differ
             self.unhooked.out.setdefault(id(record.fn), record.sent)
             record.sent = call.grad_out
+
+
+def _replaces(returned: Any, received: Any) -> bool:
+    """Whether a hook's return value holds a tensor other than the one it received in that place."""
+    if isinstance(returned, (tuple, list)) and isinstance(received, (tuple, list)) and len(returned) == len(received):
+        return any(new is not None and new is not old for new, old in zip(returned, received))
+    return returned is not received
 
 
 def _copy_out(value: Any, limit: int) -> Any:
