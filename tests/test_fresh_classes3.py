@@ -56,29 +56,49 @@ def logged_grads(returns: list):
 # does; what later passes compute through them without hooks is then unknown, with why.
 
 
-def _grad_of_grad(hook, log, hooked=True):
+class Cube(torch.nn.Module):
+    def forward(self, a):
+        return a ** 3
+
+
+def _detached(grads):
+    return tuple(None if g is None else g.detach() for g in grads)
+
+
+def _grad_of_grad(kind, log, hooked=True):
+    """Two passes: autograd.grad(create_graph=True), then a pass through the graph it made; ``kind``: the hook of the
+    first pass, which returns the values it got as other tensors."""
     x = torch.tensor([1.0, 2.0], requires_grad=True)
-    y = x ** 3
-    if hooked:
-        y.register_hook(lambda g: log.append(g.detach().clone()) or hook(g))
-    z = (y ** 2).sum()
+    cube = Cube()
+    if hooked and kind == "module":
+        cube.register_full_backward_hook(lambda module, grad_input, grad_output: _detached(grad_input))
+    if hooked and kind == "module_pre":
+        cube.register_full_backward_pre_hook(lambda module, grad_output: _detached(grad_output))
+    y = cube(x)
+    tensor_hooks = {"detach": lambda g: g.detach(), "no_grad_clone": torch.no_grad()(lambda g: g.clone()),
+                    "times_nonzero": lambda g: g * (g != 0)}
+    if hooked and kind in tensor_hooks:
+        y.register_hook(lambda g: log.append(g.detach().clone()) or tensor_hooks[kind](g))
+    if hooked and kind == "c_detach":
+        y.register_hook(torch.Tensor.detach)  # a hook written in C
+    if hooked and kind == "node_pre":
+        y.grad_fn.register_prehook(_detached)
+    if hooked and kind == "node_post":
+        y.grad_fn.register_hook(lambda grad_inputs, grad_outputs: _detached(grad_inputs))
+    z = (y ** 2 * x).sum()
     (g1,) = torch.autograd.grad(z, x, create_graph=True)
     (g2,) = torch.autograd.grad(g1.sum(), x)
     return g1.detach(), g2
 
 
-GRAPH_HOOKS = {"detach": lambda g: g.detach(), "no_grad_clone": torch.no_grad()(lambda g: g.clone()),
-               "times_nonzero": lambda g: g * (g != 0)}
-
-
-@pytest.mark.parametrize("kind", sorted(GRAPH_HOOKS))
+@pytest.mark.parametrize("kind", ["detach", "no_grad_clone", "times_nonzero", "c_detach", "module", "module_pre",
+                                  "node_pre", "node_post"])
 def test_value_equal_replacement_in_a_create_graph_pass(kind):
-    hook = GRAPH_HOOKS[kind]
-    plain, unhooked = _grad_of_grad(hook, []), _grad_of_grad(hook, [], False)
-    lens, traced = lensed(_grad_of_grad, hook, [])
+    plain, unhooked = _grad_of_grad(kind, []), _grad_of_grad(kind, [], False)
+    lens, traced = lensed(_grad_of_grad, kind, [])
     assert same(plain, traced)
     first, second = lens.passes
-    assert [c.target for c in first.hook_calls] == ["y"] and not first.hook_calls[0].modified
+    assert len(first.hook_calls) == 1 and not first.hook_calls[0].modified
     assert same(first.grads_without_hooks["x"], unhooked[0])  # the first pass's values are the same
     assert same(second.input_grads["x"], plain[1])
     shown = second.grads_without_hooks["x"]
@@ -642,3 +662,89 @@ def test_hooks_inside_a_reentrant_checkpoint_are_said_and_not_invented():
     assert same([c.grad_in for c in p.hook_calls], outside)
     assert any("nested backward" in n and "<lambda>" in n for n in p.notes)
     assert p.grads_without_hooks["x"] is None and "CheckpointFunctionBackward" in p.unknown["x"]
+
+
+# --- 6. observing changes nothing: a checkpointed block's calls, pack/unpack calls, the RNG after the pass ----------
+
+
+def _counted_checkpoint(reentrant, preserve, hooked=True):
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    counts = {"block": 0, "pack": 0, "unpack": 0}
+    log: list = []
+    lin = torch.nn.Linear(4, 4)
+    drop = torch.nn.Dropout(0.5)
+    x = torch.randn(3, 4, requires_grad=True)
+
+    def block(a):
+        counts["block"] += 1
+        h = drop(lin(a))
+        if hooked and h.requires_grad:
+            h.register_hook(lambda g: log.append(g.clone()) or g * 0.5)
+        return h.tanh()
+
+    def pack(t):
+        counts["pack"] += 1
+        return t
+
+    def unpack(t):
+        counts["unpack"] += 1
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        y = checkpoint(block, x * 2, use_reentrant=reentrant, preserve_rng_state=preserve)
+        z = y.exp() * x
+    if hooked:
+        y.register_hook(lambda g: log.append(g.clone()) or g * 3)
+    z.sum().backward()
+    after = torch.rand(3)  # the generator's state after the pass, as a number
+    return counts, log, after, x.grad, lin.weight.grad
+
+
+@pytest.mark.parametrize("preserve", [True, False], ids=["preserve_rng", "no_preserve_rng"])
+@pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non_reentrant"])
+def test_checkpoint_recompute_calls_and_rng_unchanged(reentrant, preserve):
+    plain = _counted_checkpoint(reentrant, preserve)
+    lens, traced = lensed(_counted_checkpoint, reentrant, preserve)
+    assert traced[0] == plain[0]
+    assert same(traced[1:], plain[1:])
+    (p,) = lens.passes
+    assert p.error is None and same(p.leaf_grads["x"], plain[3])
+    unhooked = _counted_checkpoint(reentrant, preserve, hooked=False)
+    shown = p.grads_without_hooks["x"]
+    assert (shown is None and p.unknown.get("x")) or same(shown, unhooked[3])
+
+
+def _anomaly_then_more(hooked=True):
+    torch.manual_seed(0)
+    x = torch.randn(3, requires_grad=True)
+    w = torch.randn(3, requires_grad=True)
+    out: list = []
+    with torch.autograd.detect_anomaly():
+        y = x * w
+        if hooked:
+            y.register_hook(lambda g: g * float("nan"))
+        try:
+            (y.sin() * 2).sum().backward()
+        except RuntimeError as raised:
+            out.append(str(raised))
+        out.append((x.grad, w.grad))
+        (x * 3 + w).sum().backward()
+        out.append((x.grad.clone(), w.grad.clone()))
+    return out
+
+
+def test_a_pass_after_an_anomaly_error_in_the_same_lens():
+    """Without hooks the first pass would not have stopped (the NaN came from the hook) and would have written .grad:
+    the second pass's values without hooks are unknown, or those of a run without the hook."""
+    plain, unhooked = _anomaly_then_more(), _anomaly_then_more(False)
+    lens, traced = lensed(_anomaly_then_more)
+    assert traced[0] == plain[0] and same(traced[1:], plain[1:])
+    first, second = lens.passes
+    assert first.error is not None and first.error.message == plain[0]
+    assert same(second.leaf_grads["x"], plain[2][0]) and same(second.leaf_grads["w"], plain[2][1])
+    for index, name in enumerate(("x", "w")):
+        for p, truth in ((first, unhooked[0][index]), (second, unhooked[1][index])):
+            shown = p.grads_without_hooks[name]
+            assert (shown is None and p.unknown.get(name)) or same(shown, truth), (name, shown, truth)
