@@ -157,6 +157,15 @@ def hooked_block(a):  # hooks registered inside a checkpointed function: registe
         REG(h, 'register_hook', make_hook('hin', 'scale'))
         REG(h.grad_fn, 'register_prehook', make_pre('hpre', 'scale'))
     return h.sin() * 3
+COUNT = [0]
+LIN = None
+def param_hooking_block(a):  # registers a hook on a parameter each time it runs (its recompute included)
+    COUNT[0] += 1
+    REG(LIN.weight, 'register_hook', make_hook(f'hw{COUNT[0]}', 'scale'))
+    out = LIN(a).tanh()
+    if out.requires_grad:
+        REG(out, 'register_hook', make_hook(f'ho{COUNT[0]}', 'scale'))
+    return out
 '''
 
 PROGRAMS = {
@@ -483,6 +492,135 @@ PROGRAMS = {
         PASS('backward', t2.sum(), retain_graph=True)
         PASS('backward', d.sum())
         """, ["x0"]),
+    "unused_outputs_of_split_eigh_topk": ("""
+        x0 = torch.randn(4, 4, requires_grad=True)
+        t1 = x0 @ x0.mT
+        a, b = t1.split(2)
+        h0 = REG(b, 'register_hook', make_hook('h0', 'observe'))
+        h1 = REG(a, 'register_hook', make_hook('h1', 'observe'))
+        ev, evec = torch.linalg.eigh(t1)
+        h2 = REG(evec, 'register_hook', make_hook('h2', 'observe'))
+        h3 = REG(ev, 'register_hook', make_hook('h3', 'observe'))
+        vals, idx = x0.topk(2, dim=1)
+        h4 = REG(vals, 'register_hook', make_hook('h4', 'observe'))
+        h5 = REG(ev.grad_fn, 'register_prehook', make_pre('h5', 'scale'))
+        PASS('backward', a.sum() + ev.sum(), retain_graph=True)
+        PASS('backward', vals.sum() + b.sum())
+        """, ['x0']),
+    "lstm_only_cell_state_used": ("""
+        rnn = torch.nn.LSTM(3, 4)
+        x0 = torch.randn(5, 2, 3, requires_grad=True)
+        t1, (hn, cn) = rnn(x0)
+        h0 = REG(t1, 'register_hook', make_hook('h0', 'observe'))
+        h1 = REG(hn, 'register_hook', make_hook('h1', 'observe'))
+        h2 = REG(cn, 'register_hook', make_hook('h2', 'scale'))
+        h3 = REG(cn.grad_fn, 'register_prehook', make_pre('h3', 'scale'))
+        PASS('backward', cn.sum())
+        """, ['x0', 'rnn.weight_ih_l0', 'rnn.weight_hh_l0', 'rnn.bias_hh_l0']),
+    "svd_lu_inv_det": ("""
+        a0 = torch.randn(4, 3, requires_grad=True)
+        u, s, vh = torch.linalg.svd(a0, full_matrices=False)
+        h0 = REG(s, 'register_hook', make_hook('h0', 'scale'))
+        h1 = REG(u, 'register_hook', make_hook('h1', 'scale'))
+        sq = a0[:3] @ a0[:3].mT + torch.eye(3)
+        LU, piv = torch.linalg.lu_factor(sq)
+        h2 = REG(LU, 'register_hook', make_hook('h2', 'scale'))
+        t3 = torch.linalg.inv(sq)
+        h3 = REG(t3, 'register_hook', make_hook('h3', 'scale'))
+        d = torch.linalg.det(sq)
+        PASS('backward', s.sum() + (u[:, 0] ** 2).sum() + LU.sum() + t3.sum() + d)
+        """, ['a0']),
+    "module_hooks_inside_non_reentrant_checkpoint": ("""
+        lin = torch.nn.Linear(3, 3)
+        lin2 = torch.nn.Linear(3, 3)
+        x0 = torch.randn(2, 3, requires_grad=True)
+        h0 = REG(lin, 'register_full_backward_hook', make_module_hook('h0', 'scale'))
+        h1 = REG(lin2, 'register_full_backward_pre_hook', make_module_pre('h1', 'scale'))
+        seq = torch.nn.Sequential(lin, torch.nn.Tanh(), lin2)
+        t1 = checkpoint(seq, x0, use_reentrant=False)
+        t2 = checkpoint(seq, t1, use_reentrant=False)
+        h2 = REG(t1, 'register_hook', make_hook('h2', 'scale'))
+        PASS('backward', (t2 ** 2).sum())
+        """, ['x0', 'lin.weight', 'lin2.bias']),
+    "functional_call_beside_the_module": ("""
+        from torch.func import functional_call
+        lin = torch.nn.Linear(3, 3)
+        pw = lin.weight.detach().clone().requires_grad_()
+        pb = lin.bias.detach().clone().requires_grad_()
+        x0 = torch.randn(2, 3, requires_grad=True)
+        h0 = REG(pw, 'register_hook', make_hook('h0', 'scale'))
+        h1 = REG(lin.weight, 'register_hook', make_hook('h1', 'scale'))
+        t1 = functional_call(lin, {'weight': pw, 'bias': pb}, (x0,))
+        h2 = REG(t1, 'register_hook', make_hook('h2', 'scale'))
+        t2 = lin(x0)
+        PASS('backward', (t1 * t2).sum(), retain_graph=True)
+        PASS('backward', t1.sum())
+        """, ['x0', 'pw', 'pb', 'lin.weight', 'lin.bias']),
+    "functional_call_with_a_non_leaf_weight": ("""
+        from torch.func import functional_call
+        lin = torch.nn.Linear(3, 3)
+        pw = (lin.weight * 2)
+        h0 = REG(pw, 'register_hook', make_hook('h0', 'scale'))
+        x0 = torch.randn(2, 3, requires_grad=True)
+        t1 = functional_call(lin, {'weight': pw}, (x0,))
+        h1 = REG(lin.bias, 'register_post_accumulate_grad_hook', make_after('h1', 'inplace'))
+        PASS('backward', (t1 ** 2).sum())
+        """, ['x0', 'lin.weight', 'lin.bias']),
+    "grad_scaler_unscale_clip_step": ("""
+        lin = torch.nn.Linear(3, 3)
+        opt = torch.optim.SGD(lin.parameters(), lr=0.0)
+        scaler = torch.amp.GradScaler('cpu', init_scale=1024.0, growth_interval=1)
+        x0 = torch.randn(4, 3, requires_grad=True)
+        h0 = REG(lin.weight, 'register_hook', make_hook('h0', 'scale'))
+        h1 = REG(lin.bias, 'register_post_accumulate_grad_hook', make_after('h1', 'inplace'))
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            t1 = lin(x0)
+            h2 = REG(t1, 'register_hook', make_hook('h2', 'scale'))
+            loss = (t1.float() ** 2).mean()
+        PASS('backward', scaler.scale(loss), retain_graph=True)
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(lin.parameters(), 0.5)
+        scaler.step(opt)
+        scaler.update()
+        PASS('backward', scaler.scale(loss))
+        scaler.step(opt)
+        scaler.update()
+        """, ['x0', 'lin.weight', 'lin.bias']),
+    "backward_called_inside_autocast_bf16": ("""
+        lin = torch.nn.Linear(4, 4)
+        x0 = torch.randn(3, 4, requires_grad=True)
+        t1 = lin(x0)
+        h0 = REG(t1, 'register_hook', make_hook('h0', 'scale'))
+        t2 = t1.tanh() @ lin.weight
+        h1 = REG(t2, 'register_hook', make_hook('h1', 'scale'))
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            PASS('backward', (t2 ** 2).sum())
+        """, ['x0', 'lin.weight', 'lin.bias']),
+    "backward_called_inside_autocast_fp16": ("""
+        x0 = torch.randn(3, 4, requires_grad=True)
+        x1 = torch.randn(4, 5, requires_grad=True)
+        t1 = x0 @ x1
+        h0 = REG(t1, 'register_hook', make_hook('h0', 'scale'))
+        t2 = torch.nn.functional.linear(t1, x1)
+        with torch.autocast('cpu', dtype=torch.float16):
+            PASS('backward', (t2 ** 2).sum())
+        """, ['x0', 'x1']),
+    "checkpointed_block_hooks_a_parameter_at_each_run": ("""
+        lin = torch.nn.Linear(3, 3)
+        LIN = lin
+        x0 = torch.randn(2, 3, requires_grad=True)
+        t1 = checkpoint(param_hooking_block, x0, use_reentrant=False)
+        PASS('backward', (t1 ** 2).sum())
+        """, ['x0', 'lin.weight', 'lin.bias']),
+    "checkpointed_block_hooks_a_parameter_two_blocks_two_passes": ("""
+        lin = torch.nn.Linear(3, 3)
+        LIN = lin
+        x0 = torch.randn(2, 3, requires_grad=True)
+        t1 = checkpoint(param_hooking_block, x0, use_reentrant=False)
+        t2 = checkpoint(param_hooking_block, t1, use_reentrant=False)
+        PASS('backward', (t2 ** 2).sum(), retain_graph=True)
+        PASS('backward', t2.sum())
+        """, ['x0', 'lin.weight', 'lin.bias']),
 }
 
 
