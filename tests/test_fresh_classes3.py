@@ -621,6 +621,45 @@ PROGRAMS = {
         PASS('backward', (t2 ** 2).sum(), retain_graph=True)
         PASS('backward', t2.sum())
         """, ['x0', 'lin.weight', 'lin.bias']),
+    "grid_sample_interpolate_reflect_pad_pool_fold_group_norm_cumprod": ("""
+        x0 = torch.randn(1, 2, 6, 6, requires_grad=True)
+        t1 = torch.nn.functional.grid_sample(x0, torch.rand(1, 4, 4, 2) * 2 - 1, align_corners=False)
+        h0 = REG(t1, 'register_hook', make_hook('h0', 'scale'))
+        t2 = torch.nn.functional.interpolate(x0, scale_factor=1.5, mode='bilinear', align_corners=False)
+        h1 = REG(t2, 'register_hook', make_hook('h1', 'scale'))
+        t3 = torch.nn.functional.pad(x0, (1, 2, 1, 0), mode='reflect')
+        t4, ind = torch.nn.functional.max_pool2d(t3, 2, return_indices=True)
+        h2 = REG(t4, 'register_hook', make_hook('h2', 'scale'))
+        t5 = torch.nn.functional.unfold(x0, 3)
+        t6 = torch.nn.functional.fold(t5, (6, 6), 3)
+        h3 = REG(t6, 'register_hook', make_hook('h3', 'scale'))
+        t7 = torch.nn.functional.group_norm(x0, 2) + torch.nn.functional.conv_transpose2d(x0, torch.ones(2, 2, 1, 1))
+        t8 = x0.flatten().cumsum(0).cumprod(0).clamp(-5, 5)
+        h4 = REG(t8, 'register_hook', make_hook('h4', 'scale'))
+        PASS('backward', t1.sum() + (t2 ** 2).sum() + t4.sum() + t6.sum() + t7.sum() + t8.sum())
+        """, ['x0']),
+    "ctc_loss_and_polar": ("""
+        x0 = torch.randn(6, 2, 4, requires_grad=True)
+        t1 = x0.log_softmax(2)
+        h0 = REG(t1, 'register_hook', make_hook('h0', 'scale'))
+        t2 = torch.nn.functional.ctc_loss(t1, torch.tensor([[1, 2], [3, 1]]), torch.tensor([6, 6]), torch.tensor([2, 2]))
+        h1 = REG(t2, 'register_hook', make_hook('h1', 'scale'))
+        x1 = torch.rand(3, requires_grad=True)
+        x2 = torch.randn(3, requires_grad=True)
+        t3 = torch.polar(x1, x2)
+        h2 = REG(t3, 'register_hook', make_hook('h2', 'scale'))
+        t4 = torch.view_as_real(t3 * t3)
+        PASS('backward', t2 + t4.sum())
+        """, ['x0', 'x1', 'x2']),
+    "batchnorm_called_twice_in_training": ("""
+        bn = torch.nn.BatchNorm1d(3)
+        x0 = torch.randn(4, 3, requires_grad=True)
+        t1 = bn(x0)
+        h0 = REG(t1, 'register_hook', make_hook('h0', 'scale'))
+        h1 = REG(bn.weight, 'register_hook', make_hook('h1', 'scale'))
+        t2 = bn(t1 * 2)
+        PASS('backward', (t2 ** 2).sum())
+        """, ['x0', 'bn.weight', 'bn.bias']),
 }
 
 
