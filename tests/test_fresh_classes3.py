@@ -660,6 +660,20 @@ PROGRAMS = {
         t2 = bn(t1 * 2)
         PASS('backward', (t2 ** 2).sum())
         """, ['x0', 'bn.weight', 'bn.bias']),
+    "autocast_fp16_nested_regions": ("""
+        lin = torch.nn.Linear(3, 3)
+        x0 = torch.randn(2, 3, requires_grad=True)
+        with torch.autocast('cpu', dtype=torch.float16, cache_enabled=False):
+            t1 = lin(x0)
+            h0 = REG(t1, 'register_hook', make_hook('h0', 'scale'))
+            with torch.autocast('cpu', enabled=False):
+                t2 = t1.float().softmax(-1) @ lin.weight
+            h1 = REG(t2, 'register_hook', make_hook('h1', 'scale'))
+            t3 = lin(t2)
+            h2 = REG(lin.bias, 'register_post_accumulate_grad_hook', make_after('h2', 'inplace'))
+        PASS('backward', (t3.float() ** 2).sum(), retain_graph=True)
+        PASS('backward', t3.float().sum())
+        """, ["x0", "lin.weight", "lin.bias"]),
 }
 
 
@@ -1015,3 +1029,54 @@ def test_double_backward_programs_with_detaching_hooks(seed):
     program.lines = [line.replace("'observe')", "'detach')").replace("'scale')", "'detach')") if "make_hook" in line
                      else line for line in program.lines]
     assert programs.compare(program, lambda p, mode: programs.run(p, mode, fresh_programs.PRELUDE + DETACHING)) == []
+
+
+# --- 9. hooks registered while one Lens is on, run after it and under a second one (retain_graph) ---------------------
+
+
+def _hooks_across_lenses(first_lens, second_lens):
+    log: list = []
+
+    def halve(g):
+        log.append(("halve", g.clone()))
+        return g * 0.5
+
+    def pre(grad_outputs):
+        log.append(("pre", grad_outputs[0].clone()))
+        return (grad_outputs[0] * 3,)
+
+    def after(p):
+        log.append(("after", p.grad.clone()))
+
+    torch.manual_seed(0)
+    x = torch.randn(3, requires_grad=True)
+    y = x * 2
+    z = (y.sin() * x).sum()
+    lenses = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with al.Lens() if first_lens else contextlib.nullcontext() as lens:
+            y.register_hook(halve)
+            y.grad_fn.register_prehook(pre)
+            x.register_post_accumulate_grad_hook(after)
+            z.backward(retain_graph=True)
+        lenses.append(lens)
+        z.backward(retain_graph=True)  # no Lens: the hooks registered under the first one, as they are
+        with al.Lens() if second_lens else contextlib.nullcontext() as lens:
+            z.backward(retain_graph=True)
+        lenses.append(lens)
+    return x.grad, log, lenses
+
+
+@pytest.mark.parametrize("first_lens,second_lens", [(True, False), (True, True), (False, True)])
+def test_hooks_registered_under_one_lens_run_the_same_after_it(first_lens, second_lens):
+    plain_grad, plain_log, _ = _hooks_across_lenses(False, False)
+    grad, log, (first, second) = _hooks_across_lenses(first_lens, second_lens)
+    assert same(grad, plain_grad) and [t for t, _ in log] == [t for t, _ in plain_log]
+    assert same([g for _, g in log], [g for _, g in plain_log])
+    for lens, calls in ((first, plain_log[:3]), (second, plain_log[6:])):
+        if lens is not None:
+            (p,) = lens.passes
+            assert [(c.hook, c.invocation) for c in p.hook_calls] == [(t, 1) for t, _ in calls]
+            received = [c.grad_in[0] if c.kind == "node_pre" else c.grad_in for c in p.hook_calls]
+            assert same(received, [g for _, g in calls])
