@@ -1097,3 +1097,39 @@ def test_generated_programs_inside_a_context(context, seed):
     program = programs.Generator(seed).generate()
     program.lines = [CONTEXTS[context]] + ["    " + line for line in program.lines]
     assert programs.compare(program) == []
+
+
+# --- 11. torch.func.vjp's function called after the transform: an ordinary autograd.grad pass, recorded --------------
+
+
+def _vjp_later(log, hooked=True):
+    torch.manual_seed(0)
+    x = torch.randn(3)
+
+    def f(a):
+        h = a.sin()
+        if hooked:
+            h.register_hook(lambda g: log.append(("h", g.clone())) or g * 2)
+        return h * a
+
+    _, back = torch.func.vjp(f, x)
+    (gx,) = back(torch.ones(3))
+    w = torch.randn(3, requires_grad=True)
+    y = w * 3
+    if hooked:
+        y.register_hook(lambda g: log.append(("y", g.clone())) or g * 0.5)
+    y.sum().backward()
+    return gx, w.grad
+
+
+def test_vjp_function_called_after_the_transform():
+    plain_log, log = [], []
+    plain, unhooked = _vjp_later(plain_log), _vjp_later([], False)
+    lens, traced = lensed(_vjp_later, log)
+    assert same(plain, traced) and same(log, plain_log)
+    first, second = lens.passes
+    assert [c.target for c in first.hook_calls] == ["sin"] and [c.target for c in second.hook_calls] == ["y"]
+    assert same([c.grad_in for p in (first, second) for c in p.hook_calls], [g for _, g in plain_log])
+    (name,) = first.inputs
+    assert same(first.input_grads[name], plain[0])
+    assert same(first.grads_without_hooks[name], unhooked[0]) and same(second.grads_without_hooks["w"], unhooked[1])
