@@ -674,6 +674,28 @@ PROGRAMS = {
         PASS('backward', (t3.float() ** 2).sum(), retain_graph=True)
         PASS('backward', t3.float().sum())
         """, ["x0", "lin.weight", "lin.bias"]),
+    "a_leaf_used_sixty_times": ("""
+        x0 = torch.randn(3, requires_grad=True)
+        h0 = REG(x0, 'register_hook', make_hook('h0', 'scale'))
+        h1 = REG(x0, 'register_post_accumulate_grad_hook', make_after('h1', 'inplace'))
+        parts = [x0 * (k % 7 + 1) for k in range(60)]
+        h2 = REG(parts[30], 'register_hook', make_hook('h2', 'scale'))
+        PASS('backward', torch.stack(parts).sin().sum(), retain_graph=True)
+        PASS('backward', (parts[3] * parts[59]).sum())
+        """, ['x0']),
+    "four_hundred_nodes_past_max_nodes": ("""
+        x0 = torch.randn(3, requires_grad=True)
+        t1 = x0 * 1.0
+        h0 = REG(t1, 'register_hook', make_hook('h0', 'scale'))
+        t = t1
+        for k in range(200):
+            t = (t * 1.01).tanh()
+            if k == 150:
+                h1 = REG(t, 'register_hook', make_hook('h1', 'scale'))
+                t150 = t
+        h2 = REG(t, 'register_hook', make_hook('h2', 'observe'))
+        PASS('backward', t.sum())
+        """, ['x0']),
 }
 
 
