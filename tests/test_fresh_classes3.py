@@ -963,22 +963,32 @@ def test_a_pass_after_an_anomaly_error_in_the_same_lens():
             assert (shown is None and p.unknown.get(name)) or same(shown, truth), (name, shown, truth)
 
 
-def _detached_in_place(hooked=True):
+def _detach_(g):
+    if g is not None:
+        g.detach_()
+
+
+def _detached_in_place(kind, hooked=True):
     x = torch.tensor([1.0, 2.0], requires_grad=True)
     y = x ** 3
-    if hooked:
-        y.register_hook(lambda g: [g.detach_()] and None)  # cuts what it got off the graph, in place: same values
+    if hooked and kind == "tensor":
+        y.register_hook(_detach_)  # cuts what it got off the graph, in place: same values
+    if hooked and kind == "no_grad":
+        y.register_hook(torch.no_grad()(_detach_))
+    if hooked and kind == "multi_grad":
+        torch.autograd.graph.register_multi_grad_hook((y,), lambda grads: [_detach_(g) for g in grads] and None)
     z = (y ** 2 * x).sum()
     (g1,) = torch.autograd.grad(z, x, create_graph=True)
     (g2,) = torch.autograd.grad(g1.sum(), x)
     return g1.detach(), g2
 
 
-def test_a_hook_detaching_its_gradient_in_place_in_a_create_graph_pass():
+@pytest.mark.parametrize("kind", ["tensor", "no_grad", "multi_grad"])
+def test_a_hook_detaching_its_gradient_in_place_in_a_create_graph_pass(kind):
     """Was false as section 1 (x without hooks shown [18, 576], torch's [42, 1344]): fixed with it (HookCalls.graph_in:
     the grad_fns of what a call got, compared as it ends)."""
-    plain, unhooked = _detached_in_place(), _detached_in_place(False)
-    lens, traced = lensed(_detached_in_place)
+    plain, unhooked = _detached_in_place(kind), _detached_in_place(kind, False)
+    lens, traced = lensed(_detached_in_place, kind)
     assert same(plain, traced) and not same(plain[1], unhooked[1])
     first, second = lens.passes
     assert len(first.hook_calls) == 1 and same(first.grads_without_hooks["x"], unhooked[0])
