@@ -39,6 +39,10 @@ NODE_CODE, WRITE_CODE = NodeRecorder._on_node.__code__, NodeRecorder._before_wri
 class HookCalls(NestedCalls):
     """Part of :class:`~autograd_lens.capture.observe.PassObserver`: the profile function and the hook calls it sees."""
 
+    # a hook gave back other tensors of the same values (g.detach(), g.detach_(), a copy under no_grad): with a graph
+    # (create_graph=True) what the pass builds may differ all the same (Ledger.note_made); graph_in: the call's grad_fns
+    replaced, graph_in = False, None
+
     def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
         try:
             code = frame.f_code
@@ -234,6 +238,7 @@ class HookCalls(NestedCalls):
                 if summarised(grad_in) else None,
                 leaf_before=leaf_before(received, limit) if kind == "post_accumulate_grad" else None,
             )
+            self.graph_in = _graph_of(received) if torch.is_grad_enabled() and kind != "post_accumulate_grad" else None
 
     def _python_backward(self, frame: FrameType, boxed: bool) -> None:
         """A custom Function's backward is about to run: what its node received, copied now (copies of what its users
@@ -352,6 +357,11 @@ class HookCalls(NestedCalls):
             self._passed_on(call)
         if call.modified or edited:
             self.unhooked.activate(edited, seen=True)
+        elif returned is not None and call.kind not in ("post_accumulate_grad", "multi_grad"):
+            self.replaced = self.replaced or _replaces(returned, call.received)
+        if self.graph_in is not None and not self.replaced:
+            self.replaced = any(a is not b for a, b in zip(self.graph_in, _graph_of(call.received)))
+        self.graph_in = None
         call.frame = None  # don't keep the hook's locals alive
         call.received = None
         self.pending.append(call)
@@ -366,6 +376,20 @@ class HookCalls(NestedCalls):
             # what it sent without the hook: what the record said, unless a hook upstream already made it differ
             self.unhooked.out.setdefault(id(record.fn), record.sent)
             record.sent = call.grad_out
+
+
+def _replaces(returned: Any, received: Any) -> bool:
+    """Whether a hook's return value holds a tensor other than the one it received in that place."""
+    if isinstance(returned, (tuple, list)) and isinstance(received, (tuple, list)) and len(returned) == len(received):
+        return any(new is not None and new is not old for new, old in zip(returned, received))
+    return returned is not received
+
+
+def _graph_of(value: Any) -> tuple:
+    """The backward functions of the tensors in ``value`` (a tensor, or a tuple or list of them), read without
+    calling a subclass's ``__torch_function__``."""
+    with torch._C.DisableTorchFunctionSubclass():
+        return tuple(getattr(item, "grad_fn", None) for item in (value if isinstance(value, (tuple, list)) else (value,)))
 
 
 def _copy_out(value: Any, limit: int) -> Any:

@@ -24,8 +24,9 @@ def made_by(ranges: list, fn: Any) -> str | None:
     except Exception:
         return None
     made = next((made for first, end, made in ranges if first <= number < end), None)
-    return None if made is None else (f"{fn.name()} was made by pass {made} (create_graph=True) while hooks changed "
-                                      "gradients: it computes with what they made, and without them it would differ")
+    return None if made is None else (f"{fn.name()} was made by pass {made} (create_graph=True) while hooks changed or "
+                                      "replaced gradients: it computes with what they made, and without them it may "
+                                      "differ")
 
 
 class Ledger:
@@ -40,10 +41,11 @@ class Ledger:
         self.inherited: tuple | None = None
 
     def note_made(self, observer: Any, first: int, number: int) -> None:
-        """After pass ``number``: the functions it made, numbered from ``first`` on, when hooks changed gradients."""
+        """After pass ``number``: the functions it made, numbered from ``first`` on, when hooks changed gradients or
+        replaced one with another tensor of the same values (``HookCalls.replaced``: a detached one builds no graph)."""
         try:
             made = _sequence_nr()
-            if made > first and observer.unhooked.active:
+            if made > first and (observer.unhooked.active or observer.replaced):
                 self.made_by_hooked.append((first, made, number))
         except Exception:  # never into the user's backward(): the later passes then say nothing of it
             pass
