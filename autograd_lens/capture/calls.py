@@ -26,6 +26,7 @@ from .saved import saved_names
 from .torchhooks import torchs_own
 from .shared import edited_spans
 from .bits import same_bits, values_differ
+from .ledger import graph_of as _graph_of, replaces as _replaces
 
 _current_node = torch._C._current_autograd_node
 TENSOR_REGISTER_CODE = getattr(torch.Tensor.register_hook, "__code__", None)  # Python in torch 2.x
@@ -376,20 +377,6 @@ class HookCalls(NestedCalls):
             # what it sent without the hook: what the record said, unless a hook upstream already made it differ
             self.unhooked.out.setdefault(id(record.fn), record.sent)
             record.sent = call.grad_out
-
-
-def _replaces(returned: Any, received: Any) -> bool:
-    """Whether a hook's return value holds a tensor other than the one it received in that place."""
-    if isinstance(returned, (tuple, list)) and isinstance(received, (tuple, list)) and len(returned) == len(received):
-        return any(new is not None and new is not old for new, old in zip(returned, received))
-    return returned is not received
-
-
-def _graph_of(value: Any) -> tuple:
-    """The backward functions of the tensors in ``value`` (a tensor, or a tuple or list of them), read without
-    calling a subclass's ``__torch_function__``."""
-    with torch._C.DisableTorchFunctionSubclass():
-        return tuple(getattr(item, "grad_fn", None) for item in (value if isinstance(value, (tuple, list)) else (value,)))
 
 
 def _copy_out(value: Any, limit: int) -> Any:

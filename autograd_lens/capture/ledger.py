@@ -113,3 +113,17 @@ def _resolve(namespace: dict, label: str) -> Any:
     for part in rest:
         value = getattr(value, part, None)
     return value
+
+
+def replaces(returned: Any, received: Any) -> bool:
+    """Whether a hook's return value holds a tensor other than the one it received in that place."""
+    if isinstance(returned, (tuple, list)) and isinstance(received, (tuple, list)) and len(returned) == len(received):
+        return any(new is not None and new is not old for new, old in zip(returned, received))
+    return returned is not received
+
+
+def graph_of(value: Any) -> tuple:
+    """The backward functions of the tensors in ``value`` (a tensor, or a tuple or list of them), read without
+    calling a subclass's ``__torch_function__``."""
+    with torch._C.DisableTorchFunctionSubclass():
+        return tuple(getattr(item, "grad_fn", None) for item in (value if isinstance(value, (tuple, list)) else (value,)))
