@@ -293,7 +293,7 @@ def untrusted_pass(observer: Any) -> Unknown | None:
     if observer.hooks_hidden:
         return Unknown("the lens could not see the hook calls of this pass (see the notes), so not which changed "
                        "gradients")
-    return None
+    return Unknown(observer.unhooked.repeated) if observer.unhooked.repeated else None
 
 
 def stopped_by_hooks(observer: Any) -> Unknown | None:

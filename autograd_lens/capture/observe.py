@@ -54,6 +54,7 @@ from .order import describe_c_hooks
 from .records import HookRecord, KnownHook
 from .snapshot import snapshot
 from .unhooked import Unhooked
+from .boundaries import BOUNDARY, repeated
 from .counting import earlier_hooks
 from .structure import Structure, gradient_edge
 
@@ -159,17 +160,19 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         observe = self._on_node
         self.post_hooks, pre_hooks = attach(self.shape.nodes, observe, self.own_key)
         self._read_node_hooks(observe, pre_hooks)
-        made = self.made_by_hooked
+        made, boundaries = self.made_by_hooked, []
         for fn in self.shape.nodes:  # torch.compile traces hooks registered in its forward into its backward
-            if type(fn).__name__ == "CompiledFunctionBackward":
+            if (kind := type(fn).__name__) == "CompiledFunctionBackward":
                 self.unhooked.unknown_from(fn, COMPILED)
             elif made and (why := made_by(made, fn)) is not None:
                 self.unhooked.unknown_from(fn, why)
+            if kind == BOUNDARY:  # a module hook's (boundaries.py)
+                boundaries.append(fn)
+        repeated(self.unhooked, self.shape, boundaries) if boundaries else None
         variables = self.shape.variables()
         self.leaf_ids.update(self.shape.by_variable())
         for key, fn in self.shape.leaves.items():
-            variable = variables[key]
-            if variable.grad is not None or getattr(variable, "_post_accumulate_grad_hooks", None):
+            if (variable := variables[key]).grad is not None or getattr(variable, "_post_accumulate_grad_hooks", None):
                 watch(self, fn, variable)
         if self.shape.depth > DEEP_GRAPH:
             self.note(f"this graph is {self.shape.depth:,} functions deep: torch keeps a Python object for every "

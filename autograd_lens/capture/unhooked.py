@@ -213,6 +213,7 @@ class Unhooked:
         self.forced: dict[int, Unknown] = {}  # id(fn) -> why what it would have sent is not known
         self.nexts: dict[int, tuple] | None = None  # id(fn) -> next_functions (Structure.next_of), once a node diverged
         self.metadata: dict[tuple, tuple] = {}  # (id(node), input) -> (shape, dtype), as read for _reduce
+        self.repeated = ""  # why no value without hooks is known in this pass (boundaries.REPEATED), or ""
 
     def activate(self, edited_in_place: bool, seen: bool = False) -> None:
         """A hook changed a gradient (``edited_in_place``: by editing the tensor it received, or it may have; ``seen``:
