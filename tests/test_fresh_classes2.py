@@ -90,3 +90,56 @@ def test_a_hook_whose_return_torch_refuses_passes_nothing_on(kind, returns):
     assert "flows on" not in said and "returned None" not in said and "replaces" not in said, said
     assert "refused" in said and plain[1] in said, said
     assert step.question is None
+
+
+# --- 2. module hooks registered with prepend=True -----------------------------------------------------------------------
+# Was false: the start card listed the hooks of m in the order they fire (pre2 before pre1, second before first) under
+# "on one target they fire in registration order", and the rule of the second hook's card said "Hooks on one target
+# run in registration order": with prepend=True a hook registered later fires first. Fixed in views/context.py and
+# views/hook_cards.py: the start card claims the order listed (which is the firing order); the rule says prepend=True
+# goes first.
+
+
+def _prepended(log):
+    torch.manual_seed(0)
+    m = torch.nn.Linear(3, 3)
+    x = torch.randn(2, 3, requires_grad=True)
+
+    def first(module, grad_input, grad_output):
+        log.append(("first", grad_input[0].clone()))
+        return (grad_input[0] * 2,)
+
+    def second(module, grad_input, grad_output):
+        log.append(("second", grad_input[0].clone()))
+
+    def pre1(module, grad_output):
+        log.append(("pre1", grad_output[0].clone()))
+
+    def pre2(module, grad_output):
+        log.append(("pre2", grad_output[0].clone()))
+        return (grad_output[0] * 3,)
+
+    m.register_full_backward_hook(first)
+    m.register_full_backward_hook(second, prepend=True)
+    m.register_full_backward_pre_hook(pre1)
+    m.register_full_backward_pre_hook(pre2, prepend=True)
+    (m(x) ** 2).sum().backward()
+    return x.grad, m.weight.grad
+
+
+def test_prepended_module_hooks_are_not_said_to_fire_in_registration_order():
+    from autograd_lens.views.steps import hook_totals, steps_for
+
+    plain_log, lens_log = [], []
+    plain = _prepended(plain_log)
+    lens, traced = lensed(_prepended, lens_log)
+    assert same(plain, traced) and same(plain_log, lens_log)
+    (p,) = lens.passes
+    assert [c.hook for c in p.hook_calls] == [name for name, _ in plain_log] == ["pre2", "pre1", "second", "first"]
+    assert same([c.grad_in[0] for c in p.hook_calls], [g for _, g in plain_log])
+    assert [entry.hook for entry in p.inventory] == ["pre2", "pre1", "second", "first"]  # listed as they fire
+    steps = steps_for(p, hook_totals(lens.passes))
+    said = " ".join(steps[0].lines)
+    assert "registration order" not in said and "in the order listed" in said, said
+    rules = [q.rule for s in steps if s.kind == "hook" and s.question for q in (s.question, *s.question.more)]
+    assert rules and all("prepend=True" in rule for rule in rules if "registration order" in rule), rules

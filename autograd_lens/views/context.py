@@ -163,7 +163,7 @@ def inventory_lines(backward_pass: BackwardPass) -> list[str]:
         kept.append(entry.text())
     lines = []
     if kept:
-        lines.append(f"Hooks attached ({len(kept)}); on one target they fire in registration order, across targets "
+        lines.append(f"Hooks attached ({len(kept)}); on one target they fire in the order listed, across targets "
                      "in the engine's order:")
         lines.extend("• " + text for text in kept)
     else:

@@ -135,8 +135,9 @@ def _receive_rule(call: HookCall, context: _Pass, place: int) -> str:
     import torch
 
     if place > 1:
-        return (f"Hooks on one {'tensor' if call.kind == 'tensor' else 'target'} run in registration order, each "
-                f"receiving what the one before it passed on: here {format_value(call.grad_in)}.")
+        return (f"Hooks on one {'tensor' if call.kind == 'tensor' else 'target'} run one after another (in "
+                f"registration order, but one registered with prepend=True goes first), each receiving what the one "
+                f"before it passed on: here {format_value(call.grad_in)}.")
     if call.kind == "tensor":
         parts = [p for p in context.arrived(call.node) if isinstance(p, torch.Tensor)]
         total = None
