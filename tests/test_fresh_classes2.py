@@ -729,3 +729,27 @@ def test_warnings_are_unchanged_by_the_lens():
     plain, traced = run(False), run(True)
     assert same(plain[0], traced[0]) and plain[1] == traced[1]
     assert len(plain[2]) == 5 and plain[2] == traced[2]
+
+
+# --- 5. a leaf the pass never used, whose value a number in the code happens to equal ---------------------------------
+# Was false: scale = torch.tensor(0.5, requires_grad=True) never used, and (x * 0.5).sum().backward(): the end card
+# said "scale: detached (...): mul saved a tensor holding exactly scale's values (not integers) without its autograd
+# history: a copy made by .item(), .tolist(), NumPy or torch.tensor(...)". Nothing copied scale: 0.5 is a literal
+# (torch saves it as the same float64 0-dim tensor that x * scale.item() saves). Integers were already not taken as
+# evidence; simple fractions (multiples of 1/1024: 0.5, 1.5, 0.25, 0.125) are as easily written in code. Fixed in
+# debug/evidence._equal_values: values that are all multiples of 1/1024 are no evidence of a copy.
+
+
+@pytest.mark.parametrize("why", [True, False])
+@pytest.mark.parametrize("value", [0.5, 1.5, -0.25, 0.125])
+def test_a_literal_equal_to_an_unused_leaf_is_not_taken_for_a_copy(value, why):
+    torch.manual_seed(0)
+    names = {"x": torch.randn(3, requires_grad=True), "scale": torch.tensor(value, requires_grad=True)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with al.Lens(names=names, why=why) as lens:
+            (names["x"] * value).sum().backward()
+    assert names["scale"].grad is None and same(names["x"].grad, torch.full((3,), value))
+    reason = lens.passes[0].unreached["scale"]
+    assert reason.code != "detached" and "exactly scale's values" not in reason.text, reason.text
+    assert reason.code == ("not_on_path" if why else "unknown"), reason.text
