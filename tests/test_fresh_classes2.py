@@ -632,6 +632,51 @@ for _name, _as_dict, _first, _second in (("dict", True, "r['a']", "r['b']"), ("n
         PASS('backward', ({_first} * {_second}).sum())
         """, ["x0", "m.lin.weight", "m.lin.bias"])
 
+PROGRAMS2.update({  # torch's own errors at forward (a full hook's view modified in place): unchanged under the lens
+    "inplace_relu_with_full_hooks": ("""
+        m = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU(inplace=True), torch.nn.Linear(3, 1))
+        x0 = torch.randn(2, 3, requires_grad=True)
+        h0 = REG(m[1], 'register_full_backward_hook', make_module_hook('h0', 'scale'))
+        h1 = REG(m[0], 'register_full_backward_hook', make_module_hook('h1', 'scale'))
+        t1 = m(x0)
+        PASS('backward', t1.sum())
+        """, ["x0", "m.0.weight", "m.0.bias", "m.2.weight", "m.2.bias"]),
+    "module_inplace_on_its_input": ("""
+        class AddOne(torch.nn.Module):
+            def forward(self, a):
+                a.add_(1)
+                return a * 2
+        m = AddOne()
+        x0 = torch.randn(3, requires_grad=True)
+        h0 = REG(m, 'register_full_backward_pre_hook', make_module_pre('h0', 'scale'))
+        t1 = x0 * 1.5
+        h1 = REG(t1, 'register_hook', make_hook('h1', 'scale'))
+        t2 = m(t1)
+        PASS('backward', t2.sum())
+        """, ["x0"]),
+    "nondiff_output_hooked": ("""
+        class NonDiffOut(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, a):
+                mask = (a > 0).to(a.dtype)
+                ctx.mark_non_differentiable(mask)
+                return a * 2, mask
+            @staticmethod
+            def backward(ctx, g, gm):
+                return g * 2
+        x0 = torch.randn(3, requires_grad=True)
+        t1, mk = NonDiffOut.apply(x0 * 1.0)
+        h0 = REG(t1, 'register_hook', make_hook('h0', 'scale'))
+        try:
+            h1 = REG(mk, 'register_hook', make_hook('h1', 'scale'))
+        except RuntimeError as e:
+            KEEP.append(str(e))
+        PASS('backward', (t1 * mk).sum())
+        """, ["x0"]),
+})
+
+
+FORWARD_ERRORS = ("inplace_relu_with_full_hooks", "module_inplace_on_its_input")
 
 def _run2(program, mode):
     return programs.run(program, mode, EXTRA2)
@@ -646,8 +691,9 @@ def test_hand_written_programs_against_torch(name, seed, monkeypatch):
     program = programs.Program([f"torch.manual_seed({seed})"] + textwrap.dedent(source).strip().splitlines(), leaves,
                                seed)
     plain = _run2(program, "plain")
-    assert plain.error is None or name == "full_hook_then_inplace_error", plain.error
-    assert programs._truth_calls(_run2(program, "truth").log), "no hook ran: the program tests nothing"
+    assert (plain.error is None) == (name not in FORWARD_ERRORS + ("full_hook_then_inplace_error",)), plain.error
+    if name not in FORWARD_ERRORS:
+        assert programs._truth_calls(_run2(program, "truth").log), "no hook ran: the program tests nothing"
     assert programs.compare(program, _run2) == []
 
 
