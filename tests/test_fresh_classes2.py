@@ -799,3 +799,70 @@ def test_a_literal_equal_to_an_unused_leaf_is_not_taken_for_a_copy(value, why):
     reason = lens.passes[0].unreached["scale"]
     assert reason.code != "detached" and "exactly scale's values" not in reason.text, reason.text
     assert reason.code == ("not_on_path" if why else "unknown"), reason.text
+
+
+# --- 6. a custom Function whose backward runs autograd.grad through tensors that have hooks -------------------------
+# The hooks that fire inside that nested backward are not steps of the pass; the lens says so (a note naming them,
+# "call i of n" saying a hook of that name also ran nested, values without hooks unknown) and shows the outer calls
+# right. Was false, in part: the note said the nested backward was "(reentrant checkpointing, or a backward() inside a
+# hook)", which it was neither. Fixed in capture/ending.py (the kinds given as examples, a custom Function's backward
+# among them); the reason given for the unknown value (capture/nodes.py, not mine to edit) still names the two only.
+NESTED_PROGRAMS = {
+    "function_backward_grads_through_hooked_input": ("""
+        class Through(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, a):
+                ctx.save_for_backward(a)
+                return a.detach().sin()
+            @staticmethod
+            def backward(ctx, g):
+                (a,) = ctx.saved_tensors
+                with torch.enable_grad():
+                    (d,) = torch.autograd.grad(a.sin(), a, g)
+                return d
+        x0 = torch.randn(3, requires_grad=True)
+        t1 = x0 * 2
+        h0 = REG(t1, 'register_hook', make_hook('h0', 'scale'))
+        t2 = Through.apply(t1)
+        h1 = REG(t2, 'register_hook', make_hook('h1', 'scale'))
+        PASS('backward', t2.sum())
+        """, ["x0"]),
+    "function_backward_grads_to_leaf_with_hooks": ("""
+        class ToLeaf(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, a):
+                return a * 3
+            @staticmethod
+            def backward(ctx, g):
+                with torch.enable_grad():
+                    (d,) = torch.autograd.grad((x0 * 5).sum(), x0)
+                return g * 3 + 0 * d.sum()
+        x0 = torch.randn(3, requires_grad=True)
+        h0 = REG(x0, 'register_hook', make_hook('h0', 'scale'))
+        t1 = x0 * 2
+        h1 = REG(t1, 'register_hook', make_hook('h1', 'scale'))
+        t2 = ToLeaf.apply(t1)
+        PASS('backward', t2.sum())
+        """, ["x0"]),
+}
+
+
+
+@pytest.mark.parametrize("name", sorted(NESTED_PROGRAMS))
+def test_hooks_inside_a_functions_nested_backward_are_said_not_shown(name):
+    source, leaves = NESTED_PROGRAMS[name]
+    program = programs.Program(["torch.manual_seed(0)"] + textwrap.dedent(source).strip().splitlines(), leaves, 0)
+    plain, lens_run, truth, nohook = (_run2(program, mode) for mode in ("plain", "lens", "truth", "nohook"))
+    assert plain.error is None and same(plain.passes[0]["grads"]["x0"], lens_run.passes[0]["grads"]["x0"])
+    assert same([v for _, v in plain.log], [v for _, v in lens_run.log])
+    (p,) = lens_run.lens.passes
+    ran = programs._truth_calls(truth.log)
+    first_h0 = next(index for index, call in enumerate(ran) if call[0] == "h0")  # it ran inside the Function's backward
+    outer = ran[:first_h0] + ran[first_h0 + 1:]
+    assert len(ran) == 3 and len(p.hook_calls) == 2
+    assert same([c.grad_in for c in p.hook_calls], [received for _, received, _ in outer])
+    assert same([c.grad_out for c in p.hook_calls], [passed for _, _, passed in outer])
+    (note,) = [n for n in p.notes if n.startswith("hooks ran inside a nested backward")]
+    assert "custom Function's backward" in note and "not recorded as steps of this pass: hook;" in note, note
+    assert p.grads_without_hooks["x0"] is None and p.unknown["x0"]
+    assert not same(nohook.passes[0]["grads"]["x0"], plain.passes[0]["grads"]["x0"])  # (unknown is the truth here)
