@@ -866,3 +866,44 @@ def test_hooks_inside_a_functions_nested_backward_are_said_not_shown(name):
     assert "custom Function's backward" in note and "not recorded as steps of this pass: hook;" in note, note
     assert p.grads_without_hooks["x0"] is None and p.unknown["x0"]
     assert not same(nohook.passes[0]["grads"]["x0"], plain.passes[0]["grads"]["x0"])  # (unknown is the truth here)
+
+
+# --- 7. the optimizer step in backward changing a parameter another node saved (detached) ----------------------------
+
+
+def _step_in_backward(hooked, q_branch_first):
+    torch.manual_seed(0)
+    q = torch.randn(3, requires_grad=True)
+    a = torch.randn(3, requires_grad=True)
+    opt = torch.optim.SGD([q], lr=0.1)
+    if hooked:
+        q.register_post_accumulate_grad_hook(lambda p: (opt.step(), opt.zero_grad()) and None)
+    if q_branch_first:  # the engine runs the later-made branch first: q's step, then the node that saved q.detach()
+        out = (a.exp() * q.detach()).sum() + (q * 2).sum()
+    else:
+        out = (q * 2).sum() + (a.exp() * q.detach()).sum()
+    try:
+        out.backward()
+    except RuntimeError as error:
+        return str(error), q.detach().clone(), a.grad, q.grad
+    return None, q.detach().clone(), a.grad, q.grad
+
+
+@pytest.mark.parametrize("q_branch_first", [True, False])
+def test_optimizer_step_in_backward_before_a_node_that_saved_the_parameter(q_branch_first):
+    """torch's version-counter error (or none) unchanged; the step shown with the values before and after; what is
+    said without hooks: q's gradient, and a's value or, when the pass stopped before a, unknown with the reason."""
+    plain = _step_in_backward(True, q_branch_first)
+    unhooked = _step_in_backward(False, q_branch_first)
+    lens, traced = lensed(_step_in_backward, True, q_branch_first)
+    assert traced[0] == plain[0] and same(traced[1:], plain[1:])
+    assert (plain[0] is not None) == q_branch_first
+    (p,) = lens.passes
+    (call,) = p.hook_calls
+    assert call.kind == "post_accumulate_grad" and call.grad_cleared
+    assert same(call.value_after, plain[1]) and same(call.value_before, plain[1] + 0.1 * 2)
+    assert same(p.grads_without_hooks["q"], unhooked[3])
+    if q_branch_first:
+        assert p.grads_without_hooks["a"] is None and "inplace operation" in p.unknown["a"]
+    else:
+        assert same(p.grads_without_hooks["a"], unhooked[2])
