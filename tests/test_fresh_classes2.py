@@ -907,3 +907,43 @@ def test_optimizer_step_in_backward_before_a_node_that_saved_the_parameter(q_bra
         assert p.grads_without_hooks["a"] is None and "inplace operation" in p.unknown["a"]
     else:
         assert same(p.grads_without_hooks["a"], unhooked[2])
+
+
+class _LazyPair(torch.autograd.Function):  # set_materialize_grads(False): an unused output's gradient is None
+    @staticmethod
+    def forward(ctx, x):
+        ctx.set_materialize_grads(False)
+        return x * 2, x * 3
+
+    @staticmethod
+    def backward(ctx, g1, g2):
+        return g1 * 2 if g2 is None else g1 * 2 + g2 * 3
+
+
+def _replacing_none():
+    torch.manual_seed(0)
+    x = torch.randn(3, requires_grad=True)
+    a, b = _LazyPair.apply(x)
+    b.register_hook(lambda g: torch.ones(3) if g is None else g)  # the unused output's hook gets None
+    try:
+        a.sum().backward()
+    except RuntimeError as error:
+        return str(error), x.grad
+    return None, x.grad
+
+
+def test_a_hook_replacing_a_none_gradient_is_refused_and_said_so():
+    """The same class as section 1 (fixed there): a tensor hook on a Function's unused output receives None and
+    returns a tensor; torch raises "can't replace a None gradient with a non-None value"."""
+    from autograd_lens.views.steps import hook_totals, steps_for
+
+    plain = _replacing_none()
+    lens, traced = lensed(_replacing_none)
+    assert plain[0] == traced[0] == "can't replace a None gradient with a non-None value" and traced[1] is None
+    (p,) = lens.passes
+    (call,) = p.hook_calls
+    assert call.grad_in is None and call.target == "b"
+    (step,) = [s for s in steps_for(p, hook_totals(lens.passes)) if s.kind == "hook"]
+    said = " ".join(step.lines) + " " + (step.note or "")
+    assert "refused" in said and "flows on" not in said and step.question is None, said
+    assert p.grads_without_hooks["x"] is None and p.unknown["x"]
