@@ -909,21 +909,23 @@ def test_optimizer_step_in_backward_before_a_node_that_saved_the_parameter(q_bra
         assert same(p.grads_without_hooks["a"], unhooked[2])
 
 
-class _LazyPair(torch.autograd.Function):  # set_materialize_grads(False): an unused output's gradient is None
+class _SinCos(torch.autograd.Function):  # set_materialize_grads(False): an unused output's gradient is None
     @staticmethod
     def forward(ctx, x):
         ctx.set_materialize_grads(False)
-        return x * 2, x * 3
+        ctx.save_for_backward(x)
+        return x.sin(), x.cos()
 
     @staticmethod
-    def backward(ctx, g1, g2):
-        return g1 * 2 if g2 is None else g1 * 2 + g2 * 3
+    def backward(ctx, grad_sin, grad_cos):
+        (x,) = ctx.saved_tensors
+        return grad_sin * x.cos() - (0 if grad_cos is None else grad_cos * x.sin())
 
 
 def _replacing_none():
     torch.manual_seed(0)
     x = torch.randn(3, requires_grad=True)
-    a, b = _LazyPair.apply(x)
+    a, b = _SinCos.apply(x)
     b.register_hook(lambda g: torch.ones(3) if g is None else g)  # the unused output's hook gets None
     try:
         a.sum().backward()
