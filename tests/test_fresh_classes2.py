@@ -949,3 +949,75 @@ def test_a_hook_replacing_a_none_gradient_is_refused_and_said_so():
     said = " ".join(step.lines) + " " + (step.note or "")
     assert "refused" in said and "flows on" not in said and step.question is None, said
     assert p.grads_without_hooks["x"] is None and p.unknown["x"]
+
+
+# --- 8. module backward hooks attached to a module the pass goes through without a hook boundary ---------------------
+# Was false: the start card listed "m: module full hook <lambda>" under "Hooks attached ...; on one target they fire in
+# the order listed" for hooks that never fired in the pass: a module whose forward returns a dict (torch puts its hook
+# boundaries only around a tensor or a tuple of tensors), a hook registered after the forward that made the output, a
+# module whose parameters were used outside its call. Fixed in views/context.inventory_lines: a module's full
+# (pre-)hooks are listed only when the graph, drawn whole, goes through that module's hook boundary; otherwise the
+# card says they do not fire in this pass.
+
+
+class _DictOut(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return {"a": self.lin(x).tanh()}
+
+
+def _boundaryless(case, fired):
+    torch.manual_seed(0)
+    m = _DictOut() if case == "dict_output" else torch.nn.Linear(3, 3)
+    x = torch.randn(2, 3, requires_grad=True)
+    names = {"m": m, "x": x}
+    hook = lambda module, grad_input, grad_output: fired.append("full")  # noqa: E731
+    pre = lambda module, grad_output: fired.append("pre")  # noqa: E731
+    if case != "registered_late":
+        m.register_full_backward_hook(hook)
+        m.register_full_backward_pre_hook(pre)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with al.Lens(names=names) as lens:
+            if case == "dict_output":
+                out = m(x)["a"]
+            elif case == "registered_late":
+                out = m(x)
+                m.register_full_backward_hook(hook)
+                m.register_full_backward_pre_hook(pre)
+            else:  # its parameters used outside its call
+                out = torch.nn.functional.linear(x, m.weight, m.bias)
+            out.sum().backward()
+    return lens, x.grad
+
+
+@pytest.mark.parametrize("case", ["dict_output", "registered_late", "parameters_outside_its_call"])
+def test_module_hooks_that_cannot_fire_are_not_listed_as_firing(case):
+    from autograd_lens.views.steps import hook_totals, steps_for
+
+    fired = []
+    lens, grad = _boundaryless(case, fired)
+    assert fired == [] and grad is not None  # torch: no module hook ran
+    (p,) = lens.passes
+    assert p.hook_calls == ()
+    start = steps_for(p, hook_totals(lens.passes))[0]
+    assert not any("m: module full" in line for line in start.lines), start.lines
+    assert any("m: module backward hooks that do not fire in this pass" in line for line in start.lines), start.lines
+
+
+def test_module_hooks_that_fire_are_still_listed():
+    fired = []
+    torch.manual_seed(0)
+    m = torch.nn.Linear(3, 3)
+    x = torch.randn(2, 3, requires_grad=True)
+    m.register_full_backward_hook(lambda module, grad_input, grad_output: fired.append("full"))
+    with al.Lens(names={"m": m, "x": x}) as lens:
+        m(x).sum().backward()
+    from autograd_lens.views.steps import hook_totals, steps_for
+
+    start = steps_for(lens.passes[0], hook_totals(lens.passes))[0]
+    assert fired == ["full"] and "• m: module full hook <lambda>" in start.lines
+    assert not any("do not fire" in line for line in start.lines)

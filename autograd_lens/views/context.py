@@ -152,13 +152,17 @@ def inventory_lines(backward_pass: BackwardPass) -> list[str]:
     graph = backward_pass.graph
     complete = not any(node.kind == "hidden" for node in graph.nodes)
     boundaries = {node.label for node in graph.nodes if node.op == "BackwardHookFunctionBackward"}
-    kept, elsewhere = [], 0
+    kept, elsewhere, idle = [], 0, []
     for entry in entries:
+        crossed = any(label.startswith(entry.target + " ") for label in boundaries)
         if entry.kind == "module_unknown" and complete:
-            if any(label.startswith(entry.target + " ") for label in boundaries):
+            if crossed:
                 kept.append(f"{entry.target}: module backward hooks (this graph goes through its hook boundaries)")
             else:
                 elsewhere += 1
+            continue
+        if entry.kind in ("module_full", "module_full_pre") and complete and not _output_side(entry.target, boundaries):
+            idle += [entry.target] if entry.target not in idle else []  # its hooks fire only at its boundaries
             continue
         kept.append(entry.text())
     lines = []
@@ -172,7 +176,20 @@ def inventory_lines(backward_pass: BackwardPass) -> list[str]:
         lines.append(f"({elsewhere} module{'s' if elsewhere > 1 else ''} with backward hooks and no parameters "
                      f"{'are' if elsewhere > 1 else 'is'} not on this graph: torch made no hook boundary for "
                      f"{'them' if elsewhere > 1 else 'it'} here.)")
+    if idle:
+        lines.append(f"({', '.join(idle)}: module backward hooks that do not fire in this pass: torch made no hook "
+                     "boundary for it in this graph (it puts them around a forward call made after the hooks were "
+                     "registered, on the tensors or tuple of tensors it returns).)")
     return lines
+
+
+def _output_side(target: str, boundaries: set) -> bool:
+    """Whether the graph may go through the output-side hook boundary of module ``target``: torch runs its full
+    backward (pre-)hooks there (or at the input side once the output side set them up; a forward returning a dict
+    gets an input side only, and no hook fires).  A boundary whose module or side is not named may be it."""
+    if "module hook boundary" in boundaries:
+        return True
+    return any(label.startswith(target + " ") and not label.endswith(" input hook boundary") for label in boundaries)
 
 
 def kept_lines(event: GradWritten) -> tuple[str, ...]:
