@@ -1021,3 +1021,33 @@ def test_module_hooks_that_fire_are_still_listed():
     start = steps_for(lens.passes[0], hook_totals(lens.passes))[0]
     assert fired == ["full"] and "• m: module full hook <lambda>" in start.lines
     assert not any("do not fire" in line for line in start.lines)
+
+
+# The same for a legacy register_backward_hook on a module with parameters: torch puts it on the backward function of
+# the output at the forward, so one registered after the forward, or a module whose parameters are used outside its
+# call, has no hook in the graph: it was listed all the same ("m: module legacy hook <lambda>") and never fired.
+# Fixed in capture/inventory.py: a legacy hook is listed only when a backward function of the graph carries it, as it
+# already was for a module without parameters.
+
+
+@pytest.mark.parametrize("case", ["registered_late", "parameters_outside_its_call", "fires"])
+def test_legacy_module_hooks_are_listed_only_where_torch_put_them(case):
+    from autograd_lens.views.steps import hook_totals, steps_for
+
+    fired = []
+    torch.manual_seed(0)
+    m = torch.nn.Linear(3, 3)
+    x = torch.randn(2, 3, requires_grad=True)
+    hook = lambda module, grad_input, grad_output: fired.append("legacy")  # noqa: E731
+    if case != "registered_late":
+        m.register_backward_hook(hook)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with al.Lens(names={"m": m, "x": x}) as lens:
+            out = torch.nn.functional.linear(x, m.weight, m.bias) if case == "parameters_outside_its_call" else m(x)
+            if case == "registered_late":
+                m.register_backward_hook(hook)
+            out.sum().backward()
+    start = steps_for(lens.passes[0], hook_totals(lens.passes))[0]
+    assert fired == (["legacy"] if case == "fires" else [])
+    assert ("• m: module legacy hook <lambda>" in start.lines) == (case == "fires"), start.lines

@@ -93,7 +93,7 @@ def inventory(observer: Any) -> tuple[InventoryEntry, ...]:
         kinds = (("_backward_pre_hooks", "module_full_pre"),
                  ("_backward_hooks", "module_legacy" if legacy else "module_full"))
         parameters = [id(parameter) for parameter in module.parameters()]
-        if not parameters and legacy:  # torch put its hooks on the backward function of its output, or nowhere
+        if legacy:  # torch put its hooks on the backward function of its output at the forward, or nowhere
             if not _legacy_hooks_in_graph(observer, module):
                 continue
         elif not parameters:  # nothing ties it to this graph before the pass: say so rather than guess
