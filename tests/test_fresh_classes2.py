@@ -1051,3 +1051,40 @@ def test_legacy_module_hooks_are_listed_only_where_torch_put_them(case):
     start = steps_for(lens.passes[0], hook_totals(lens.passes))[0]
     assert fired == (["legacy"] if case == "fires" else [])
     assert ("• m: module legacy hook <lambda>" in start.lines) == (case == "fires"), start.lines
+
+
+# --- 9. a module hook removed after the forward still fires (torch copied the hooks at the forward) ------------------
+# Was false: m's full backward hook removed between forward and backward fired in the pass (the call was shown), and
+# the start card said "No tensor or module hook is attached to this graph." Fixed in views/context.inventory_lines:
+# a module hook boundary of the graph whose module has no hook listed is said, with why its hooks run there.
+
+
+def _removed_after_forward(case, fired):
+    torch.manual_seed(0)
+    m = torch.nn.Linear(3, 3)
+    x = torch.randn(2, 3, requires_grad=True)
+    handle = m.register_full_backward_hook(lambda module, grad_input, grad_output: fired.append("full"))
+    with al.Lens(names={"m": m, "x": x}) as lens:
+        out = m(m(x)) if case == "used_twice" else m(x)
+        handle.remove()
+        out.sum().backward()
+        if case == "then_again":
+            m(x).sum().backward()  # a new forward: no boundary, no hook
+    return lens
+
+
+@pytest.mark.parametrize("case", ["once", "used_twice", "then_again"])
+def test_a_module_hook_removed_after_the_forward_is_not_said_absent(case):
+    from autograd_lens.views.steps import hook_totals, steps_for
+
+    fired = []
+    lens = _removed_after_forward(case, fired)
+    assert fired == ["full"] * (2 if case == "used_twice" else 1)
+    first = lens.passes[0]
+    assert [c.target for c in first.hook_calls] == ["m"] * len(fired)
+    start = steps_for(first, hook_totals(lens.passes))[0]
+    assert "No tensor or module hook is attached to this graph." not in start.lines, start.lines
+    assert any(line.startswith("(m: this graph goes through its module hook boundaries") for line in start.lines)
+    if case == "then_again":
+        start = steps_for(lens.passes[1], hook_totals(lens.passes))[0]
+        assert lens.passes[1].hook_calls == () and "No tensor or module hook is attached to this graph." in start.lines

@@ -170,8 +170,13 @@ def inventory_lines(backward_pass: BackwardPass) -> list[str]:
         lines.append(f"Hooks attached ({len(kept)}); on one target they fire in the order listed, across targets "
                      "in the engine's order:")
         lines.extend("• " + text for text in kept)
-    else:
-        lines.append("No tensor or module hook is attached to this graph.")
+    unlisted = _unlisted_boundaries(entries, boundaries)
+    if not kept:
+        lines.append("No tensor or module hook is attached to this graph" + (" now." if unlisted else "."))
+    if unlisted:  # torch copied the module's hooks at the forward: they run at its boundaries, even if removed since
+        lines.append(f"({', '.join(unlisted)}: this graph goes through {'its' if len(unlisted) == 1 else 'their'} "
+                     "module hook boundaries, made at the forward: the module backward hooks attached then run there, "
+                     "even if removed since.)")
     if elsewhere:
         lines.append(f"({elsewhere} module{'s' if elsewhere > 1 else ''} with backward hooks and no parameters "
                      f"{'are' if elsewhere > 1 else 'is'} not on this graph: torch made no hook boundary for "
@@ -181,6 +186,21 @@ def inventory_lines(backward_pass: BackwardPass) -> list[str]:
                      "boundary for it in this graph (it puts them around a forward call made after the hooks were "
                      "registered, on the tensors or tuple of tensors it returns).)")
     return lines
+
+
+def _unlisted_boundaries(entries: list, boundaries: set) -> list[str]:
+    """The modules whose hook boundaries the graph goes through though no module hook of theirs is listed (their
+    hooks were removed after the forward, or the boundary's module has no name here)."""
+    if any(entry.kind.startswith("global_module") for entry in entries):
+        return []  # a global hook's boundaries are every module's: it is listed for all of them
+    listed = {entry.target for entry in entries if entry.kind.startswith("module")}
+    found = []
+    for label in sorted(boundaries):
+        module = label.rsplit(" hook boundary", 1)[0].removesuffix(" output").removesuffix(" input")
+        module = "a module with no name here" if module == "module" else module
+        if module not in listed and module not in found:
+            found.append(module)
+    return found
 
 
 def _output_side(target: str, boundaries: set) -> bool:
