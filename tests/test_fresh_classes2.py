@@ -675,6 +675,21 @@ PROGRAMS2.update({  # torch's own errors at forward (a full hook's view modified
         """, ["x0"]),
 })
 
+PROGRAMS2.update({  # hooks removed in the pass still fire for a graph made before: torch copied them at the forward
+    "module_hook_removes_itself_module_used_twice": ("""
+        m = torch.nn.Linear(3, 3)
+        x0 = torch.randn(2, 3, requires_grad=True)
+        h0 = REG(m, 'register_full_backward_hook', make_module_remover('h0', 'observe'))
+        h1 = REG(m, 'register_full_backward_pre_hook', make_module_pre('h1', 'scale'))
+        REMOVE_TARGETS['h0'] = [h0, h1]
+        t1 = m(m(x0).tanh())
+        PASS('backward', (t1 ** 2).sum(), retain_graph=True)
+        PASS('backward', t1.sum())
+        t2 = m(x0)
+        PASS('backward', t2.sum())
+        """, ["x0", "m.weight", "m.bias"]),
+})
+
 
 FORWARD_ERRORS = ("inplace_relu_with_full_hooks", "module_inplace_on_its_input")
 
