@@ -1103,3 +1103,40 @@ def test_a_module_hook_removed_after_the_forward_is_not_said_absent(case):
     if case == "then_again":
         start = steps_for(lens.passes[1], hook_totals(lens.passes))[0]
         assert lens.passes[1].hook_calls == () and "No tensor or module hook is attached to this graph." in start.lines
+
+
+# --- 10. a module hook added after the forward to a module that already had one: listed, never fires ----------------
+# False, left (the fix is not small): m has a full backward hook `early` at its forward; `late` is registered between
+# forward and backward. torch copied m's hooks into its BackwardHook at the forward, so only `early` fires; the start
+# card lists "m: module full hook early (1 of 2)" and "m: module full hook late (2 of 2)" under "they fire in the order
+# listed". Fix needed (capture/inventory.py): list a module's full (pre-)hooks from the BackwardHook torch made at the
+# forward (its user_hooks / user_pre_hooks, reachable from the closures torch registered on the boundary nodes of this
+# graph: the output side's grad_fn pre-hook, the input side's grad_fn hook), not from module._backward_hooks now; a
+# hook found in the module and not in the BackwardHook is then said not to fire, like section 8's.
+
+
+@pytest.mark.xfail(strict=True, reason="inventory lists module._backward_hooks at the pass, not the hooks torch "
+                                       "copied at the forward (see the comment above)")
+def test_a_module_hook_added_after_the_forward_is_not_listed_as_firing():
+    from autograd_lens.views.steps import hook_totals, steps_for
+
+    fired = []
+    torch.manual_seed(0)
+    m = torch.nn.Linear(3, 3)
+    x = torch.randn(2, 3, requires_grad=True)
+
+    def early(module, grad_input, grad_output):
+        fired.append("early")
+
+    def late(module, grad_input, grad_output):
+        fired.append("late")
+
+    m.register_full_backward_hook(early)
+    with al.Lens(names={"m": m, "x": x}) as lens:
+        out = m(x)
+        m.register_full_backward_hook(late)
+        out.sum().backward()
+    (p,) = lens.passes
+    assert fired == ["early"] and [c.hook for c in p.hook_calls] == ["early"]
+    start = steps_for(p, hook_totals(lens.passes))[0]
+    assert not any(line.startswith("• m: module full hook late") for line in start.lines), start.lines
