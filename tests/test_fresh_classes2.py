@@ -1106,17 +1106,14 @@ def test_a_module_hook_removed_after_the_forward_is_not_said_absent(case):
 
 
 # --- 10. a module hook added after the forward to a module that already had one: listed, never fires ----------------
-# False, left (the fix is not small): m has a full backward hook `early` at its forward; `late` is registered between
-# forward and backward. torch copied m's hooks into its BackwardHook at the forward, so only `early` fires; the start
-# card lists "m: module full hook early (1 of 2)" and "m: module full hook late (2 of 2)" under "they fire in the order
-# listed". Fix needed (capture/inventory.py): list a module's full (pre-)hooks from the BackwardHook torch made at the
-# forward (its user_hooks / user_pre_hooks, reachable from the closures torch registered on the boundary nodes of this
-# graph: the output side's grad_fn pre-hook, the input side's grad_fn hook), not from module._backward_hooks now; a
-# hook found in the module and not in the BackwardHook is then said not to fire, like section 8's.
+# Was false: m has a full backward hook `early` at its forward; `late` is registered between forward and backward.
+# torch copied m's hooks into its BackwardHook at the forward, so only `early` fires; the start card listed
+# "m: module full hook early (1 of 2)" and "m: module full hook late (2 of 2)" under "they fire in the order listed".
+# Fixed in capture/inventory.py: a module's hooks are listed only if torch copied them at the forward (read from the
+# BackwardHook its closure on the input-side boundary node holds; without that boundary, as before). A module whose
+# inputs need no grad has its output side only (a node pre-hook, not read): there the old listing stays.
 
 
-@pytest.mark.xfail(strict=True, reason="inventory lists module._backward_hooks at the pass, not the hooks torch "
-                                       "copied at the forward (see the comment above)")
 def test_a_module_hook_added_after_the_forward_is_not_listed_as_firing():
     from autograd_lens.views.steps import hook_totals, steps_for
 
