@@ -20,6 +20,10 @@ from .snapshot import hidden_from_user as _hidden_from_modes
 from .shared import span_of
 from .finalgrad import final_grad, last_seen  # noqa: F401  (build.py reads final_grad here)
 
+# what runs a backward inside a node's backward: examples (the lens does not tell them apart)
+NESTED_KINDS = ("e.g. reentrant checkpointing, a backward() inside a hook, or a custom Function's backward calling "
+                "autograd.grad")
+
 AFTER_BACKWARD = ("node", "module_full", "module_pre", "legacy")  # calls made by a node's post-hooks (torch's
 # module-hook wrappers are post-hooks of the module's boundary nodes)
 
@@ -182,22 +186,21 @@ class PassEnd:
     def seal(self, result: Any = None) -> None:
         """Calls seen after the last node ran (an autograd.grad input's hooks, a raising hook) are placed."""
         by = ", ".join(sorted(set(self.nested_nodes.values()))) or "a backward function"
+        by += f" ({NESTED_KINDS})"
         if self.nested_hooks:
-            self.note(f"hooks ran inside a nested backward run by {by} (reentrant checkpointing, or a backward() "
-                      f"inside a hook), not recorded as steps of this pass: {'; '.join(self.nested_hooks)}; values "
-                      "without hooks that depend on them are unknown")
+            self.note(f"hooks ran inside a nested backward run by {by}, not recorded as steps of this pass: "
+                      f"{'; '.join(self.nested_hooks)}; values without hooks that depend on them are unknown")
         for key, functions in self.nested_c.items():  # hooks in C registered on what a recompute made (late.py)
             if key in self.nested_nodes:
                 maybe = self.__dict__.setdefault("nested_maybe", [])
                 maybe += [f"{name} (registered during the pass on a tensor {self.nested_nodes[key]} made: a recompute)"
                           for name in dict.fromkeys(functions)]
         if getattr(self, "nested_maybe", None):  # hooks in C on tensors outside this graph (calls._nested_start)
-            self.note(f"a nested backward run by {by} (reentrant checkpointing, or a backward() inside a hook) ran "
-                      f"these hooks written in C if it reached their tensors (no Python frame shows it): "
-                      f"{'; '.join(self.nested_maybe)}")
+            self.note(f"a nested backward run by {by} ran these hooks written in C if it reached their tensors (no "
+                      f"Python frame shows it): {'; '.join(self.nested_maybe)}")
         if self.nested_written:
-            self.note(f"a nested backward run by {by} (reentrant checkpointing, or a backward() inside a hook) wrote "
-                      f"the .grad of {', '.join(self.nested_written)}: not steps of this pass")
+            self.note(f"a nested backward run by {by} wrote the .grad of {', '.join(self.nested_written)}: not steps "
+                      "of this pass")
         if self.foreign_calls:
             self.note(f"Python code that is not a gradient hook ran during this pass, called by torch's C++ side "
                       f"({', '.join(self.foreign_calls)}: e.g. torch.compile compiling a hook as it is first called, "

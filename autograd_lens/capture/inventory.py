@@ -85,6 +85,7 @@ def inventory(observer: Any) -> tuple[InventoryEntry, ...]:
             for position, hook in enumerate(hooks, 1):
                 entries.append(InventoryEntry(kind, target, function_name(hook), position, len(hooks)))
     leaves = leaf_nodes
+    copies = None  # id(module) -> the hooks torch copied at its forward (read once, if a module has hooks)
     for module in names.module_objects:
         label = names.modules[id(module)]
         legacy = module._is_full_backward_hook is False
@@ -93,7 +94,7 @@ def inventory(observer: Any) -> tuple[InventoryEntry, ...]:
         kinds = (("_backward_pre_hooks", "module_full_pre"),
                  ("_backward_hooks", "module_legacy" if legacy else "module_full"))
         parameters = [id(parameter) for parameter in module.parameters()]
-        if not parameters and legacy:  # torch put its hooks on the backward function of its output, or nowhere
+        if legacy:  # torch put its hooks on the backward function of its output at the forward, or nowhere
             if not _legacy_hooks_in_graph(observer, module):
                 continue
         elif not parameters:  # nothing ties it to this graph before the pass: say so rather than guess
@@ -101,8 +102,13 @@ def inventory(observer: Any) -> tuple[InventoryEntry, ...]:
             continue
         elif not any(parameter in leaves for parameter in parameters):
             continue  # its parameters are not in this graph: this pass does not go through it
+        if not legacy and copies is None:
+            copies = _copied_hooks(observer)
+        copied = None if legacy else copies.get(id(module))
         for attribute, kind in kinds:
             hooks = list((getattr(module, attribute, None) or {}).values())
+            if copied is not None:  # torch runs the hooks it copied at the forward: one added since does not fire
+                hooks = [hook for hook in hooks if any(hook is other for other in copied)]
             for position, hook in enumerate(hooks, 1):
                 entries.append(InventoryEntry(kind, label, function_name(hook), position, len(hooks)))
     from torch.nn.modules import module as module_globals
@@ -135,6 +141,22 @@ def listed(names: Any, shape: Any, inputs: tuple) -> list[tuple[str, torch.Tenso
                 found.append(entry)
         except Exception:
             found.append(entry)
+    return found
+
+
+def _copied_hooks(observer: Any) -> dict[int, list]:
+    """id(module) -> the full backward (pre-)hooks torch copied into its ``BackwardHook`` at the forward, for the
+    modules whose input-side hook boundary is in this graph (torch's closure there holds that ``BackwardHook``)."""
+    found: dict[int, list] = {}
+    for hooks in observer.post_hooks:  # the dict of each node's post-hooks, the lens's own among them
+        for hook in (hooks or {}).values():
+            for cell in getattr(hook, "__closure__", None) or ():
+                try:
+                    value = cell.cell_contents
+                except ValueError:  # an empty cell
+                    continue
+                if isinstance(value, torch.utils.hooks.BackwardHook) and value.module is not None:
+                    found.setdefault(id(value.module), []).extend([*value.user_hooks, *value.user_pre_hooks])
     return found
 
 

@@ -189,9 +189,9 @@ def _clues(name: str, tensor: torch.Tensor, saved: list, cuts: list, graph_keys:
         copy = next(((op, key) for op, value, key in saved if _same_values(value, tensor)), None)
         if copy is not None:
             op, key = copy
-            clues.append(Clue("detached", f"{op} saved a tensor holding exactly {name}'s values (not integers) "
-                                          "without its autograd history: a copy made by .item(), .tolist(), "
-                                          "NumPy or torch.tensor(...)", (key,)))
+            clues.append(Clue("detached", f"{op} saved a tensor holding exactly {name}'s values (not whole "
+                                          "numbers or simple fractions) without its autograd history: a copy made "
+                                          "by .item(), .tolist(), NumPy or torch.tensor(...)", (key,)))
     return clues
 
 
@@ -209,8 +209,9 @@ def _storage(tensor: torch.Tensor) -> int | None:
 
 
 def _same_values(value: torch.Tensor, tensor: torch.Tensor) -> bool:
-    """``value`` holds exactly ``tensor``'s numbers, and they are not all whole numbers (which a coincidence
-    could give); compared in float64 so a float32 copied through ``.item()`` still matches."""
+    """``value`` holds exactly ``tensor``'s numbers, and they are not all multiples of 1/1024 (whole numbers, 0.5,
+    1.5: a number written in the code could give them); compared in float64 so a float32 copied through ``.item()``
+    still matches."""
     try:
         if value.requires_grad or value.numel() != tensor.numel() or tensor.numel() > COPY_LIMIT \
                 or python_dispatch(value) or python_dispatch(tensor):  # (not read: see python_dispatch)
@@ -228,6 +229,6 @@ def _same_values(value: torch.Tensor, tensor: torch.Tensor) -> bool:
 def _equal_values(value: torch.Tensor, tensor: torch.Tensor) -> bool:
     mine = tensor.detach().reshape(-1).double()
     theirs = value.detach().reshape(-1).double()
-    if bool((mine == mine.round()).all()):
-        return False
+    if bool((mine * 1024 == (mine * 1024).round()).all()):  # whole numbers or simple fractions (0.5, 1.5, 0.125):
+        return False  # a number written in the code gives them as easily as a copy does
     return bool(torch.equal(mine, theirs))

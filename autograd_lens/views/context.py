@@ -152,27 +152,64 @@ def inventory_lines(backward_pass: BackwardPass) -> list[str]:
     graph = backward_pass.graph
     complete = not any(node.kind == "hidden" for node in graph.nodes)
     boundaries = {node.label for node in graph.nodes if node.op == "BackwardHookFunctionBackward"}
-    kept, elsewhere = [], 0
+    kept, elsewhere, idle = [], 0, []
     for entry in entries:
+        crossed = any(label.startswith(entry.target + " ") for label in boundaries)
         if entry.kind == "module_unknown" and complete:
-            if any(label.startswith(entry.target + " ") for label in boundaries):
+            if crossed:
                 kept.append(f"{entry.target}: module backward hooks (this graph goes through its hook boundaries)")
             else:
                 elsewhere += 1
             continue
+        if entry.kind in ("module_full", "module_full_pre") and complete and not _output_side(entry.target, boundaries):
+            idle += [entry.target] if entry.target not in idle else []  # its hooks fire only at its boundaries
+            continue
         kept.append(entry.text())
     lines = []
     if kept:
-        lines.append(f"Hooks attached ({len(kept)}); on one target they fire in registration order, across targets "
+        lines.append(f"Hooks attached ({len(kept)}); on one target they fire in the order listed, across targets "
                      "in the engine's order:")
         lines.extend("• " + text for text in kept)
-    else:
-        lines.append("No tensor or module hook is attached to this graph.")
+    unlisted = _unlisted_boundaries(entries, boundaries)
+    if not kept:
+        lines.append("No tensor or module hook is attached to this graph" + (" now." if unlisted else "."))
+    if unlisted:  # torch copied the module's hooks at the forward: they run at its boundaries, even if removed since
+        lines.append(f"({', '.join(unlisted)}: this graph goes through {'its' if len(unlisted) == 1 else 'their'} "
+                     "module hook boundaries, made at the forward: the module backward hooks attached then run there, "
+                     "even if removed since.)")
     if elsewhere:
         lines.append(f"({elsewhere} module{'s' if elsewhere > 1 else ''} with backward hooks and no parameters "
                      f"{'are' if elsewhere > 1 else 'is'} not on this graph: torch made no hook boundary for "
                      f"{'them' if elsewhere > 1 else 'it'} here.)")
+    if idle:
+        lines.append(f"({', '.join(idle)}: module backward hooks that do not fire in this pass: torch made no hook "
+                     "boundary for it in this graph (it puts them around a forward call made after the hooks were "
+                     "registered, on the tensors or tuple of tensors it returns).)")
     return lines
+
+
+def _unlisted_boundaries(entries: list, boundaries: set) -> list[str]:
+    """The modules whose hook boundaries the graph goes through though no module hook of theirs is listed (their
+    hooks were removed after the forward, or the boundary's module has no name here)."""
+    if any(entry.kind.startswith("global_module") for entry in entries):
+        return []  # a global hook's boundaries are every module's: it is listed for all of them
+    listed = {entry.target for entry in entries if entry.kind.startswith("module")}
+    found = []
+    for label in sorted(boundaries):
+        module = label.rsplit(" hook boundary", 1)[0].removesuffix(" output").removesuffix(" input")
+        module = "a module with no name here" if module == "module" else module
+        if module not in listed and module not in found:
+            found.append(module)
+    return found
+
+
+def _output_side(target: str, boundaries: set) -> bool:
+    """Whether the graph may go through the output-side hook boundary of module ``target``: torch runs its full
+    backward (pre-)hooks there (or at the input side once the output side set them up; a forward returning a dict
+    gets an input side only, and no hook fires).  A boundary whose module or side is not named may be it."""
+    if "module hook boundary" in boundaries:
+        return True
+    return any(label.startswith(target + " ") and not label.endswith(" input hook boundary") for label in boundaries)
 
 
 def kept_lines(event: GradWritten) -> tuple[str, ...]:

@@ -4,10 +4,11 @@ and the question predict mode asks about it."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from ..model import values_equal
 from ..format import format_value
-from ..model import BackwardPass, HookCall
+from ..model import BackwardPass, HookCall, PassError
 from .context import Step, _Pass, _registration, leaf_copies
 from .questions import CHAIN_RULE_LIMIT, Question, question_about
 
@@ -39,6 +40,11 @@ def _hook_step(index: int, call: HookCall, context: _Pass, totals: dict, positio
         grads = tuple((copy, text) for copy in leaf_copies(graph, call.node))
     if call.error:
         return Step(index, "hook", call.node, title, lines=(f"It raised {call.error}.",), modified=False, grads=grads)
+    refused = _refused(call, context.backward_pass)
+    if refused:
+        return Step(index, "hook", call.node, title, modified=False, grads=grads, note=_hook_note(call, context, place),
+                    lines=(f"received {format_value(call.grad_in)} → torch refused what it returned ({refused}): "
+                           "nothing flowed on after it, the pass stopped here.",))
     if call.unseen and call.grad_in is None and call.grad_out is None:
         lines = [f"It ran, but {call.unseen}."]
         if call.kind == "post_accumulate_grad":
@@ -88,6 +94,26 @@ def _hook_step(index: int, call: HookCall, context: _Pass, totals: dict, positio
                 grads=grads, question=_hook_question(call, context, place, title))
 
 
+# what the engine (or torch's module-hook wrapper) raises right after a hook returned something it cannot use
+_REFUSALS = re.compile(r"has changed the (size|type) of value|expected (Variable|tuple), but hook returned '|"
+                       r"has returned an incorrect number of values|can't replace a None gradient with a non-None|"
+                       r"hook returned an invalid number of grad_(input|output)|^object of type '\w+' has no len\(\)$")
+
+
+def _refused(call: HookCall, backward_pass: BackwardPass) -> str:
+    """Torch's error, when the pass stopped right after this call because torch refused what the hook returned
+    (a float, a list, a tensor of another shape or dtype, a tuple of the wrong length); "" otherwise."""
+    if call.returned_none or call.kind in ("post_accumulate_grad", "multi_grad"):
+        return ""
+    events = backward_pass.events
+    at = call.step if 0 <= call.step < len(events) and events[call.step] is call else \
+        next((i for i, event in enumerate(events) if event is call), None)
+    after = events[at + 1] if at is not None and at + 1 < len(events) else None
+    if isinstance(after, PassError) and _REFUSALS.search(after.message):
+        return f"{after.type}: {after.message}"
+    return ""
+
+
 def _single(value):
     """The one gradient in a hook's value, with its place: (None, tensor), or (index, tensor) for a tuple that
     holds one; (None, None) when there is not exactly one."""
@@ -109,8 +135,9 @@ def _receive_rule(call: HookCall, context: _Pass, place: int) -> str:
     import torch
 
     if place > 1:
-        return (f"Hooks on one {'tensor' if call.kind == 'tensor' else 'target'} run in registration order, each "
-                f"receiving what the one before it passed on: here {format_value(call.grad_in)}.")
+        return (f"Hooks on one {'tensor' if call.kind == 'tensor' else 'target'} run one after another (in "
+                f"registration order, but one registered with prepend=True goes first), each receiving what the one "
+                f"before it passed on: here {format_value(call.grad_in)}.")
     if call.kind == "tensor":
         parts = [p for p in context.arrived(call.node) if isinstance(p, torch.Tensor)]
         total = None
@@ -158,6 +185,8 @@ def _flow_rule(call: HookCall) -> str:
 def _hook_question(call: HookCall, context: _Pass, place: int, title: str) -> Question | None:
     """What the hook receives and what flows on after it; for a post-accumulate hook, what .grad holds after it."""
     if call.error or call.grad_in is None or call.grad_out is None:
+        return None
+    if _refused(call, context.backward_pass):
         return None
     if call.kind == "post_accumulate_grad":
         if call.modified:
@@ -237,7 +266,8 @@ def _hook_note(call: HookCall, context: _Pass, place: int = 1) -> str:
         uses = _uses_note(call, context)
         if uses:
             notes.append(uses)
-    if call.modified and call.kind not in ("post_accumulate_grad", "multi_grad"):
+    if call.modified and call.kind not in ("post_accumulate_grad", "multi_grad") \
+            and not _refused(call, backward_pass):
         if call.edited_in_place:
             notes.append("It changed the gradient tensor in place: the changed tensor flows on toward the inputs, "
                          "and anything else holding the same tensor sees the change too.")
