@@ -20,7 +20,7 @@ from .leafstate import read_before_write
 from .unexplained import UnexplainedChanges
 from .shared import edited_spans
 from .placing import HookPlacing
-from .ending import _distributed
+from .ending import NESTED_KINDS, _distributed
 
 _current_node = torch._C._current_autograd_node
 _Tensor = torch.Tensor
@@ -382,8 +382,8 @@ class NodeRecorder(UnexplainedChanges, HookPlacing):
         if c_hooks:
             after = arrange_after(self, fn, after, None if is_leaf else record.sent, is_leaf)
         if nested and self.nested_hooks:
-            self.unhooked.unknown_from(fn, "hooks ran inside a backward that " + fn.name() + " ran (reentrant "
-                                       "checkpointing, or a backward() inside a hook): they are not recorded")
+            self.unhooked.unknown_from(fn, f"hooks ran inside a backward that {fn.name()} ran ({NESTED_KINDS}): "
+                                       "they are not recorded")
         elif nested and key in self.nested_c:
             self.unhooked.unknown_from(fn, f"hooks written in C ({', '.join(sorted(set(self.nested_c[key])))}), "
                                        f"registered during the pass on tensors {fn.name()} made, may have run in "
