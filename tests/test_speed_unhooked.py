@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 
 import autograd_lens as al
-from autograd_lens.capture import unhooked
+from autograd_lens.capture import replay, unhooked
 from autograd_lens.capture.saved import saved_tensors_packed
 from autograd_lens.capture.snapshot import hidden_from_user
 from autograd_lens.model import values_equal
@@ -62,19 +62,19 @@ def _general_run_node(fn, grads):
     """``unhooked.run_node`` as it was before the cut (commit cfbce34): its own ``no_grad()`` and
     ``hidden_from_user`` blocks, ``saved.saved_tensors_packed``."""
     name = fn.name()
-    if isinstance(fn, unhooked._PYTHON_NODE):
-        if type(fn).__name__ not in unhooked._IDENTITY_NODES:
-            return unhooked.Unknown(f"{name}'s backward is Python code (a custom autograd.Function or torch's own, "
+    if isinstance(fn, replay._PYTHON_NODE):
+        if type(fn).__name__ not in replay._IDENTITY_NODES:
+            return replay.Unknown(f"{name}'s backward is Python code (a custom autograd.Function or torch's own, "
                                     "e.g. reentrant checkpointing); running it again could change your program")
     elif type(fn).__module__ != "builtins":
-        return unhooked.Unknown(f"{name} is not one of torch's C++ backward functions, so it is not run again")
+        return replay.Unknown(f"{name} is not one of torch's C++ backward functions, so it is not run again")
     elif saved_tensors_packed(fn):
-        return unhooked.Unknown(f"{name}'s saved tensors were packed by a saved-tensor hook (e.g. checkpointing); "
+        return replay.Unknown(f"{name}'s saved tensors were packed by a saved-tensor hook (e.g. checkpointing); "
                                 "unpacking them again would run that hook")
     with torch.no_grad(), hidden_from_user():
-        outputs = tuple(grads) if isinstance(fn, unhooked._PYTHON_NODE) else fn(*grads)
+        outputs = tuple(grads) if isinstance(fn, replay._PYTHON_NODE) else fn(*grads)
         outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
-        return unhooked._reduce(fn, outputs)
+        return replay.reduce_outputs(fn, outputs)
 
 
 def _warm_up():
@@ -86,7 +86,7 @@ def _warm_up():
 def test_a_node_run_again_gives_what_the_general_run_node_gives(monkeypatch):
     _warm_up()
     general = _general_run_node
-    fast = unhooked._run
+    fast = unhooked.run_again
     seen = []
 
     def checked(fn, grads, *read):  # read: next_functions and _input_metadata read already (Unhooked's caches)
@@ -95,12 +95,12 @@ def test_a_node_run_again_gives_what_the_general_run_node_gives(monkeypatch):
         got = fast(fn, grads, *read)
         expected = general(fn, grads)  # its own no_grad() and hidden_from_user blocks, as before the cut
         assert type(got) is type(expected)
-        assert got == expected if isinstance(got, unhooked.Unknown) else values_equal(got, expected), fn.name()
+        assert got == expected if isinstance(got, replay.Unknown) else values_equal(got, expected), fn.name()
         assert _packed_agrees(fn)
         seen.append(fn.name())
         return got
 
-    monkeypatch.setattr(unhooked, "_run", checked)
+    monkeypatch.setattr(unhooked, "run_again", checked)
     with al.Lens() as lens:
         _program(hooked=True)
     assert "SplitBackward0" in seen and "TripleBackward" in seen, seen
@@ -114,7 +114,7 @@ def test_a_node_run_again_gives_what_the_general_run_node_gives(monkeypatch):
 
 
 def _packed_agrees(fn) -> bool:
-    return unhooked._packed(fn) == saved_tensors_packed(fn)
+    return replay.packed(fn) == saved_tensors_packed(fn)
 
 
 def test_saved_tensors_packed_by_a_hook_are_found_by_the_per_type_look_up(monkeypatch):
@@ -122,11 +122,11 @@ def test_saved_tensors_packed_by_a_hook_are_found_by_the_per_type_look_up(monkey
     answers = []
 
     def checked(fn, grads, *read):
-        answers.append((fn.name(), unhooked._packed(fn), saved_tensors_packed(fn)))
+        answers.append((fn.name(), replay.packed(fn), saved_tensors_packed(fn)))
         return fast(fn, grads, *read)
 
-    fast = unhooked._run
-    monkeypatch.setattr(unhooked, "_run", checked)
+    fast = unhooked.run_again
+    monkeypatch.setattr(unhooked, "run_again", checked)
     with al.Lens() as lens:
         _program(hooked=True, pack=True, custom=False)
     assert answers and all(mine == general for _, mine, general in answers), answers

@@ -9,14 +9,17 @@ observer").  Nothing runs until some hook changes a gradient.  From then on, whe
 * it *diverges* when a hook on it changed something, when one of its users diverged, or (after a
   hook edited a gradient in place, which can leak into a sibling branch) when its unhooked input
   differs from what it received;
-* a diverged node is run again on its unhooked input — ``fn(*grads)`` runs the backward function
-  and no hook — then each result is reduced to the shape its receiver expects, as the engine does
-  after every node (broadcast dimensions summed, dtype converted).
+* a diverged node is run again on its unhooked input (``replay.run_again``) — ``fn(*grads)`` runs the
+  backward function and no hook — then each result is reduced to the shape its receiver expects, as
+  the engine does after every node (broadcast dimensions summed, dtype converted).
 
 Only torch's C++ backward functions are run again, and only when none of their saved tensors was
 packed by a saved-tensor hook (unpacking would run that hook, or recompute a checkpointed
 forward).  Anything else — a custom ``autograd.Function``, reentrant checkpointing, a value too
 large to keep — makes the value *unknown*, with the reason: never a guess.
+
+Every node below the first changing hook comes here once per pass, so the usual case is kept short: no
+diverged node yet, nothing to look at; an output with one user and no seed, that user's value as is.
 """
 
 from __future__ import annotations
@@ -27,26 +30,21 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .snapshot import hidden_from_user
-from ..model import TensorSummary, python_dispatch, values_equal
-from .saved import packed_by_hook, saved_names
+from ..model import TensorSummary, values_equal
+from .replay import Unknown, run_again
 
 if TYPE_CHECKING:
     from .observe import PassObserver
 
 _hidden_from_modes = hidden_from_user  # the lens's tensor ops never reach a user's dispatch mode or profile
-_PYTHON_NODE = torch.autograd.function.BackwardCFunction
 _set_grad_enabled = torch._C._set_grad_enabled  # what torch.no_grad() calls
-_IDENTITY_NODES = ("BackwardHookFunctionBackward",)  # torch's module-hook boundary: backward returns its input
-
-
-@dataclass(frozen=True)
-class Unknown:
-    """A value the lens cannot know without running user code again, and why."""
-
-    reason: str
+# backward functions whose formula depends on grad mode (torch's derivatives.yaml: "GradMode::is_enabled() ? ..."),
+# whose numbers differ in the last bits between a create_graph=True pass and a re-run without a graph (found so far)
+_GRAD_MODE_FORMULAS = frozenset({"WeightNormInterfaceBackward0", "NativeDropoutBackward0"})
 
 
 EARLIER = "not known since an earlier pass: "
+_NOT_RUN: Any = object()  # (Unhooked._sent_by) a user that has not run: nothing arrived from it
 
 
 def _earlier(value: Any) -> Any:
@@ -91,107 +89,6 @@ def _too_large(summary: TensorSummary) -> str:
             "or a larger memory_budget, to compute it)")
 
 
-def run_node(fn: Any, grads: list[Any]) -> tuple[Any, ...] | Unknown:
-    """What ``fn`` sends for ``grads`` with no hook, reduced to what each receiver expects; or Unknown."""
-    with torch.no_grad(), _hidden_from_modes():
-        return _run(fn, grads)
-
-
-def _run(fn: Any, grads: list[Any], nexts: tuple | None = None,
-         metadata: dict | None = None) -> tuple[Any, ...] | Unknown:
-    """``run_node`` for a caller that has grad mode off and the lens's work hidden already (``Unhooked.on_node``);
-    ``nexts``: ``fn.next_functions`` read already, ``metadata``: what ``_reduce`` read of ``_input_metadata`` already
-    (added to as read)."""
-    if isinstance(fn, _PYTHON_NODE):
-        if type(fn).__name__ not in _IDENTITY_NODES:
-            return Unknown(f"{fn.name()}'s backward is Python code (a custom autograd.Function or torch's own, "
-                           "e.g. reentrant checkpointing); running it again could change your program")
-        outputs: Any = tuple(grads)
-    elif type(fn).__module__ != "builtins":
-        return Unknown(f"{fn.name()} is not one of torch's C++ backward functions, so it is not run again")
-    elif _packed(fn):
-        return Unknown(f"{fn.name()}'s saved tensors were packed by a saved-tensor hook (e.g. checkpointing); "
-                       "unpacking them again would run that hook")
-    elif _dispatching(fn):
-        return Unknown(f"{fn.name()} saved a tensor subclass with a __torch_dispatch__ of its own (a wrapper such as "
-                       "TwoTensor or DTensor): its numbers are not read, so it is not run again")
-    else:
-        try:
-            outputs = fn(*grads)
-        except Exception as problem:
-            return Unknown(f"{fn.name()} could not be run again ({type(problem).__name__}: {problem})")
-    outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
-    try:
-        return _reduce(fn, outputs, nexts, metadata)
-    except Exception as problem:
-        return Unknown(f"the result of {fn.name()} could not be reduced to its inputs' shapes ({problem})")
-
-
-_RAW_NAMES: dict[type, tuple[str, ...]] = {}  # node type -> its ``_raw_saved_*`` attributes (saved tensors)
-
-
-def _packed(fn: Any) -> bool:
-    """``saved.saved_tensors_packed``, with the names of a node type's saved tensors found once per type."""
-    kind = type(fn)
-    raw_names = _RAW_NAMES.get(kind)
-    if raw_names is None:
-        raw_names = _RAW_NAMES[kind] = tuple("_raw" + name for name in saved_names(fn) if hasattr(kind, "_raw" + name))
-    for raw_name in raw_names:
-        if packed_by_hook(getattr(fn, raw_name)):
-            return True
-    return False
-
-
-# backward functions whose formula depends on grad mode (torch's derivatives.yaml: "GradMode::is_enabled() ? ..."),
-# whose numbers differ in the last bits between a create_graph=True pass and a re-run without a graph (found so far)
-_GRAD_MODE_FORMULAS = frozenset({"WeightNormInterfaceBackward0", "NativeDropoutBackward0"})
-
-
-def _dispatching(fn: Any) -> bool:
-    """``fn`` saved a tensor whose ops go through Python dispatch (``python_dispatch``): the lens runs nodes with
-    dispatch off, where a wrapper subclass has no storage (running the node crashes the process)."""
-    for raw_name in _RAW_NAMES.get(type(fn), ()):  # (filled by _packed, called first)
-        try:
-            raw = getattr(fn, raw_name)
-        except Exception:  # freed: running the node raises, and says so
-            continue
-        for item in raw if isinstance(raw, (tuple, list)) else (raw,):
-            try:
-                value = item.data
-            except Exception:
-                continue
-            if value is not None and type(value) is not torch.Tensor and python_dispatch(value):
-                return True
-    return False
-
-
-def _reduce(fn: Any, outputs: tuple[Any, ...], nexts: tuple | None = None,
-            known: dict | None = None) -> tuple[Any, ...]:
-    """The engine's ``validate_outputs``: sum broadcast dimensions away and convert the dtype (called with grad
-    mode off and the lens's work hidden, by ``run_node``).  torch builds ``next_functions`` and ``_input_metadata``
-    anew at each read (a node's never change): ``nexts`` when read already, and ``known`` ((id(node), input) ->
-    (shape, dtype) of that input's metadata), added to as read."""
-    reduced = []
-    for slot, (next_fn, output_nr) in enumerate(fn.next_functions if nexts is None else nexts):
-        value = outputs[slot] if slot < len(outputs) else None
-        if next_fn is None or not isinstance(value, torch.Tensor):
-            reduced.append(None)
-            continue
-        expected = None if known is None else known.get((id(next_fn), output_nr))
-        if expected is None:
-            metadata = next_fn._input_metadata[output_nr]
-            expected = (tuple(metadata.shape), metadata.dtype)
-            if known is not None:
-                known[(id(next_fn), output_nr)] = expected
-        shape, dtype = expected
-        if value.shape != shape:  # (a torch.Size is a tuple)
-            value = value.sum_to_size(shape)
-        if value.dtype != dtype:
-            value = value.to(dtype)
-        reduced.append(value)
-    return tuple(reduced)
-
-
 def _same(unhooked: Any, received: Any) -> bool:
     if isinstance(unhooked, (Unknown, TensorSummary)):
         return False
@@ -212,7 +109,8 @@ class Unhooked:
         self.leaf: dict[int, Any] = {}  # id(AccumulateGrad) -> what it would have added (diverged leaves)
         self.forced: dict[int, Unknown] = {}  # id(fn) -> why what it would have sent is not known
         self.nexts: dict[int, tuple] | None = None  # id(fn) -> next_functions (Structure.next_of), once a node diverged
-        self.metadata: dict[tuple, tuple] = {}  # (id(node), input) -> (shape, dtype), as read for _reduce
+        self.metadata: dict[tuple, tuple] = {}  # (id(node), input) -> (shape, dtype), as read by replay.reduce_outputs
+        self.root_edges: frozenset | None = None  # (id(node), output) of each root edge, once asked
         self.repeated = ""  # why no value without hooks is known in this pass (boundaries.REPEATED), or ""
 
     def activate(self, edited_in_place: bool, seen: bool = False) -> None:
@@ -229,58 +127,77 @@ class Unhooked:
 
     def on_node(self, fn: Any, grad_inputs: tuple, grad_outputs: tuple, calls: list, is_leaf: bool) -> None:
         """``fn`` has just run (its post-hook): decide whether it diverged, and what it would have sent."""
-        if id(fn) in self.forced:
-            self.out[id(fn)] = self.forced[id(fn)]
+        key = id(fn)
+        forced = self.forced
+        if forced and key in forced:
+            self.out[key] = forced[key]
             return
         # a call whose effect is not known (a hook written in C) may have changed anything it touched
-        diverged = any(call.node_fn is fn and (call.modified or call.unseen and call.grad_out is None)
-                       for call in calls)
+        diverged = False
+        for call in calls:
+            if call.node_fn is fn and (call.modified or call.unseen and call.grad_out is None):
+                diverged = True
+                break
         if not diverged and not self.edited_in_place:
             # only a diverged user can change what reached fn
+            out = self.out
+            if not out:
+                return
             consumers = self.observer.shape.consumers
-            diverged = any(
-                id(user) in self.out
-                for output_nr in range(len(grad_outputs))
-                for user, _ in consumers.get((id(fn), output_nr), ())
-            )
-        if not diverged and not self.edited_in_place:
-            return  # what reached fn is what would have: nothing to compute
+            for output_nr in range(len(grad_outputs)):
+                for user, _ in consumers.get((key, output_nr), ()):
+                    if id(user) in out:
+                        diverged = True
+                        break
+                if diverged:
+                    break
+            else:
+                return  # what reached fn is what would have: nothing to compute
         # the caller (nodes.py, _record_node) has hidden the lens's work already; grad mode off once for the node
         grad_mode = torch.is_grad_enabled()
         if grad_mode:
             _set_grad_enabled(False)
         try:
-            self._diverged(fn, grad_outputs, diverged, is_leaf, grad_mode)
+            self._diverged(fn, grad_inputs, grad_outputs, diverged, is_leaf, grad_mode)
         finally:
             if grad_mode:
                 _set_grad_enabled(True)
 
-    def _diverged(self, fn: Any, grad_outputs: tuple, diverged: bool, is_leaf: bool, graph_mode: bool = False) -> None:
+    def _diverged(self, fn: Any, grad_inputs: tuple, grad_outputs: tuple, diverged: bool, is_leaf: bool,
+                  graph_mode: bool = False) -> None:
         """``on_node`` past its first checks, with grad mode off and the lens's work hidden (``graph_mode``: the engine
         runs the pass with grad mode on, ``create_graph=True``)."""
-        unhooked = [self._input_of(fn, output_nr, False) for output_nr in range(len(grad_outputs))]
+        input_of = self._input_of
+        unhooked = [input_of(fn, output_nr, False) for output_nr in range(len(grad_outputs))]
         if not diverged:
             diverged = not all(_same(value, received) for value, received in zip(unhooked, grad_outputs))
             if not diverged:
                 return
+        key = id(fn)
         if is_leaf:
-            self.leaf[id(fn)] = unhooked[0] if unhooked else None
+            self.leaf[key] = unhooked[0] if unhooked else None
             return
-        unknown = next((value for value in unhooked if isinstance(value, Unknown)), None)
+        unknown = large = None
+        for value in unhooked:
+            if isinstance(value, Unknown):
+                unknown = value  # the first Unknown, before any summary
+                break
+            if large is None and isinstance(value, TensorSummary):
+                large = value
         if unknown is not None:
-            self.out[id(fn)] = unknown
+            self.out[key] = unknown
+        elif large is not None:
+            self.out[key] = Unknown(_too_large(large))
+        elif graph_mode and fn.name() in _GRAD_MODE_FORMULAS:
+            self.out[key] = Unknown(
+                f"{fn.name()} computes otherwise with create_graph=True (a formula that can be differentiated "
+                "again), and the lens runs it again without a graph")
         else:
-            large = next((value for value in unhooked if isinstance(value, TensorSummary)), None)
-            if large is not None:
-                self.out[id(fn)] = Unknown(_too_large(large))
-            elif graph_mode and fn.name() in _GRAD_MODE_FORMULAS:
-                self.out[id(fn)] = Unknown(
-                    f"{fn.name()} computes otherwise with create_graph=True (a formula that can be differentiated "
-                    "again), and the lens runs it again without a graph")
-            else:
-                if self.nexts is None:
-                    self.nexts = self.observer.shape.next_of()
-                self.out[id(fn)] = _run(fn, unhooked, self.nexts.get(id(fn)), self.metadata)
+            nexts = self.nexts
+            if nexts is None:
+                nexts = self.nexts = self.observer.shape.next_of()
+            self.out[key] = run_again(fn, unhooked, nexts.get(key), self.metadata,
+                                      grad_inputs if type(grad_inputs) is tuple else None)
 
     def input_of(self, fn: Any, output_nr: int, hooked: bool = False) -> Any:
         """What output ``output_nr`` of ``fn`` would have received with no hook anywhere; ``hooked``: what
@@ -294,20 +211,43 @@ class Unhooked:
         if observer.python_edits and not hooked:  # what the users sent was copied before such an edit reached it
             return Unknown("a custom autograd.Function's backward edited in place a gradient it received, earlier in "
                            f"this pass; what reached {fn.name()} without hooks is not followed through that")
+        edge = (id(fn), output_nr)
+        users = observer.shape.consumers.get(edge, ())
+        roots = self.root_edges
+        if roots is None:
+            roots = self.root_edges = frozenset((id(root_fn), root_nr) for root_fn, root_nr in observer.shape.root_edges)
+        if len(users) == 1 and edge not in roots:  # the usual output: one user, no seed; what it sent, as add() takes it
+            value = self._sent_by(users[0], hooked)
+            if value is _NOT_RUN:
+                return None
+            return add(None, value) if isinstance(value, TensorSummary) else value
+        return self._summed(fn, output_nr, users, hooked)
+
+    def _sent_by(self, user_slot: tuple, hooked: bool) -> Any:
+        """What ``user`` sent on ``slot`` (the recorded copy), or would have sent with no hook (``hooked`` False, a
+        diverged user: its value without hooks, or the Unknown it is); ``_NOT_RUN`` when it has not run."""
+        user, slot = user_slot
+        position = self.observer.ran.get(id(user))
+        if position is None:
+            return _NOT_RUN
+        if not hooked and id(user) in self.out:
+            outputs = self.out[id(user)]
+            return outputs if isinstance(outputs, Unknown) else outputs[slot]
+        sent = self.observer.records[position].sent
+        return sent[slot] if isinstance(sent, tuple) and slot < len(sent) else sent
+
+    def _summed(self, fn: Any, output_nr: int, users: Any, hooked: bool) -> Any:
+        """``_input_of`` in general: the seeds of the roots at this output, then what each user sent, in the order
+        they ran, added up as the engine adds them."""
+        observer = self.observer
         arrivals = []
-        for user, slot in observer.shape.consumers.get((id(fn), output_nr), ()):
-            position = observer.ran.get(id(user))
-            if position is None:
+        for user_slot in users:
+            value = self._sent_by(user_slot, hooked)
+            if value is _NOT_RUN:
                 continue
-            if id(user) in self.out and not hooked:
-                outputs = self.out[id(user)]
-                if isinstance(outputs, Unknown):
-                    return outputs
-                value = outputs[slot]
-            else:
-                sent = observer.records[position].sent
-                value = sent[slot] if isinstance(sent, tuple) and slot < len(sent) else sent
-            arrivals.append((position, value))
+            if isinstance(value, Unknown):  # (only a diverged user's is one: recorded copies are values)
+                return value
+            arrivals.append((observer.ran[id(user_slot[0])], value))
         arrivals.sort(key=lambda item: item[0])
         total: Any = None
         seeds = observer.start_seeds if hooked else observer.seeds
