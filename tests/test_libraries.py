@@ -115,6 +115,7 @@ def dp_training(mode, steps=2):
             if step == steps:
                 break
             optimizer.zero_grad()
+            ns.setdefault("held", []).append([libs.clone(p.grad) for p in model.parameters()])
             loss = criterion(model(xb), yb)
             loss.backward()
             outcome.append(([libs.clone(getattr(p, "grad_sample", None)) for p in model.parameters()],
@@ -142,6 +143,17 @@ def test_opacus_dp_sgd_under_the_lens(mode, passes):
     assert all(call.kind == "module_full" and not call.modified for p in shown for call in p.hook_calls)
     if mode == "hooks":  # the first pass, before any step: the same .grad with the hooks never registered
         assert libs._without(shown[:1], unhooked["passes"][:1]) == []
+        # one registration per layer, made once by GradSampleModule: call k of 2 in pass k, each for forward call 1
+        assert [[(c.invocation, c.forward_call) for c in p.hook_calls] for p in shown] == [[(1, 1)] * 4, [(2, 1)] * 4]
+        from autograd_lens.views.steps import hook_totals, steps_for
+        totals = hook_totals(shown)
+        titles = [s.title for p in shown for s in steps_for(p, totals) if s.kind == "hook"]
+        assert sum(f"call {k} of 2 in this recording" in t for t in titles for k in (1, 2)) == 8
+        # "already held": DPOptimizer.zero_grad() leaves zeros (set_to_none=False), which the second pass adds to
+        held = runs["plain"]["held"]
+        assert held[0] == [None] * 8 and all(float(g.abs().sum()) == 0 for g in held[1])
+        notes = [s.note for p in shown for s in steps_for(p, totals) if s.kind == "grad"]
+        assert sum("already held" in n for n in notes[:8]) == 0 and sum("already held" in n for n in notes[8:]) == 8
 
 
 @pytest.mark.xfail(strict=True, reason="capture/records.py usual_leaf reads fn.variable.grad through the leaf's "
