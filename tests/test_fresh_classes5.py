@@ -219,3 +219,218 @@ def test_ddp_against_torch(process_group, case):
     assert len(comm_passes) == (1 if DDP[case].get("comm") else 0)
     for p in comm_passes:
         assert sorted(p.unknown) == ["m.0.bias", "m.0.weight", "m.2.bias", "m.2.weight"]
+
+
+# --- 4. training infrastructure in one process: differential programs ----------------------------------------------------
+
+def scaler_clip(log, per, hooked):
+    """GradScaler (CPU, bfloat16 autocast), hooks that clamp, then unscale_ and clip_grad_norm_(foreach=True)."""
+    m = mlp()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 4)
+    if hooked:
+        for p in m.parameters():
+            p.register_hook(H(log, "clip", lambda g: g.clamp(-1, 1)))
+    x = torch.randn(5, 3)
+    for _ in range(2):
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = m(x).float().pow(2).sum()
+        scaler.scale(loss).backward()
+        per.append(grads(m))
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(m.parameters(), 0.5, foreach=True)
+        scaler.step(opt)
+        scaler.update()
+    return [p.detach().clone() for p in m.parameters()]
+
+
+def whole_model_pre_hook(log, per, hooked):
+    m = mlp()
+    if hooked:
+        m.register_full_backward_pre_hook(H(log, "pre", lambda mod, go: (go[0] * 3,), lambda a: a[1]))
+        m.register_full_backward_hook(H(log, "full", lambda mod, gi, go: None, lambda a: a[1]))
+    x = torch.randn(5, 3, requires_grad=True)
+    m(x).sum().backward()
+    per.append(dict(grads(m), x=x.grad.clone()))
+
+
+def accumulate_node_hooks(log, per, hooked):
+    """Pre- and post-hooks on the AccumulateGrad nodes reached through grad_fn.next_functions."""
+    m = mlp()
+    out = m(torch.randn(5, 3)).sum()
+    if hooked:
+        seen, stack = [], [out.grad_fn]
+        while stack:
+            for fn, _ in stack.pop().next_functions:
+                if fn is not None and fn.name() == "torch::autograd::AccumulateGrad":
+                    if fn not in seen:
+                        seen.append(fn)
+                        fn.register_prehook(H(log, "accpre", lambda go: (go[0] * 2,)))
+                        fn.register_hook(H(log, "accpost", lambda gi, go: None))
+                elif fn is not None:
+                    stack.append(fn)
+    out.backward()
+    per.append(grads(m))
+
+
+def functional_call(log, per, hooked):
+    m = mlp()
+    params = {k: v.detach().clone().requires_grad_() for k, v in m.named_parameters()}
+    if hooked:
+        params["0.weight"].register_hook(H(log, "w", lambda g: g * 0.5))
+    torch.func.functional_call(m, params, (torch.randn(5, 3),)).sum().backward()
+    per.append({f"params['{k}']": v.grad.clone() for k, v in params.items()})
+
+
+def forward_ad(log, per, hooked):
+    import torch.autograd.forward_ad as fwAD
+
+    torch.manual_seed(0)
+    w = torch.randn(3, requires_grad=True)
+    with fwAD.dual_level():
+        y = (fwAD.make_dual(torch.randn(3), torch.ones(3)) * w).sin()
+        if hooked:
+            y.register_hook(H(log, "y", lambda g: g * 2))
+        tangent = fwAD.unpack_dual(y).tangent.clone()
+        y.sum().backward()
+    per.append({"w": w.grad.clone()})
+    return tangent
+
+
+def save_on_cpu(log, per, hooked):
+    m = mlp()
+    x = torch.randn(5, 3, requires_grad=True)
+    with torch.autograd.graph.save_on_cpu(pin_memory=False):
+        h = m[0](x)
+        if hooked:
+            h.register_hook(H(log, "h", lambda g: g * 2))
+        out = m[2](m[1](h)).pow(2).sum()
+    out.backward()
+    per.append(dict(grads(m), x=x.grad.clone()))
+
+
+def mutation_on_saved(log, per, hooked):
+    torch.manual_seed(0)
+    a = torch.randn(4, requires_grad=True)
+    with torch.autograd.graph.allow_mutation_on_saved_tensors():
+        b = a.clone()
+        c = b * b
+        if hooked:
+            c.register_hook(H(log, "c", lambda g: g * 3))
+        b.mul_(2)  # mutates a tensor c's node saved: the context keeps a copy
+        (c.sum() + b.sum()).backward()
+    per.append({"a": a.grad.clone()})
+
+
+def sparse_embedding(log, per, hooked):
+    torch.manual_seed(0)
+    emb, lin = nn.Embedding(6, 3, sparse=True), nn.Linear(3, 1)
+    opt = torch.optim.SparseAdam(list(emb.parameters()), lr=0.1)
+    if hooked:
+        emb.weight.register_hook(H(log, "sparse", lambda g: g * 0.5))
+        lin.weight.register_hook(H(log, "lw", lambda g: g + 1))
+    idx = torch.tensor([[0, 2, 2], [5, 1, 0]])
+    for _ in range(2):
+        opt.zero_grad()
+        lin.zero_grad()
+        lin(emb(idx)).pow(2).sum().backward()
+        per.append({"emb.weight": emb.weight.grad.clone(), "lin.weight": lin.weight.grad.clone()})
+        opt.step()
+
+
+def adamw(kind):
+    def program(log, per, hooked):
+        m = mlp()
+        opt = torch.optim.AdamW(m.parameters(), lr=0.01, **{kind: True})
+        steps = []  # optimizer hooks are no gradient hooks: counted, never shown
+        opt.register_step_pre_hook(lambda o, a, k: steps.append("pre"))
+        opt.register_step_post_hook(lambda o, a, k: steps.append("post"))
+        if hooked:
+            for p in m.parameters():
+                p.register_post_accumulate_grad_hook(H(log, "after", lambda p: None, lambda a: a[0].grad))
+            m[2].weight.register_hook(H(log, "w2", lambda g: g * 0.25))
+        x = torch.randn(5, 3)
+        for _ in range(2):
+            opt.zero_grad()
+            m(x).pow(2).sum().backward()
+            per.append(grads(m))
+            torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0, foreach=True)
+            opt.step()
+        return [p.detach().clone() for p in m.parameters()], steps
+    return program
+
+
+def averaged(log, per, hooked):
+    """SWA and EMA AveragedModels updated after each step; then a backward through the averaged copy."""
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+    m = mlp()
+    ema, swa = AveragedModel(m, multi_avg_fn=get_ema_multi_avg_fn(0.9)), AveragedModel(m)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    if hooked:
+        m[0].weight.register_hook(H(log, "w0", lambda g: g.clamp(-0.5, 0.5)))
+    x = torch.randn(5, 3, requires_grad=True)
+    for _ in range(2):
+        opt.zero_grad()
+        m(x).sum().backward()
+        per.append(grads(m))
+        opt.step()
+        ema.update_parameters(m)
+        swa.update_parameters(m)
+    return [p.detach().clone() for p in ema.parameters()] + [p.detach().clone() for p in swa.parameters()]
+
+
+def ema_by_hooks(log, per, hooked):
+    """Post-accumulate hooks halving .grad in place; an optimizer post-step hook keeping a shadow EMA."""
+    m = mlp()
+    shadow = {n: p.detach().clone() for n, p in m.named_parameters()}
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+
+    @torch.no_grad()
+    def keep_average(optimizer, args, kwargs):
+        for n, p in m.named_parameters():
+            shadow[n].mul_(0.9).add_(p, alpha=0.1)
+    opt.register_step_post_hook(keep_average)
+    if hooked:
+        for weight in m.parameters():
+            weight.register_post_accumulate_grad_hook(
+                H(log, "halve", lambda p: (p.grad.mul_(0.5), None)[1], lambda a: a[0].grad))
+    x = torch.randn(5, 3)
+    for _ in range(2):
+        opt.zero_grad()
+        m(x).sum().backward()
+        per.append(grads(m))
+        opt.step()
+    return shadow
+
+
+def differentiable_sgd(log, per, hooked):
+    """SGD(differentiable=True) stepped on a gradient made with create_graph=True, then a meta-loss's backward."""
+    torch.manual_seed(0)
+    w = torch.randn(3, requires_grad=True)
+    lr = torch.tensor(0.1, requires_grad=True)
+    wc = w.clone()
+    opt = torch.optim.SGD([wc], lr=lr, differentiable=True)
+    x = torch.randn(3)
+    (g,) = torch.autograd.grad((wc * x).pow(2).sum(), wc, create_graph=True)
+    per.append({})
+    wc.grad = g
+    if hooked:
+        g.register_hook(H(log, "g", lambda t: t * 2))
+    opt.step()
+    (wc * x).sum().backward()
+    per.append({"w": w.grad.clone(), "lr": lr.grad.clone()})
+
+
+TRAINING = {f.__name__: f for f in (scaler_clip, whole_model_pre_hook, accumulate_node_hooks, functional_call,
+                                     forward_ad, save_on_cpu, mutation_on_saved, sparse_embedding, averaged,
+                                     ema_by_hooks, differentiable_sgd)}
+TRAINING.update(adamw_foreach=adamw("foreach"), adamw_fused=adamw("fused"))
+
+
+@pytest.mark.parametrize("name", sorted(TRAINING))
+def test_training_infrastructure_against_torch(name):
+    program = TRAINING[name]
+    assert _run(program)["log"], "no hook ran: the program tests nothing"
+    assert problems_of(program) == []
