@@ -434,3 +434,33 @@ def test_training_infrastructure_against_torch(name):
     program = TRAINING[name]
     assert _run(program)["log"], "no hook ran: the program tests nothing"
     assert problems_of(program) == []
+
+
+# --- 5. DistributedDataParallel over two processes, the Lens in rank 0 only ---------------------------------------------
+# The all-reduce (torch's, in C++) writes the average of both ranks' gradients to .grad after AccumulateGrad: no
+# Python code runs, and the value differs from what the pass computed. The lens shows each .grad as it is, and "without
+# hooks" as unknown, saying why (a change after the last write it saw, e.g. DDP's all-reduce), never the local value.
+
+def test_ddp_over_two_processes_lens_in_rank_0():
+    import socket
+
+    with socket.socket() as probe:  # a free port for the TCP store
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "real_code" / "ddp_two_ranks.py"), str(port)],
+                          capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {row["way"]: row for row in map(json.loads, done.stdout.strip().splitlines())}
+    plain, lensed, unhooked = rows["plain"], rows["lens"], rows["nohook"]
+    assert plain["per"] == lensed["per"] and plain["log"] == lensed["log"]
+    shown = lensed["shown"]
+    assert [c[:3] for c in shown["calls"]] == [["twice", "m.0.weight", 1], ["twice", "m.0.weight", 2]]
+    for call, received in zip(shown["calls"], plain["log"]):
+        assert call[3] == received and call[4] == (torch.tensor(received) * 2).tolist()
+    assert shown["leaf_grads"] == plain["per"]
+    for index, unknown in enumerate(shown["unknown"]):
+        assert sorted(unknown) == sorted(plain["per"][index]), "the all-reduced .grads are unknown without hooks"
+        assert all("all-reduce" in why for why in unknown.values())
+        # (what the local pass computed without the hook is not what .grad holds without it: the average is)
+        assert unhooked["per"][index] != plain["per"][index]
