@@ -73,6 +73,18 @@ def test_fsdp2_without_resharding_is_recorded_truly(fsdp):
     assert all(u == ["m.0.bias", "m.0.weight", "m.2.bias", "m.2.weight", "x"] for u in out["unknown"])
 
 
+@pytest.mark.xfail(strict=True, reason="names.py / build.py (not fresh5's): FSDP2 swaps m[0].weight back to its "
+                   "sharded DTensor after the pass and moves the gradient there (the graph's unsharded leaf's .grad "
+                   "is set to None); the lens shows 'm.0.weight' with .grad None, where m[0].weight.grad holds the "
+                   "gradient. Fix: at the pass's end, a leaf whose name now denotes another tensor is shown under "
+                   "no name (or with a note that the name moved), never with that name's .grad as None")
+def test_fsdp2_leaf_names_after_the_pass(fsdp):
+    out = fsdp[1]
+    plain = out["plain"][-1]  # the last pass's .grads as the user reads them: m[0].weight.grad etc. (full tensors)
+    for name, shown in out["leaf_grads"][-1].items():
+        assert shown == plain[name], f"{name}.grad shown {shown}, m's {name} holds {plain[name]}"
+
+
 # --- 2. the differential harness: plain, under a Lens, without hooks ----------------------------------------------------
 
 def _equal(a, b) -> bool:

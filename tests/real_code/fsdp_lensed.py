@@ -17,7 +17,7 @@ from torch import nn
 import autograd_lens as al
 
 
-def program(log: list, reshard: bool) -> list:
+def program(log: list, reshard: bool) -> list[dict]:
     from torch.distributed.fsdp import fully_shard
 
     torch.manual_seed(0)
@@ -35,7 +35,8 @@ def program(log: list, reshard: bool) -> list:
     for _ in range(2):
         m.zero_grad()
         m(x).pow(2).sum().backward()
-        grads.append([p.grad.full_tensor().tolist() for p in m.parameters()] + [x.grad.tolist()])
+        grads.append({**{"m." + n: p.grad.full_tensor().tolist() for n, p in m.named_parameters()},
+                      "x": x.grad.tolist()})
     return grads
 
 
@@ -59,12 +60,15 @@ def once(reshard: bool) -> None:
             lensed = program(lens_log, reshard)
     print(json.dumps({
         "same": plain == lensed and plain_log == lens_log,
+        "plain": plain,
         "passes": len(lens.passes),
         "calls": [[c.hook, c.kind, c.target, c.invocation, c.grad_in[0].tolist(), c.grad_out[0].tolist()]
                   for c in lens.hook_calls],
         "log": plain_log,
         "notes": [n.message for n in lens.notes],
         "unknown": [sorted(p.unknown) for p in lens.passes],
+        "leaf_grads": [{k: None if v is None else v.tolist() for k, v in p.leaf_grads.items() if k != "x"}
+                       for p in lens.passes],
     }), flush=True)
 
 
