@@ -476,3 +476,39 @@ def test_ddp_over_two_processes_lens_in_rank_0():
         assert all("all-reduce" in why for why in unknown.values())
         # (what the local pass computed without the hook is not what .grad holds without it: the average is)
         assert unhooked["per"][index] != plain["per"][index]
+
+
+# --- 6. GradScaler after a pass whose hook made an inf: the step is skipped and the scale halved --------------------------
+# False, left (time): pass 1's hook returns inf, so GradScaler skips the optimizer step and halves its scale (a tensor
+# updated in place from found_inf, which the hooked gradients made). Pass 2 then runs on unchanged parameters with
+# scale 2**15; without the hook, pass 1 would have stepped and kept 2**16. The lens shows pass 2's values "without
+# hooks" as this graph with the hook removed (scale 2**15, parameters not stepped), with no note: the leaves did not
+# change, so its "changed since pass 1, whose hooks changed gradients" note is not given, yet no run without the hook
+# reaches those values. Fix (leafstate.py / ledger.py): after a pass whose hooks changed gradients, a tensor the next
+# graph uses without requiring grad (here MulBackward0's saved _scale) that changed in place since then gets the same
+# note as a changed leaf (or the pass's values without hooks are unknown, with why).
+
+def scaler_skipped_step(log, per, hooked):
+    m = mlp()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)
+    if hooked:
+        m[2].bias.register_hook(H(log, "boom", lambda g: g * float("inf")))
+    x = torch.randn(5, 3)
+    for _ in range(2):
+        opt.zero_grad()
+        scaler.scale(m(x).pow(2).sum()).backward()
+        per.append(grads(m))
+        scaler.step(opt)
+        scaler.update()
+    return [p.detach().clone() for p in m.parameters()], scaler.get_scale()
+
+
+@pytest.mark.xfail(strict=True, reason="leafstate.py / ledger.py: pass 2 after a GradScaler step skipped because of "
+                   "a hook's inf is shown 'without hooks' with no note, though no run without the hook reaches it")
+def test_scaler_step_skipped_by_a_hooks_inf():
+    assert _run(scaler_skipped_step)["out"][1] == 2.0 ** 15  # the step was skipped and the scale halved
+    problems = problems_of(scaler_skipped_step)
+    lens = _run(scaler_skipped_step, lensed=True)["lens"]
+    said = any("pass 1" in n for n in lens.passes[1].notes) or set(lens.passes[1].unknown) >= {"m.0.weight"}
+    assert problems == [] or said, problems
