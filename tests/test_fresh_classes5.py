@@ -457,7 +457,35 @@ def grad_accumulator_hooks(log, per, hooked):
     return buffers
 
 
-TRAINING = {f.__name__: f for f in (grad_accumulator_hooks, scaler_clip, whole_model_pre_hook, accumulate_node_hooks, functional_call,
+def state_dict_hooks(log, per, hooked):
+    """Optimizer and module state_dict / load_state_dict hooks (counted, never shown), a checkpoint restored between
+    passes."""
+    m = mlp()
+    opt = torch.optim.Adam(m.parameters(), lr=0.1)
+    calls = []
+    opt.register_load_state_dict_pre_hook(lambda o, sd: calls.append("opt pre"))
+    opt.register_load_state_dict_post_hook(lambda o: calls.append("opt post"))
+    opt.register_state_dict_pre_hook(lambda o: calls.append("state pre"))
+    m.register_load_state_dict_post_hook(lambda module, keys: calls.append("module post"))
+    if hooked:
+        m[0].bias.register_hook(H(log, "negate", lambda g: -g))
+    x = torch.randn(5, 3)
+    saved = None
+    for step in range(3):
+        opt.zero_grad()
+        m(x).sum().backward()
+        per.append(grads(m))
+        if step == 0:
+            opt.step()
+            saved = opt.state_dict(), {k: v.clone() for k, v in m.state_dict().items()}
+        elif step == 1:
+            opt.step()
+            opt.load_state_dict(saved[0])
+            m.load_state_dict(saved[1])
+    return calls, [p.detach().clone() for p in m.parameters()]
+
+
+TRAINING = {f.__name__: f for f in (state_dict_hooks, grad_accumulator_hooks, scaler_clip, whole_model_pre_hook, accumulate_node_hooks, functional_call,
                                      forward_ad, save_on_cpu, mutation_on_saved, sparse_embedding, averaged,
                                      ema_by_hooks, differentiable_sgd)}
 TRAINING.update(adamw_foreach=adamw("foreach"), adamw_fused=adamw("fused"))
