@@ -44,12 +44,26 @@ ROOT = Path(__file__).resolve().parent.parent
 # tracer._observer): a pass whose graph has a leaf whose storage cannot hold its elements is left alone, with a note
 # that says so; with reshard_after_forward=False nothing is freed, and the pass is recorded.
 
+def run_script(name: str, *args: str) -> subprocess.CompletedProcess:
+    """tests/real_code/``name`` in a session of its own, killed with every process it started after 240 s."""
+    import signal
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    child = subprocess.Popen([sys.executable, str(ROOT / "tests" / "real_code" / name), *args], cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = child.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)  # the spawned ranks too
+        child.communicate()
+        raise
+    return subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
+
+
 @pytest.fixture(scope="module")
 def fsdp() -> list:
     """tests/real_code/fsdp_lensed.py's two lines (resharded, kept), from a process of its own (timeout: no hang)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "real_code" / "fsdp_lensed.py")],
-                          capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
+    done = run_script("fsdp_lensed.py")
     lines = [json.loads(line) for line in done.stdout.strip().splitlines() if line.startswith("{")]
     assert done.returncode == 0, f"exit {done.returncode} after {len(lines)} lines: {done.stderr[-2000:]}"
     return lines
@@ -231,6 +245,36 @@ def test_ddp_against_torch(process_group, case):
     assert len(comm_passes) == (1 if DDP[case].get("comm") else 0)
     for p in comm_passes:
         assert sorted(p.unknown) == ["m.0.bias", "m.0.weight", "m.2.bias", "m.2.weight"]
+
+
+class TwoBranches(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(3, 2), nn.Linear(3, 2)
+
+    def forward(self, x, use_b):
+        return self.a(x) + (self.b(x) if use_b else 0)
+
+
+def ddp_unused_branch(log, per, hooked):
+    """find_unused_parameters=True with a branch left out every other step (DDP marks its parameters ready itself)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)
+    m = TwoBranches()
+    ddp = DistributedDataParallel(m, find_unused_parameters=True)
+    if hooked:
+        m.b.weight.register_hook(H(log, "bw", lambda g: g * 3))
+        m.register_full_backward_hook(H(log, "module", lambda module, gi, go: None, lambda a: a[1]))
+    x = torch.randn(4, 3, requires_grad=True)
+    for use_b in (True, False, True):
+        m.zero_grad()
+        ddp(x, use_b).pow(2).sum().backward()
+        per.append(dict(grads(m), x=x.grad.clone()))
+
+
+def test_ddp_unused_branch_against_torch(process_group):
+    assert problems_of(ddp_unused_branch) == []
 
 
 # --- 4. training infrastructure in one process: differential programs ----------------------------------------------------
@@ -509,9 +553,7 @@ def test_ddp_over_two_processes_lens_in_rank_0():
     with socket.socket() as probe:  # a free port for the TCP store
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "real_code" / "ddp_two_ranks.py"), str(port)],
-                          capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
+    done = run_script("ddp_two_ranks.py", str(port))
     assert done.returncode == 0, done.stderr[-2000:]
     rows = {row["way"]: row for row in map(json.loads, done.stdout.strip().splitlines())}
     plain, lensed, unhooked = rows["plain"], rows["lens"], rows["nohook"]
