@@ -205,7 +205,10 @@ def process_group():
             dist.destroy_process_group()
 
 
-def ddp_program(comm: bool = False, no_sync: bool = False, unused: bool = False, pre: bool = False):
+def ddp_program(comm: bool = False, no_sync: bool = False, unused: bool = False, pre: bool = False,
+                fp16: bool = False):
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel
 
     def program(log, per, hooked):
@@ -217,6 +220,8 @@ def ddp_program(comm: bool = False, no_sync: bool = False, unused: bool = False,
                 future.set_result(bucket.buffer() * 0.5)
                 return future
             ddp.register_comm_hook(None, halved)
+        if fp16:  # torch's own comm hook: gradients rounded to float16 and back, with or without the user's hooks
+            ddp.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
         if hooked:
             m[0].weight.register_hook(H(log, "twice", lambda g: g * 2))
             if pre:
@@ -232,7 +237,8 @@ def ddp_program(comm: bool = False, no_sync: bool = False, unused: bool = False,
 
 
 DDP = {"plain": {}, "comm_hook": {"comm": True}, "no_sync": {"no_sync": True}, "unused": {"unused": True},
-       "no_sync_comm_hook": {"comm": True, "no_sync": True}, "module_pre_hook": {"pre": True}}
+       "no_sync_comm_hook": {"comm": True, "no_sync": True}, "module_pre_hook": {"pre": True},
+       "fp16_compress_hook": {"fp16": True}}
 
 
 @pytest.mark.parametrize("case", sorted(DDP))
@@ -242,7 +248,7 @@ def test_ddp_against_torch(process_group, case):
     lensed = _run(program, lensed=True)
     comm_passes = [p for p in lensed["lens"].passes if any("communication hook" in n for n in p.notes)]
     # the comm hook runs in the pass that all-reduces (not under no_sync), and .grad there is unknown without hooks
-    assert len(comm_passes) == (1 if DDP[case].get("comm") else 0)
+    assert len(comm_passes) == (1 if DDP[case].get("comm") or DDP[case].get("fp16") else 0)
     for p in comm_passes:
         assert sorted(p.unknown) == ["m.0.bias", "m.0.weight", "m.2.bias", "m.2.weight"]
 
