@@ -86,10 +86,39 @@ def compiled_autograd_on() -> bool:
         and not getattr(compiled, "compiled_autograd_enabled_force_eager", False)
 
 
+class LeftAlone(Exception):
+    """Raised while a pass is set up: the lens leaves it alone; its argument is the kind (a key of ``UNTRACED``)."""
+
+
+def freed_leaf(leaves: Any) -> bool:
+    """A leaf of the graph (an ``AccumulateGrad``'s variable) whose memory was freed after the forward: its storage
+    holds fewer bytes than its elements need (``fully_shard`` resizes an unsharded parameter's storage to 0 after the
+    forward and gives it back in its pre-backward hook).  Reading such a tensor (or a tensor saved from it, or running
+    a backward function on it) before that hook runs reads freed memory: the process can crash.  Looked at closely only
+    where the data pointer is the null storage's (a storage resized to 0 bytes): a few calls per leaf otherwise.
+    ``leaves``: the graph's ``AccumulateGrad`` nodes."""
+    with torch._C.DisableTorchFunction():  # a subclass's __torch_function__ is not called
+        for fn in leaves:
+            try:
+                variable = fn.variable
+                if variable.data_ptr() != variable.storage_offset() * variable.element_size():
+                    continue  # its storage has memory (the usual case: three calls); freed storage has none (null)
+                if variable.layout != torch.strided or variable.numel() == 0:
+                    continue
+                needed = variable.storage_offset() + 1 + sum((size - 1) * stride for size, stride in
+                                                             zip(variable.shape, variable.stride()))
+                if variable.untyped_storage().nbytes() < needed * variable.element_size():
+                    return True
+            except Exception:  # no storage to read (a meta, nested or wrapper tensor): not memory that was freed
+                continue
+    return False
+
+
 # what each kind of pass left alone is, in a note's words (see ``notes.MESSAGES["untraced_pass"]``)
 UNTRACED = {
     "vmap": "torch.autograd.grad(..., is_grads_batched=True)",
     "func": "a torch.func transform (grad, vjp, jacrev, vmap, ...)",
     "thread": "another thread",
     "compiled": "compiled autograd (torch._dynamo.config.compiled_autograd)",
+    "freed": "a graph whose parameters' memory was freed after the forward (FSDP's fully_shard resharding them)",
 }

@@ -29,7 +29,7 @@ from .counting import HookCounter
 from .ending import touched
 from .leafstate import pass_marks
 from .entry import _check_options, _collector_paused, _untraceable  # noqa: F401  (api.py reads _check_options)
-from .entry import UNTRACED, _pause_collector, _resume_collector
+from .entry import UNTRACED, _pause_collector, _resume_collector, LeftAlone, freed_leaf
 from . import registrations
 from .lines import CellLines
 from .modules import ModuleCalls
@@ -246,6 +246,9 @@ class Lens(LensViews, DeferredPasses):
                     observer = self._observer(t_outputs, args, kwargs, sys._getframe(1))
             finally:
                 _resume_collector(collecting)
+        except LeftAlone as kind:  # reading its values could crash the process: torch runs it alone
+            self._left_alone(str(kind))
+            return original(t_outputs, *args, **kwargs)
         except Exception as problem:  # e.g. the roots need no grad: the engine says so in its own words
             failure = problem
         if failure is not None:
@@ -304,8 +307,11 @@ class Lens(LensViews, DeferredPasses):
             namespace = dict(self.names)
         else:  # a shallow copy: names are looked up as the variables were during this pass
             namespace = caller_namespace(user_frame(caller))
+        shape = structure(roots)
+        if freed_leaf(shape.leaves.values()):
+            raise LeftAlone("freed")
         observer = PassObserver(
-            structure=structure(roots), roots=roots, seeds=seeds, inputs=tuple(inputs or ()),
+            structure=shape, roots=roots, seeds=seeds, inputs=tuple(inputs or ()),
             kind="backward" if accumulate else "grad", namespace=namespace, store_limit=self.store_limit,
             memory_budget=self.memory_budget, nested=lambda: self._nested > 0,
         )
