@@ -3,6 +3,7 @@ them (module groups), and the names of hook boundaries only a module group can t
 
 from __future__ import annotations
 
+import math
 import re
 import weakref
 from typing import Any
@@ -205,6 +206,14 @@ def moved_leaves(moving: tuple[Any, tuple[bool, bool, bool]] | None, built: Any,
               and name in earlier_ids and before[name] is not None and not values_equal(value, before[name])]
     moved = [name for name in differ if (not cell or name in cell[1]) and ids[name] is earlier_ids[name]]
     others = [name for name in differ if ids[name] is not earlier_ids[name] and not _BY_PLACE.match(name)]
+    made_inf = _made_non_finite(earlier) if changed and not moved and not others else []
+    if made_inf:  # nothing moved here: code that skips an update on non-finite gradients (GradScaler) skipped it
+        note = (f"{where}'s hooks made non-finite gradients ({_listed(made_inf)}) and no leaf here has changed since: "
+                "code that skips an update on them (GradScaler's step, finding an inf) would have made it without the "
+                "hooks, so a run that never had the hooks would have other values here (and other state, such as "
+                "a GradScaler's scale), which the lens does not compute; 'without hooks' here is this pass with its "
+                "hooks removed, on the values the leaves hold now")
+        return {"notes": tuple(built.notes) + (note,)}
     if not moved and not others and stopped:  # nothing moved here; without the hooks that pass would have gone on
         note = (f"{where} stopped at a hook's error before it reached every leaf: if code used "
                 ".grad since (an optimizer step), a run that never had the hooks would have other parameters and "
@@ -225,6 +234,19 @@ def moved_leaves(moving: tuple[Any, tuple[bool, bool, bool]] | None, built: Any,
                      "came from gradients those hooks made (an update written as w = w - lr * w.grad) is not known; "
                      "'without hooks' here is this pass with its hooks removed, on the values the leaves hold now")
     return {"notes": tuple(built.notes) + tuple(notes)} if notes else {}
+
+
+def _made_non_finite(earlier: Any) -> list[str]:
+    """The leaves whose gradient ``earlier`` left holds an inf or NaN that its run without hooks would not have
+    (finite there, or not known)."""
+    def non_finite(value: Any) -> bool:
+        if isinstance(value, torch.Tensor):
+            return (value.is_floating_point() or value.is_complex()) and not bool(torch.isfinite(value).all())
+        return isinstance(value, TensorSummary) and value.norm is not None and not math.isfinite(value.norm)
+
+    without = earlier.grads_without_hooks
+    return [name for name, value in earlier.leaf_grads.items()
+            if non_finite(value) and not (name not in earlier.unknown and non_finite(without.get(name)))]
 
 
 _BY_PLACE = re.compile(r"leaf(_\d+)?$")  # structure.Structure.label's labels of leaves with no name
