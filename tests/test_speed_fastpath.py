@@ -13,6 +13,11 @@ lens changes no value and no call of user code: a tensor subclass with a ``__tor
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
+import pytest
 import torch
 import torch.nn as nn
 
@@ -180,3 +185,30 @@ def test_a_hook_that_returned_none_and_edited_nothing_costs_no_comparison(monkey
         assert len(calls) == depth and not any(call.modified for call in calls)
         assert all(call.grad_out is call.grad_in or real(call.grad_out, call.grad_in) for call in calls)
     assert counts[0] == counts[1] <= 3, counts  # none per hook call
+
+
+SELF_CHECK_SEEN = """
+import torch, autograd_lens as al
+from torch.overrides import TorchFunctionMode
+seen = []
+class Seeing(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        seen.append(getattr(func, '__name__', str(func)))
+        return func(*args, **(kwargs or {}))
+x = torch.randn(3, requires_grad=True)
+out = (x * 2).tanh().sum()
+with Seeing():
+    with al.Lens(names={'x': x}):  # the first Lens of the process: its self-check runs here
+        out.backward()
+print(seen)
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="capture/selfcheck_run.py (not this helper's file): _self_check enters "
+                   "torch.enable_grad() before _hidden_from_modes(), so a user's TorchFunctionMode sees the lens's two "
+                   "torch._C._set_grad_enabled calls; the fix: _hidden_from_modes() first in that with statement")
+def test_the_first_lens_of_a_process_shows_a_torch_function_mode_nothing_of_its_own():
+    found = subprocess.run([sys.executable, "-c", SELF_CHECK_SEEN], capture_output=True, text=True, timeout=300,
+                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip().splitlines()[-1] == "['backward']"  # what the mode sees without the lens
