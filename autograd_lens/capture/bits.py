@@ -66,7 +66,10 @@ def values_differ(first: Any, second: Any) -> bool:
     """``not values_equal(first, second)``, answered sooner for two plain float CPU tensors of one shape and dtype
     whose elements differ (a hook that changed a gradient): ``values_equal`` then looks for a NaN in ``first`` (NaN
     equals NaN) with ``isnan().any()``, which allocates a mask; a sum that is not NaN says there is none (a NaN
-    element makes every sum NaN), so they differ.  A NaN sum (a NaN, or inf - inf) asks ``values_equal``."""
+    element makes every sum NaN), so they differ.  A NaN sum (a NaN, or inf - inf) asks ``values_equal``.  One object
+    twice (a hook that returned None and edited nothing passes on the copy of what it got) is equal, as there."""
+    if first is second:
+        return False
     try:
         if type(first) is _Tensor and type(second) is _Tensor and first.dtype == second.dtype \
                 and first.shape == second.shape and first.is_floating_point() and first.is_cpu and second.is_cpu \

@@ -176,7 +176,8 @@ class HookCalls(NestedCalls):
             args = engine_call_args(frame, function)
             module = None
             context = None
-            if wrapper is None and not candidates and not_a_gradient_hook(args):
+            if wrapper is None and not candidates and (not_a_gradient_hook(args) or frame_code(frame).co_name
+                                                       == "__torch_dispatch__"):  # a subclass's, called by a node
                 if weak_container_callback(frame_code(frame)):
                     pass  # a weak dictionary dropping a key whose object was freed (checkpointing's): no gradient
                 elif run_by_collector(frame_code(frame)):  # Python's garbage collector, not torch, called it here

@@ -92,18 +92,18 @@ class NodeRecorder(UnexplainedChanges, HookPlacing):
         return None
 
     def _usual_node(self, fn: Any, grad_inputs: Any, grad_outputs: Any) -> bool:
-        """The usual node in one piece: what ``unseen_by_modes`` and ``_record_node`` decide and record for it, when
-        no hook call is pending or written in C there, no custom backward kept its own copies, within the memory
-        budget, with the profile function watching and nothing the lens copied in reach of Python dispatch (the
-        caller checked: no profiler, no dispatch mode): a leaf's ``usual_leaf``; a function whose every gradient that
-        arrived is the copy kept of what its one user sent (``_unexplained`` then finds nothing), or a None no
-        function sends to, and whose every gradient sent is a plain tensor (copied as ``copy_tuple`` copies).
-        Returns False, having recorded nothing, otherwise (``_record_node`` then goes its way)."""
+        """What ``_record_node`` records for the usual node, in one piece, with no guard: no hook call pending or
+        written in C there, no custom backward's own copies, within the memory budget, the profile function watching
+        (the caller checked: no profiler, no dispatch mode): a leaf's ``usual_leaf``; a function whose every gradient
+        that arrived is the copy kept of what its one user sent (``_unexplained`` finds nothing), or a None no function
+        sends to, and whose every gradient sent is a plain tensor (copied as ``copy_tuple`` copies): every tensor
+        touched is a plain ``torch.Tensor`` (or its copy), nothing for Python dispatch.  After a hook changed a
+        gradient, ``Unhooked.on_node`` too (``replay`` runs no node whose saved tensors dispatch to Python).  Returns
+        False, having recorded nothing, otherwise (``_record_node`` then goes its way)."""
         key = id(fn)
         shape = self.shape
         if type(grad_inputs) is not tuple or type(grad_outputs) is not tuple or self.pending or self.over_budget \
-                or not self.plain or not self.profiling or self.unhooked.active or key in self.c_nodes \
-                or key in self.nested_nodes:
+                or not self.profiling or key in self.c_nodes or key in self.nested_nodes:
             return False
         if key in shape.leaves:
             return not (grad_inputs or key in self.incoming or key in self.written or _distributed()) \
@@ -148,11 +148,13 @@ class NodeRecorder(UnexplainedChanges, HookPlacing):
                 return False
         ran[key] = len(records)
         records.append(NodeRecord(fn, tuple(arrived), self._sent(size, grad_inputs)))
+        if self.unhooked.active:
+            self.plain = False  # (as unseen_by_modes says of the pass from here)
+            self.unhooked.on_node(fn, grad_inputs, grad_outputs, [], False)
         return True
 
     def _sent(self, arrived_size: int, grad_inputs: tuple) -> tuple:
-        """Counts ``arrived_size`` bytes (the copies of what a node received) against the memory budget, then returns
-        the copies of what it sent (``copy_tuple``; summaries once past the budget), counted too."""
+        """``arrived_size`` bytes (what a node received) counted, then the copies of what it sent, counted too."""
         if self.memory_budget is not None:
             self._held(arrived_size)
         if self.over_budget:
@@ -179,11 +181,9 @@ class NodeRecorder(UnexplainedChanges, HookPlacing):
         return True
 
     def _copy(self, value: Any) -> Any:
-        """``snapshot_all``, reusing the copy of a tensor already copied in this pass when it is the same
-        object, unchanged since (same version): what one node sends is usually what the next receives.
-        Only a weak reference is kept, so no tensor lives longer and autograd's buffers stay its own.
-        Copies are reused only while the profile function watches: it forgets them whenever the engine runs
-        Python, which could edit a gradient unseen by the version counter (through ``.data``)."""
+        """``snapshot_all``, reusing the copy of a tensor copied in this pass when it is the same object at the same
+        version (what one node sends, the next receives), held by a weak reference: no tensor lives longer.  Reused
+        only while the profile function watches: it forgets them whenever the engine runs Python (``.data`` edits)."""
         if not self.profiling:
             return snapshot_all(value, self.store_limit)
         if isinstance(value, (tuple, list)):

@@ -199,6 +199,7 @@ def usual_leaf(observer: Any, fn: Any, key: int, grad_inputs: tuple, grad_output
     observer.ran[key] = len(records)
     records.append(GradRecord(fn, kept, kept))
     if observer.unhooked.active:
+        observer.plain = False  # (as unseen_by_modes says of the pass from here)
         observer.unhooked.on_node(fn, grad_inputs, grad_outputs, [], True)
     return True
 
