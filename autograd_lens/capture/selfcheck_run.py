@@ -22,7 +22,7 @@ def _self_check(lens_class: Any) -> None:
     _SELF_CHECK["result"] = None  # also stops the check from checking itself
     try:
         # whatever the caller's context (no_grad, a default device, dispatch modes): a plain CPU graph
-        with torch.enable_grad(), torch.inference_mode(False), _hidden_from_modes(), torch.device("cpu"):
+        with _hidden_from_modes(), torch.enable_grad(), torch.inference_mode(False), torch.device("cpu"):
             right = _record_is_right(lens_class)
         if not right:
             _SELF_CHECK["result"] = f"the self-check on torch {torch.__version__} did not record hooks right"
