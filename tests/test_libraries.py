@@ -156,9 +156,6 @@ def test_opacus_dp_sgd_under_the_lens(mode, passes):
         assert sum("already held" in n for n in notes[:8]) == 0 and sum("already held" in n for n in notes[8:]) == 8
 
 
-@pytest.mark.xfail(strict=True, reason="capture/records.py usual_leaf reads fn.variable.grad through the leaf's "
-                   "__torch_function__ (opacus's ExpandedWeight raises there, and the pass's recording stops); fix: "
-                   "read it under torch._C.DisableTorchFunctionSubclass()")
 def test_opacus_expanded_weights_no_extra_torch_function_call():
     """grad_sample_mode="ew": the leaves of the graph are torch's ExpandedWeight, a tensor subclass whose
     __torch_function__ raises for what it cannot handle: the lens must not call it (the program never does)."""

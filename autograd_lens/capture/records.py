@@ -15,6 +15,7 @@ from .snapshot import copy_exactly, held_bytes, snapshot
 
 BEFORE_NODE = ("tensor", "node_pre", "multi_grad")  # hook kinds that run before their node's backward
 _Tensor = torch.Tensor
+_has_torch_function = torch._C._has_torch_function_unary
 _strided = torch.strided
 
 
@@ -168,8 +169,10 @@ def usual_leaf(observer: Any, fn: Any, key: int, grad_inputs: tuple, grad_output
     budget, the profile function watching).  Returns False, having recorded and changed nothing, otherwise."""
     if len(grad_outputs) != 1:
         return False
-    arrived = grad_outputs[0]
-    grad = fn.variable.grad
+    arrived, variable = grad_outputs[0], fn.variable
+    if type(variable) is not _Tensor and _has_torch_function(variable):  # a subclass's .grad would call its
+        return False  # __torch_function__ (nn.Parameter's is disabled): the general way reads it hidden
+    grad = variable.grad
     if type(arrived) is not _Tensor or type(grad) is not _Tensor:
         return False
     try:  # _written's test that autograd adopted what arrived, and the copy kept of it (same object, same version)
