@@ -9,9 +9,10 @@ from typing import Any
 
 import torch
 
-from ..format import format_value
+from ..format import format_listed, format_value
 from ..model import GraphOptions, python_dispatch
 from .names import Names
+from .snapshot import kind_of
 
 # Saved values that describe layout rather than maths: never drawn.
 _STRUCTURAL = re.compile(
@@ -135,10 +136,11 @@ def _number(number: Any) -> str:
 
 
 def _saved_summary(fn: Any, names: Names, storage_names: dict, options: GraphOptions,
-                   values: list[tuple[str, Any]] | None = None) -> str:
+                   values: list[tuple[str, Any]] | None = None, later: bool = False) -> str | SavedText:
     """``saves self=y`` style text: which tensors this backward function keeps (``values``: its
-    ``_saved_values``, when already read)."""
-    parts = []
+    ``_saved_values``, when already read).  With ``later``, a :class:`SavedText` when a saved tensor's numbers are
+    in it: they are read now and written when the graph is made (``SavedText.text``)."""
+    parts: list = []
     for name, value in _saved_values(fn) if values is None else values:
         if value is PACKED:
             parts.append(f"{name} {PACKED}")
@@ -149,10 +151,42 @@ def _saved_summary(fn: Any, names: Names, storage_names: dict, options: GraphOpt
         if known is not None:
             parts.append(f"{name}={known}")
         elif value.numel() <= options.max_elements:
-            parts.append(f"{name}={format_value(value, 24)}")  # format_value detaches
+            listed = _listed(value) if later else None
+            # format_value detaches
+            parts.append(f"{name}={format_value(value, 24)}" if listed is None else (name, listed))
         else:
             parts.append(f"{name}=[{'x'.join(map(str, value.shape))}]")
-    return ("saves " + ", ".join(parts)) if parts else ""
+    if not parts:
+        return ""
+    if later and any(type(part) is tuple for part in parts):
+        return SavedText(parts)
+    return "saves " + ", ".join(parts)
+
+
+class SavedText:
+    """The ``saves mat1=[[...]]`` text of a backward function, its saved tensors' numbers read when the walk ran
+    (before the pass: ``tolist()``, a copy) and written when the graph is made, after the pass (formatting costs
+    several times the read).  ``parts``: text, or (name, the numbers) of a tensor ``format_value`` would write."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: list) -> None:
+        self.parts = parts
+
+    def text(self) -> str:
+        return "saves " + ", ".join(part if type(part) is str else f"{part[0]}={format_listed(part[1], 24)}"
+                                    for part in self.parts)
+
+
+def _listed(value: torch.Tensor) -> list | None:
+    """``value.tolist()`` when ``format_value(value)`` writes those numbers (a plain dense CPU tensor of 1 to 64
+    numbers, one dimension or more), else None (written now)."""
+    if value.dim() == 0 or value.numel() > 64 or kind_of(value) != "dense":
+        return None
+    try:
+        return value.tolist()
+    except Exception:  # no readable numbers: format_value says what it is
+        return None
 
 
 def _storage_key(tensor: torch.Tensor) -> tuple | None:

@@ -18,7 +18,7 @@ import torch
 
 from ..model import Graph, GraphOptions, TensorSummary, Value
 from .names import Names, _hook_badges
-from .rows import _NODE_NAMES, GraphRows, _arrows, _names_up_to
+from .rows import _NODE_NAMES, NODE_FIELDS, GraphRows, _arrows, _names_up_to
 from .saved import _add_constants, _drawn_saved_values, _saved_summary, _storage_names
 from .snapshot import dtype_name, snapshot
 from .structure import _REDUCING, Structure, _leaf_uses, _may_reduce, _output_shape, _reduced_dims, _uses_of
@@ -148,7 +148,24 @@ class Walk:
 
 
 class _Builder(GraphRows):
-    """Numbers nodes and edges in the order they are added (as rows: see ``rows.GraphRows``)."""
+    """Numbers nodes and edges in the order they are added (as rows: see ``rows.GraphRows``); the ``saves ...``
+    details holding numbers (``saved.SavedText``) are written when the Graph is made, after the pass."""
+
+    def __init__(self, options: GraphOptions) -> None:
+        super().__init__(options)
+        self.later: list[int] = []  # indexes of the rows whose detail is a SavedText
+
+    def graph(self) -> Graph:
+        if self.later and self._graph is None:
+            nodes, detail = self.nodes, _DETAIL
+            for index in self.later:  # (plain Python numbers: no tensor op runs)
+                row = nodes[index]
+                nodes[index] = row[:detail] + (row[detail].text(),) + row[detail + 1:]
+            self.later = []
+        return super().graph()
+
+
+_DETAIL = NODE_FIELDS.index("detail")
 
 
 _new = object.__new__
@@ -186,7 +203,7 @@ def walk(
     all_kept = count == len(reachable)  # every input of a kept function is kept (the usual case)
     kept_ids = None if all_kept else {id(fn) for fn in kept}
     build = _Builder(options)
-    node, nodes = build.node, build.nodes
+    node, nodes, later = build.node, build.nodes, build.later
     result = Walk(rows=build, structure=shape)
     function_ids, labels = result.function_ids, result.labels
     tensor_ids, tensor_labels, output_edges = result.tensor_ids, result.tensor_labels, result.output_edges
@@ -270,12 +287,17 @@ def walk(
         reduces = reducing.get(type(fn))
         if reduces is None:
             reduces = _may_reduce(type(fn))
-        saved = _drawn_saved_values(fn) if show_saved else []  # read once: the summary and the constants
         count_nodes = len(nodes)
+        if show_saved:
+            saved = _drawn_saved_values(fn)  # read once: the summary and the constants
+            detail = _saved_summary(fn, names, storage_names, options, saved, later=True)
+            if type(detail) is not str:  # numbers written when the Graph is made (_Builder.graph)
+                later.append(count_nodes)
+        else:
+            detail = ""
         node_id = node_names[count_nodes] if count_nodes < named_count else f"n{count_nodes}"
         # as node(kind="function", ...), without the call: a row in Node's field order
-        nodes.append((node_id, "function", label, name, shape_now, None, None, (),
-                      _saved_summary(fn, names, storage_names, options, saved) if show_saved else "",
+        nodes.append((node_id, "function", label, name, shape_now, None, None, (), detail,
                       fn._sequence_nr(), _reduced_dims(fn) if reduces else None))
         function_ids[fn_key] = node_id
         labels[fn_key] = label if named_output is None else f"{label} → {named_output}"
