@@ -118,15 +118,32 @@ def _drawn_saved_values(fn: Any) -> list[tuple[str, Any]]:
     tests/test_perf_walk.py compares the drawings made with each."""
     kind = type(fn)
     wanted = _drawn_names.get(kind)
-    if wanted is None:
-        wanted = tuple(attribute for attribute in saved_names(fn)
+    if wanted is None:  # (name, attribute, its _raw_saved_ attribute or None) of each value drawn
+        wanted = tuple((attribute[len("_saved_"):], attribute, _raw_name(kind, attribute))
+                       for attribute in saved_names(fn)
                        if _is_constant_name(attribute) or _raw_name(kind, attribute) is not None)
         if len(_drawn_names) < 4096:  # one entry per node type seen, as saved_names
             _drawn_names[kind] = wanted
-    return _saved_values(fn, wanted)
+    values = []
+    for name, attribute, raw_name in wanted:  # as _saved_values(fn, those attributes), without a call per value
+        try:
+            if raw_name is None:
+                value = getattr(fn, attribute)  # sizes, scalars, flags: plain values, nothing to unpack
+            else:
+                raw = getattr(fn, raw_name)
+                if type(raw) is _SavedTensor:  # one saved tensor (saved_value's usual case)
+                    value = raw.data if raw.unpack_hook is None else PACKED
+                else:
+                    value = saved_value(fn, attribute)
+        except Exception:  # freed by an earlier backward(), or not readable
+            continue
+        if value is not None:
+            values.append((name, value))
+    return values
 
 
-_drawn_names: dict[type, tuple[str, ...]] = {}
+_drawn_names: dict[type, tuple[tuple[str, str, str | None], ...]] = {}
+_SavedTensor = torch._C._autograd.SavedTensor
 
 
 def _number(number: Any) -> str:
@@ -147,7 +164,7 @@ def _saved_summary(fn: Any, names: Names, storage_names: dict, options: GraphOpt
             continue
         if not isinstance(value, torch.Tensor) or value.dim() == 0 and not value.requires_grad:
             continue
-        known = names.tensor_name(value) or storage_names.get(_storage_key(value))
+        known = names.tensor_name(value) or _stored_name(storage_names, value)
         if known is not None:
             parts.append(f"{name}={known}")
         elif value.numel() <= options.max_elements:
@@ -198,13 +215,40 @@ def _storage_key(tensor: torch.Tensor) -> tuple | None:
         return None
 
 
-def _storage_names(names: Names) -> dict[tuple, str]:
-    found: dict[tuple, str] = {}
+def _storage_names(names: Names) -> dict[int, list]:
+    """The named tensors by where their first number lives (``data_ptr()``): [tensor, name] pairs in the order of
+    ``names``, for :func:`_stored_name` (one call per tensor here; the storage key only for a saved tensor that
+    starts where a named one does)."""
+    found: dict[int, list] = {}
     for kept in names.tensor_objects:
-        key = _storage_key(kept)
-        if key is not None:
-            found.setdefault(key, names.tensors[id(kept)])
+        try:
+            pointer = kept.data_ptr()
+        except Exception:  # sparse, nested, subclasses: no storage to share (as _storage_key)
+            continue
+        if pointer:
+            found.setdefault(pointer, []).append((kept, names.tensors[id(kept)]))
     return found
+
+
+def _stored_name(found: dict[int, list], tensor: torch.Tensor) -> str | None:
+    """The name of the first named tensor with ``tensor``'s storage key (``_storage_key``: memory, offset, shape,
+    strides, dtype), from ``_storage_names``; tensors with another ``data_ptr()`` cannot have it."""
+    if not found:
+        return None
+    try:
+        pointer = tensor.data_ptr()
+    except Exception:
+        return None
+    kept = found.get(pointer)
+    if kept is None:
+        return None
+    key = _storage_key(tensor)
+    if key is None:
+        return None
+    for other, name in kept:
+        if _storage_key(other) == key:
+            return name
+    return None
 
 
 def _add_constants(build: Any, saved: list[tuple[str, Any]], node_id: str) -> None:
