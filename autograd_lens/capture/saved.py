@@ -62,6 +62,8 @@ def saved_value(fn: Any, attribute: str) -> Any:
     raw_name = _raw_name(type(fn), attribute)
     if raw_name is not None:
         raw = getattr(fn, raw_name)
+        if type(raw) is _SavedTensor:  # one saved tensor (the usual case: packed_by_hook's, without the call)
+            return raw.data if raw.unpack_hook is None else PACKED
         if packed_by_hook(raw):
             return PACKED
         if isinstance(raw, (tuple, list)):
@@ -87,6 +89,7 @@ def _raw_name(kind: type, attribute: str) -> str | None:
 
 
 _raw_names: dict[type, dict[str, str | None]] = {}
+_SavedTensor = torch._C._autograd.SavedTensor
 _UNSEEN = object()
 
 
@@ -118,23 +121,16 @@ def _drawn_saved_values(fn: Any) -> list[tuple[str, Any]]:
     tests/test_perf_walk.py compares the drawings made with each."""
     kind = type(fn)
     wanted = _drawn_names.get(kind)
-    if wanted is None:  # (name, attribute, its _raw_saved_ attribute or None) of each value drawn
-        wanted = tuple((attribute[len("_saved_"):], attribute, _raw_name(kind, attribute))
+    if wanted is None:  # (name, attribute) of each value drawn
+        wanted = tuple((attribute[len("_saved_"):], attribute)
                        for attribute in saved_names(fn)
                        if _is_constant_name(attribute) or _raw_name(kind, attribute) is not None)
         if len(_drawn_names) < 4096:  # one entry per node type seen, as saved_names
             _drawn_names[kind] = wanted
     values = []
-    for name, attribute, raw_name in wanted:  # as _saved_values(fn, those attributes), without a call per value
+    for name, attribute in wanted:  # as _saved_values(fn, those attributes)
         try:
-            if raw_name is None:
-                value = getattr(fn, attribute)  # sizes, scalars, flags: plain values, nothing to unpack
-            else:
-                raw = getattr(fn, raw_name)
-                if type(raw) is _SavedTensor:  # one saved tensor (saved_value's usual case)
-                    value = raw.data if raw.unpack_hook is None else PACKED
-                else:
-                    value = saved_value(fn, attribute)
+            value = saved_value(fn, attribute)
         except Exception:  # freed by an earlier backward(), or not readable
             continue
         if value is not None:
@@ -142,8 +138,7 @@ def _drawn_saved_values(fn: Any) -> list[tuple[str, Any]]:
     return values
 
 
-_drawn_names: dict[type, tuple[tuple[str, str, str | None], ...]] = {}
-_SavedTensor = torch._C._autograd.SavedTensor
+_drawn_names: dict[type, tuple[tuple[str, str], ...]] = {}
 
 
 def _number(number: Any) -> str:
