@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import torch
 
 from ..model import Graph, GraphOptions, TensorSummary, Value
+from .entry import _pause_collector, _resume_collector
 from .names import Names, _hook_badges
 from .rows import _NODE_NAMES, NODE_FIELDS, GraphRows, _arrows, _names_up_to
 from .saved import _add_constants, _drawn_saved_values, _saved_summary, _storage_names
@@ -156,13 +157,21 @@ class _Builder(GraphRows):
         self.later: list[int] = []  # indexes of the rows whose detail is a SavedText
 
     def graph(self) -> Graph:
-        if self.later and self._graph is None:
-            nodes, detail = self.nodes, _DETAIL
-            for index in self.later:  # (plain Python numbers: no tensor op runs)
-                row = nodes[index]
-                nodes[index] = row[:detail] + (row[detail].text(),) + row[detail + 1:]
-            self.later = []
-        return super().graph()
+        if self._graph is not None:
+            return self._graph
+        # a Node and an Edge per row, all kept: no cyclic collection while they are made (it would go through them,
+        # and every object alive, again and again); the collector left as found (as api.graph's walk)
+        collecting = _pause_collector()
+        try:
+            if self.later:
+                nodes, detail = self.nodes, _DETAIL
+                for index in self.later:  # (plain Python numbers: no tensor op runs)
+                    row = nodes[index]
+                    nodes[index] = row[:detail] + (row[detail].text(),) + row[detail + 1:]
+                self.later = []
+            return super().graph()
+        finally:
+            _resume_collector(collecting)
 
 
 _DETAIL = NODE_FIELDS.index("detail")
