@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from dataclasses import fields as dataclass_fields
 from typing import Any, Sequence
 
-import torch
 
-from ..model import Graph, GraphOptions, TensorSummary, Value
+from ..model import Graph, GraphOptions, Value
 from .entry import _pause_collector, _resume_collector
 from .names import Names, _hook_badges
 from .rows import _NODE_NAMES, NODE_FIELDS, GraphRows, _arrows, _names_up_to
 from .saved import _add_constants, _drawn_saved_values, _saved_summary, _storage_names
-from .snapshot import dtype_name, snapshot
+from .snapshot import _small, leaf_state  # noqa: F401  (leaf_state: re-exported, the tracer's)
 from .structure import _REDUCING, Structure, _leaf_uses, _may_reduce, _output_shape, _reduced_dims, _uses_of
 from .structure import _within_budget, structure
 
@@ -177,7 +175,6 @@ class _Builder(GraphRows):
 _DETAIL = NODE_FIELDS.index("detail")
 
 
-_new = object.__new__
 
 
 def walk(
@@ -392,34 +389,3 @@ def walk(
                 build.edge(note, function_ids[id(fn)], kind="hidden")
     build.hidden = hidden  # the Graph is made from the rows when first read (Walk.graph)
     return result
-
-
-def leaf_state(shape: Structure, options: GraphOptions) -> dict[int, tuple[Value, Value]]:
-    """The ``.grad`` of every leaf (and the value of small ones) as labels will show them, read before a
-    pass changes them.  A large ``.grad`` is kept as shape and dtype only (no reduction runs); one that was
-    None stays None, so nothing read after the pass is shown as what the leaf held before it.  A large
-    leaf's value (None here) is read when the model is built: a pass does not change it."""
-    limit = options.max_elements
-    state = {}
-    for key, variable in shape.variables().items():
-        grad = variable.grad
-        state[key] = (_small(variable, options, False) if variable.numel() <= limit else None,
-                      None if grad is None else _small(grad, options, False))
-    return state
-
-
-def _small(tensor: torch.Tensor | None, options: GraphOptions, stats: bool = True,
-           shape: tuple[int, ...] | None = None) -> Value:
-    """A value for a label: clone when small enough to print, otherwise a summary (``shape``: the tensor's, when
-    already read)."""
-    if tensor is None:
-        return None
-    if tensor.numel() > options.max_elements and not stats:
-        summary = _new(TensorSummary)  # TensorSummary(shape, dtype) without a frozen dataclass's setattr per field
-        summary.__dict__.update(_SUMMARY_DEFAULTS, shape=tuple(tensor.shape) if shape is None else shape,
-                                dtype=dtype_name(tensor.dtype))
-        return summary
-    return snapshot(tensor, store_limit=options.max_elements)
-
-
-_SUMMARY_DEFAULTS = {item.name: item.default for item in dataclass_fields(TensorSummary)}
