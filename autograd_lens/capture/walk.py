@@ -13,7 +13,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-
 from ..model import Graph, GraphOptions, Value
 from .entry import _pause_collector, _resume_collector
 from .names import Names, _hook_badges
