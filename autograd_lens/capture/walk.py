@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..model import Graph, GraphOptions, Value
-from .entry import _pause_collector, _resume_collector
 from .names import Names, _hook_badges
 from .rows import _NODE_NAMES, NODE_FIELDS, GraphRows, _arrows, _names_up_to
 from .saved import _add_constants, _drawn_saved_values, _saved_summary, _storage_names
@@ -156,19 +155,13 @@ class _Builder(GraphRows):
     def graph(self) -> Graph:
         if self._graph is not None:
             return self._graph
-        # a Node and an Edge per row, all kept: no cyclic collection while they are made (it would go through them,
-        # and every object alive, again and again); the collector left as found (as api.graph's walk)
-        collecting = _pause_collector()
-        try:
-            if self.later:
-                nodes, detail = self.nodes, _DETAIL
-                for index in self.later:  # (plain Python numbers: no tensor op runs)
-                    row = nodes[index]
-                    nodes[index] = row[:detail] + (row[detail].text(),) + row[detail + 1:]
-                self.later = []
-            return super().graph()
-        finally:
-            _resume_collector(collecting)
+        if self.later:
+            nodes, detail = self.nodes, _DETAIL
+            for index in self.later:  # (plain Python numbers: no tensor op runs)
+                row = nodes[index]
+                nodes[index] = row[:detail] + (row[detail].text(),) + row[detail + 1:]
+            self.later = []
+        return super().graph()
 
 
 _DETAIL = NODE_FIELDS.index("detail")
