@@ -130,3 +130,20 @@ def test_a_leaf_updated_by_the_optimizer_shows_its_value_at_the_pass():
     saved = [node.detail for node in graph.nodes if node.op == "AddmmBackward0"]
     assert saved and all("mat2=" in text or "saves" in text for text in saved)
 
+
+
+def test_a_scalar_ops_saved_output_is_listed_not_drawn_as_a_constant_input():
+    """exp, tanh, sqrt of a 0-d tensor save their own output (``_saved_result``): no number the op was called with
+    (fresh4's tests/test_fresh_classes4.py section 7 found it drawn as a dashed constant feeding the op)."""
+    x = torch.tensor(2.0, requires_grad=True)
+    y = torch.exp(x * 3)
+    _r = y.sqrt()  # (a leading "_": no name, so its number is written)
+    z = torch.tanh(_r)
+    drawn = al.graph(z, names={"x": x, "y": y, "z": z})
+    constants = {(n.label, n.detail) for n in drawn.nodes if n.kind == "constant"}
+    assert constants == {("3", "other")}  # the 3 of x * 3 is the only number an op was called with (before: 3 more)
+    details = {n.op: n.detail for n in drawn.nodes if n.kind == "function"}
+    assert details["ExpBackward0"] == "saves result=y"  # exp's output is y itself
+    assert details["TanhBackward0"] == "saves result=z"
+    assert details["SqrtBackward0"] == f"saves result={format_value(torch.exp(torch.tensor(6.0)).sqrt())}"
+    assert details["SqrtBackward0"] == "saves result=20.09"

@@ -157,7 +157,8 @@ def _saved_summary(fn: Any, names: Names, storage_names: dict, options: GraphOpt
         if value is PACKED:
             parts.append(f"{name} {PACKED}")
             continue
-        if not isinstance(value, torch.Tensor) or value.dim() == 0 and not value.requires_grad:
+        if not isinstance(value, torch.Tensor) or value.dim() == 0 and not value.requires_grad \
+                and not name.startswith("result"):  # (a number the op was called with: drawn as a constant)
             continue
         known = names.tensor_name(value) or _stored_name(storage_names, value)
         if known is not None:
@@ -250,8 +251,8 @@ def _add_constants(build: Any, saved: list[tuple[str, Any]], node_id: str) -> No
     """Draw the numbers an op was called with (the 3 in ``y * 3``; ``saved``: its ``_saved_values``) as small
     input nodes."""
     for name, value in saved:
-        if not _is_constant_name("_saved_" + name):
-            continue
+        if not _is_constant_name("_saved_" + name) or name.startswith("result"):
+            continue  # (an op's own output, exp's or tanh's: listed in its "saves ..." line, not drawn as an input)
         if isinstance(value, torch.Tensor):
             if value.dim() != 0 or value.requires_grad or python_dispatch(value):  # (not read: python_dispatch)
                 continue
