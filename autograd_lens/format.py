@@ -61,14 +61,25 @@ def format_value(value: Any, max_chars: int = 60) -> str:
                 return format_number(value.item())
             if value.numel() > 64:
                 raise ValueError("too many numbers to print")
-            text = _nested(value.detach().cpu().tolist(), max_chars)
+            listed = value.detach().cpu().tolist()
         except Exception:  # large, or with no readable numbers (sparse, meta, no storage): shape and dtype
             layout = "" if value.layout == torch.strided else " " + str(value.layout).replace("torch.", "")
             return f"[{format_shape(tuple(value.shape))} {str(value.dtype).replace('torch.', '')}{layout}]"
-        if len(text) > max_chars:
-            return text[: max_chars - 1] + "…"
-        return text
+        return format_listed(listed, max_chars)
     return str(value)[:max_chars]
+
+
+def format_listed(listed: list, max_chars: int = 60) -> str:
+    """:func:`format_value`'s text of a tensor of 1 to 64 numbers, from its ``tolist()`` (read when it was recorded;
+    written here when it is shown).
+
+    >>> format_listed([[1.0, 2.0], [3.0, 4.5]]), format_listed([0.125] * 8, 24)
+    ('[[1.0, 2.0], [3.0, 4.5]]', '[0.125, 0.125, 0.125, 0…')
+    """
+    text = _nested(listed, max_chars)
+    if len(text) > max_chars:
+        return text[: max_chars - 1] + "…"
+    return text
 
 
 def format_block(value: Any, max_chars: int = 60) -> str:

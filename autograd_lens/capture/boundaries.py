@@ -21,7 +21,10 @@ REPEATED = ("a module with backward hooks was given the same tensor more than on
 
 def repeated(unhooked: Any, shape: Any, boundaries: list) -> None:
     """Before the pass: ``unhooked.repeated`` says why, when a boundary of ``boundaries`` (the pass's
-    ``BackwardHookFunctionBackward`` nodes) sends two of its gradients to the same input: one tensor given twice."""
+    ``BackwardHookFunctionBackward`` nodes) sends two of its gradients to the same input: one tensor given twice.
+    Nothing to read without a boundary (the usual pass): ``shape.next_of()`` is built only when there is one."""
+    if not boundaries:
+        return
     nexts = shape.next_of()
     for fn in boundaries:
         edges = [(id(target), nr) for target, nr in nexts.get(id(fn), ()) if target is not None]

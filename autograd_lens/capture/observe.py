@@ -168,7 +168,7 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
                 self.unhooked.unknown_from(fn, why)
             if kind == BOUNDARY:  # a module hook's (boundaries.py)
                 boundaries.append(fn)
-        repeated(self.unhooked, self.shape, boundaries) if boundaries else None
+        repeated(self.unhooked, self.shape, boundaries)
         variables = self.shape.variables()
         self.leaf_ids.update(self.shape.by_variable())
         for key, fn in self.shape.leaves.items():

@@ -9,9 +9,10 @@ from typing import Any
 
 import torch
 
-from ..format import format_value
+from ..format import format_listed, format_value
 from ..model import GraphOptions, python_dispatch
 from .names import Names
+from .snapshot import kind_of
 
 # Saved values that describe layout rather than maths: never drawn.
 _STRUCTURAL = re.compile(
@@ -61,6 +62,8 @@ def saved_value(fn: Any, attribute: str) -> Any:
     raw_name = _raw_name(type(fn), attribute)
     if raw_name is not None:
         raw = getattr(fn, raw_name)
+        if type(raw) is _SavedTensor:  # one saved tensor (the usual case: packed_by_hook's, without the call)
+            return raw.data if raw.unpack_hook is None else PACKED
         if packed_by_hook(raw):
             return PACKED
         if isinstance(raw, (tuple, list)):
@@ -86,6 +89,7 @@ def _raw_name(kind: type, attribute: str) -> str | None:
 
 
 _raw_names: dict[type, dict[str, str | None]] = {}
+_SavedTensor = torch._C._autograd.SavedTensor
 _UNSEEN = object()
 
 
@@ -117,15 +121,24 @@ def _drawn_saved_values(fn: Any) -> list[tuple[str, Any]]:
     tests/test_perf_walk.py compares the drawings made with each."""
     kind = type(fn)
     wanted = _drawn_names.get(kind)
-    if wanted is None:
-        wanted = tuple(attribute for attribute in saved_names(fn)
+    if wanted is None:  # (name, attribute) of each value drawn
+        wanted = tuple((attribute[len("_saved_"):], attribute)
+                       for attribute in saved_names(fn)
                        if _is_constant_name(attribute) or _raw_name(kind, attribute) is not None)
         if len(_drawn_names) < 4096:  # one entry per node type seen, as saved_names
             _drawn_names[kind] = wanted
-    return _saved_values(fn, wanted)
+    values = []
+    for name, attribute in wanted:  # as _saved_values(fn, those attributes)
+        try:
+            value = saved_value(fn, attribute)
+        except Exception:  # freed by an earlier backward(), or not readable
+            continue
+        if value is not None:
+            values.append((name, value))
+    return values
 
 
-_drawn_names: dict[type, tuple[str, ...]] = {}
+_drawn_names: dict[type, tuple[tuple[str, str], ...]] = {}
 
 
 def _number(number: Any) -> str:
@@ -135,24 +148,58 @@ def _number(number: Any) -> str:
 
 
 def _saved_summary(fn: Any, names: Names, storage_names: dict, options: GraphOptions,
-                   values: list[tuple[str, Any]] | None = None) -> str:
+                   values: list[tuple[str, Any]] | None = None, later: bool = False) -> str | SavedText:
     """``saves self=y`` style text: which tensors this backward function keeps (``values``: its
-    ``_saved_values``, when already read)."""
-    parts = []
+    ``_saved_values``, when already read).  With ``later``, a :class:`SavedText` when a saved tensor's numbers are
+    in it: they are read now and written when the graph is made (``SavedText.text``)."""
+    parts: list = []
     for name, value in _saved_values(fn) if values is None else values:
         if value is PACKED:
             parts.append(f"{name} {PACKED}")
             continue
-        if not isinstance(value, torch.Tensor) or value.dim() == 0 and not value.requires_grad:
+        if not isinstance(value, torch.Tensor) or value.dim() == 0 and not value.requires_grad \
+                and not name.startswith("result"):  # (a number the op was called with: drawn as a constant)
             continue
-        known = names.tensor_name(value) or storage_names.get(_storage_key(value))
+        known = names.tensor_name(value) or _stored_name(storage_names, value)
         if known is not None:
             parts.append(f"{name}={known}")
         elif value.numel() <= options.max_elements:
-            parts.append(f"{name}={format_value(value, 24)}")  # format_value detaches
+            listed = _listed(value) if later else None
+            # format_value detaches
+            parts.append(f"{name}={format_value(value, 24)}" if listed is None else (name, listed))
         else:
             parts.append(f"{name}=[{'x'.join(map(str, value.shape))}]")
-    return ("saves " + ", ".join(parts)) if parts else ""
+    if not parts:
+        return ""
+    if later and any(type(part) is tuple for part in parts):
+        return SavedText(parts)
+    return "saves " + ", ".join(parts)
+
+
+class SavedText:
+    """The ``saves mat1=[[...]]`` text of a backward function, its saved tensors' numbers read when the walk ran
+    (before the pass: ``tolist()``, a copy) and written when the graph is made, after the pass (formatting costs
+    several times the read).  ``parts``: text, or (name, the numbers) of a tensor ``format_value`` would write."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: list) -> None:
+        self.parts = parts
+
+    def text(self) -> str:
+        return "saves " + ", ".join(part if type(part) is str else f"{part[0]}={format_listed(part[1], 24)}"
+                                    for part in self.parts)
+
+
+def _listed(value: torch.Tensor) -> list | None:
+    """``value.tolist()`` when ``format_value(value)`` writes those numbers (a plain dense CPU tensor of 1 to 64
+    numbers, one dimension or more), else None (written now)."""
+    if value.dim() == 0 or value.numel() > 64 or kind_of(value) != "dense":
+        return None
+    try:
+        return value.tolist()
+    except Exception:  # no readable numbers: format_value says what it is
+        return None
 
 
 def _storage_key(tensor: torch.Tensor) -> tuple | None:
@@ -164,21 +211,48 @@ def _storage_key(tensor: torch.Tensor) -> tuple | None:
         return None
 
 
-def _storage_names(names: Names) -> dict[tuple, str]:
-    found: dict[tuple, str] = {}
+def _storage_names(names: Names) -> dict[int, list]:
+    """The named tensors by where their first number lives (``data_ptr()``): [tensor, name] pairs in the order of
+    ``names``, for :func:`_stored_name` (one call per tensor here; the storage key only for a saved tensor that
+    starts where a named one does)."""
+    found: dict[int, list] = {}
     for kept in names.tensor_objects:
-        key = _storage_key(kept)
-        if key is not None:
-            found.setdefault(key, names.tensors[id(kept)])
+        try:
+            pointer = kept.data_ptr()
+        except Exception:  # sparse, nested, subclasses: no storage to share (as _storage_key)
+            continue
+        if pointer:
+            found.setdefault(pointer, []).append((kept, names.tensors[id(kept)]))
     return found
+
+
+def _stored_name(found: dict[int, list], tensor: torch.Tensor) -> str | None:
+    """The name of the first named tensor with ``tensor``'s storage key (``_storage_key``: memory, offset, shape,
+    strides, dtype), from ``_storage_names``; tensors with another ``data_ptr()`` cannot have it."""
+    if not found:
+        return None
+    try:
+        pointer = tensor.data_ptr()
+    except Exception:
+        return None
+    kept = found.get(pointer)
+    if kept is None:
+        return None
+    key = _storage_key(tensor)
+    if key is None:
+        return None
+    for other, name in kept:
+        if _storage_key(other) == key:
+            return name
+    return None
 
 
 def _add_constants(build: Any, saved: list[tuple[str, Any]], node_id: str) -> None:
     """Draw the numbers an op was called with (the 3 in ``y * 3``; ``saved``: its ``_saved_values``) as small
     input nodes."""
     for name, value in saved:
-        if not _is_constant_name("_saved_" + name):
-            continue
+        if not _is_constant_name("_saved_" + name) or name.startswith("result"):
+            continue  # (an op's own output, exp's or tanh's: listed in its "saves ..." line, not drawn as an input)
         if isinstance(value, torch.Tensor):
             if value.dim() != 0 or value.requires_grad or python_dispatch(value):  # (not read: python_dispatch)
                 continue

@@ -9,6 +9,7 @@ None of them keeps a reference to the tensor it was given.
 from __future__ import annotations
 
 import threading
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 import torch
@@ -258,3 +259,38 @@ def unseen_by_modes(observer: Any, fn: Any, grad_inputs: Any, grad_outputs: Any)
             observer.plain = False
             return False
     return True
+
+
+# ----------------------------------------------------------------------------- the walk's values (walk.py)
+
+
+def leaf_state(shape: Any, options: Any) -> dict[int, tuple[Value, Value]]:
+    """The ``.grad`` of every leaf (and the value of small ones) of ``shape`` (a ``structure.Structure``) as labels
+    will show them (``options``: the ``GraphOptions``), read before a pass changes them.  A large ``.grad`` is kept
+    as shape and dtype only (no reduction runs); one that was None stays None, so nothing read after the pass is
+    shown as what the leaf held before it.  A large leaf's value (None here) is read when the model is built: a pass
+    does not change it."""
+    limit = options.max_elements
+    state = {}
+    for key, variable in shape.variables().items():
+        grad = variable.grad
+        state[key] = (_small(variable, options, False) if variable.numel() <= limit else None,
+                      None if grad is None else _small(grad, options, False))
+    return state
+
+
+def _small(tensor: torch.Tensor | None, options: Any, stats: bool = True,
+           shape: tuple[int, ...] | None = None) -> Value:
+    """A value for a label: clone when small enough to print (``options.max_elements``), otherwise a summary
+    (``shape``: the tensor's, when already read)."""
+    if tensor is None:
+        return None
+    if tensor.numel() > options.max_elements and not stats:
+        summary = _new(TensorSummary)  # TensorSummary(shape, dtype) without a frozen dataclass's setattr per field
+        summary.__dict__.update(_SUMMARY_DEFAULTS, shape=tuple(tensor.shape) if shape is None else shape,
+                                dtype=dtype_name(tensor.dtype))
+        return summary
+    return snapshot(tensor, store_limit=options.max_elements)
+
+
+_SUMMARY_DEFAULTS = {item.name: item.default for item in dataclass_fields(TensorSummary)}

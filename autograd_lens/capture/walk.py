@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from dataclasses import fields as dataclass_fields
 from typing import Any, Sequence
 
-import torch
-
-from ..model import Graph, GraphOptions, TensorSummary, Value
+from ..model import Graph, GraphOptions, Value
 from .names import Names, _hook_badges
-from .rows import _NODE_NAMES, GraphRows, _arrows, _names_up_to
+from .rows import _NODE_NAMES, NODE_FIELDS, GraphRows, _arrows, _names_up_to
 from .saved import _add_constants, _drawn_saved_values, _saved_summary, _storage_names
-from .snapshot import dtype_name, snapshot
+from .snapshot import _small, leaf_state  # noqa: F401  (leaf_state: re-exported, the tracer's)
 from .structure import _REDUCING, Structure, _leaf_uses, _may_reduce, _output_shape, _reduced_dims, _uses_of
 from .structure import _within_budget, structure
 
@@ -148,10 +145,28 @@ class Walk:
 
 
 class _Builder(GraphRows):
-    """Numbers nodes and edges in the order they are added (as rows: see ``rows.GraphRows``)."""
+    """Numbers nodes and edges in the order they are added (as rows: see ``rows.GraphRows``); the ``saves ...``
+    details holding numbers (``saved.SavedText``) are written when the Graph is made, after the pass."""
+
+    def __init__(self, options: GraphOptions) -> None:
+        super().__init__(options)
+        self.later: list[int] = []  # indexes of the rows whose detail is a SavedText
+
+    def graph(self) -> Graph:
+        if self._graph is not None:
+            return self._graph
+        if self.later:
+            nodes, detail = self.nodes, _DETAIL
+            for index in self.later:  # (plain Python numbers: no tensor op runs)
+                row = nodes[index]
+                nodes[index] = row[:detail] + (row[detail].text(),) + row[detail + 1:]
+            self.later = []
+        return super().graph()
 
 
-_new = object.__new__
+_DETAIL = NODE_FIELDS.index("detail")
+
+
 
 
 def walk(
@@ -186,7 +201,7 @@ def walk(
     all_kept = count == len(reachable)  # every input of a kept function is kept (the usual case)
     kept_ids = None if all_kept else {id(fn) for fn in kept}
     build = _Builder(options)
-    node, nodes = build.node, build.nodes
+    node, nodes, later = build.node, build.nodes, build.later
     result = Walk(rows=build, structure=shape)
     function_ids, labels = result.function_ids, result.labels
     tensor_ids, tensor_labels, output_edges = result.tensor_ids, result.tensor_labels, result.output_edges
@@ -270,12 +285,17 @@ def walk(
         reduces = reducing.get(type(fn))
         if reduces is None:
             reduces = _may_reduce(type(fn))
-        saved = _drawn_saved_values(fn) if show_saved else []  # read once: the summary and the constants
         count_nodes = len(nodes)
+        if show_saved:
+            saved = _drawn_saved_values(fn)  # read once: the summary and the constants
+            detail = _saved_summary(fn, names, storage_names, options, saved, later=True)
+            if type(detail) is not str:  # numbers written when the Graph is made (_Builder.graph)
+                later.append(count_nodes)
+        else:
+            detail = ""
         node_id = node_names[count_nodes] if count_nodes < named_count else f"n{count_nodes}"
         # as node(kind="function", ...), without the call: a row in Node's field order
-        nodes.append((node_id, "function", label, name, shape_now, None, None, (),
-                      _saved_summary(fn, names, storage_names, options, saved) if show_saved else "",
+        nodes.append((node_id, "function", label, name, shape_now, None, None, (), detail,
                       fn._sequence_nr(), _reduced_dims(fn) if reduces else None))
         function_ids[fn_key] = node_id
         labels[fn_key] = label if named_output is None else f"{label} → {named_output}"
@@ -361,34 +381,3 @@ def walk(
                 build.edge(note, function_ids[id(fn)], kind="hidden")
     build.hidden = hidden  # the Graph is made from the rows when first read (Walk.graph)
     return result
-
-
-def leaf_state(shape: Structure, options: GraphOptions) -> dict[int, tuple[Value, Value]]:
-    """The ``.grad`` of every leaf (and the value of small ones) as labels will show them, read before a
-    pass changes them.  A large ``.grad`` is kept as shape and dtype only (no reduction runs); one that was
-    None stays None, so nothing read after the pass is shown as what the leaf held before it.  A large
-    leaf's value (None here) is read when the model is built: a pass does not change it."""
-    limit = options.max_elements
-    state = {}
-    for key, variable in shape.variables().items():
-        grad = variable.grad
-        state[key] = (_small(variable, options, False) if variable.numel() <= limit else None,
-                      None if grad is None else _small(grad, options, False))
-    return state
-
-
-def _small(tensor: torch.Tensor | None, options: GraphOptions, stats: bool = True,
-           shape: tuple[int, ...] | None = None) -> Value:
-    """A value for a label: clone when small enough to print, otherwise a summary (``shape``: the tensor's, when
-    already read)."""
-    if tensor is None:
-        return None
-    if tensor.numel() > options.max_elements and not stats:
-        summary = _new(TensorSummary)  # TensorSummary(shape, dtype) without a frozen dataclass's setattr per field
-        summary.__dict__.update(_SUMMARY_DEFAULTS, shape=tuple(tensor.shape) if shape is None else shape,
-                                dtype=dtype_name(tensor.dtype))
-        return summary
-    return snapshot(tensor, store_limit=options.max_elements)
-
-
-_SUMMARY_DEFAULTS = {item.name: item.default for item in dataclass_fields(TensorSummary)}
