@@ -48,3 +48,47 @@ def test_made_by_names_the_line_that_made_each_node(shell, blank):
     for text, op in zip(said, expected_ops):
         number, line = re.fullmatch(r"cell line (\d+): (.*)", text).groups()
         assert editor[int(number) - 1].strip() == line == op, (text, editor)
+
+
+# --- 2. a retained non-leaf .grad over several passes ----------------------------------------------------------------
+# Was false: on a second pass the card said "retain_grad() keeps the gradient [4.0, 8.0] that reached h ...: h.grad is
+# [8.0, 16.0]" — torch adds to a retained .grad as AccumulateGrad does to a leaf's; "keeps" said it was replaced.
+# Fixed (views.context.kept_lines is told what .grad held when the pass began).
+
+
+def _retained(kind):
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    h = x * 2
+    h.retain_grad()
+    y = (h * h).sum()
+    held = []
+    for step in range(3):
+        held.append(None if h.grad is None else h.grad.clone())
+        if kind == "none_between" and step == 1:
+            h.grad = None
+            held[-1] = None
+        if kind == "inputs" and step == 2:
+            y.backward(inputs=[h], retain_graph=True)
+        else:
+            y.backward(retain_graph=True)
+    return h, held
+
+
+@pytest.mark.parametrize("kind", ["accumulate", "none_between", "inputs"])
+def test_a_retained_grad_card_says_it_adds_to_what_it_held(kind):
+    plain_h, plain_held = _retained(kind)
+    with al.Lens() as lens:
+        h, held = _retained(kind)
+    assert torch.equal(h.grad, plain_h.grad)
+    for backward_pass, before in zip(lens.passes, plain_held):
+        (step,) = [s for s in views_for([backward_pass])[0].steps if s.title.startswith("h.grad written")]
+        after = before + torch.tensor([4.0, 8.0]) if before is not None else torch.tensor([4.0, 8.0])
+        assert step.title == f"h.grad written: {al.format_value(after)}"
+        if before is None:
+            assert "keeps the gradient [4.0, 8.0]" in step.lines[0] or "writes the gradient [4.0, 8.0]" in step.lines[0]
+            assert "which held" not in step.lines[0]
+        else:
+            assert "keeps" not in step.lines[0] and "writes" not in step.lines[0], step.lines[0]
+            assert f"adds the gradient [4.0, 8.0] that reached h, after its tensor hooks, to h.grad, which held " \
+                   f"{al.format_value(before)}" in step.lines[0]
+        assert f"{al.format_value(after)} once this pass ends" in step.lines[0]
