@@ -5,6 +5,7 @@ section says what it said before); the rest stay as differential tests."""
 
 from __future__ import annotations
 
+import math
 import re
 import textwrap
 
@@ -92,3 +93,47 @@ def test_a_retained_grad_card_says_it_adds_to_what_it_held(kind):
             assert f"adds the gradient [4.0, 8.0] that reached h, after its tensor hooks, to h.grad, which held " \
                    f"{al.format_value(before)}" in step.lines[0]
         assert f"{al.format_value(after)} once this pass ends" in step.lines[0]
+
+
+# --- 3. plots of NaN, inf and zero gradients ------------------------------------------------------------------------
+# Was false: matplotlib draws a NaN bar as nothing, and a log axis has no room for 0: in lens.plot.grad_flow() a
+# parameter whose .grad is NaN and one whose .grad is all zero both showed an empty row with no word (as if the
+# same, and as if small), and with_without() / plot() drew NaN as an empty bar. Fixed (views/plots.py: such bars
+# are drawn at 0 with "NaN in .grad", "inf", "all zero" beside them).
+
+
+def _bad_grads():
+    a = torch.tensor([1.0, 2.0], requires_grad=True)
+    b = torch.tensor([0.0, 1.0], requires_grad=True)  # sqrt'(0) * 0 = inf * 0: NaN
+    c = torch.tensor([1e-3, 2e-3], requires_grad=True)  # multiplied by 0: all zero
+    d = torch.tensor([1.0, 3.0], requires_grad=True)  # sends inf
+    (a * 2 + b.sqrt() * 0 + c * 0 + d * float("inf")).sum().backward()
+    return {"a": a, "b": b, "c": c, "d": d}
+
+
+def _row_texts(axis):
+    """What is written beside each row of a horizontal bar chart: {tick label: [texts]}."""
+    ticks = {round(t): label.get_text() for t, label in zip(axis.get_yticks(), axis.get_yticklabels())}
+    out = {}
+    for text in axis.texts:
+        out.setdefault(ticks[round(text.get_position()[1])], []).append(text.get_text().strip())
+    return out
+
+
+def test_plots_say_nan_inf_and_zero_instead_of_drawing_nothing():
+    plain = _bad_grads()
+    with al.Lens() as lens:
+        leaves = _bad_grads()
+    for name, leaf in leaves.items():
+        assert torch.equal(leaf.grad.isnan(), plain[name].grad.isnan())
+    assert plain["b"].grad.isnan().any() and (plain["c"].grad == 0).all() and plain["d"].grad.isinf().all()
+    flow = lens.plot.grad_flow().axes[0]
+    assert all(math.isfinite(bar.get_width()) for bar in flow.patches)
+    assert _row_texts(flow) == {"b": ["NaN in .grad"], "c": ["all zero"], "d": ["inf in .grad"]}
+    both = lens.plot.with_without().axes[0]
+    assert all(math.isfinite(bar.get_width()) for bar in both.patches)
+    said = _row_texts(both)
+    assert said["b"] == ["NaN", "NaN"] and said["d"] == ["inf", "inf"] and "a" not in said and "c" not in said
+    summary = lens.plot().axes[0]
+    assert all(math.isfinite(bar.get_height()) for bar in summary.patches)
+    assert sorted(t.get_text() for t in summary.texts) == ["NaN", "NaN", "inf", "inf"]
