@@ -137,3 +137,30 @@ def test_plots_say_nan_inf_and_zero_instead_of_drawing_nothing():
     summary = lens.plot().axes[0]
     assert all(math.isfinite(bar.get_height()) for bar in summary.patches)
     assert sorted(t.get_text() for t in summary.texts) == ["NaN", "NaN", "inf", "inf"]
+
+
+# --- 4. a drawing shown again after the program went on ------------------------------------------------------------
+# Was false as a picture of the present: g = %lens_graph out, then out.backward() and an optimizer step, then g shown
+# again said "x | data 2.0 | grad None" beside a notebook where x is 1.76 and x.grad 12.0, with nothing saying it was
+# old. Fixed (api.graph remembers, by weak reference, the versions of the named tensors and .grads it drew; a later
+# display names those changed since, above the same drawing).
+
+
+def test_a_graph_shown_again_says_which_values_changed_since_it_was_drawn(shell):
+    shell.run_cell("x = torch.tensor(2.0, requires_grad=True)\ny = x ** 2\nout = y * 3\ng = %lens_graph out")
+    g = shell.user_ns["g"]
+    first = g._repr_mimebundle_()
+    assert "text/html" not in first and ">grad None<" in first["image/svg+xml"]  # as drawn: no note
+    shell.run_cell("out.backward(retain_graph=True)")
+    x = shell.user_ns["x"]
+    assert x.grad.item() == 12.0
+    again = g._repr_mimebundle_()
+    assert again["image/svg+xml"] == first["image/svg+xml"]  # the drawing itself is the same picture
+    assert "drawn earlier: x.grad has changed since" in again["text/html"]
+    shell.run_cell("opt = torch.optim.SGD([x], lr=0.02)\nopt.step()")
+    assert x.item() == pytest.approx(1.76)
+    assert "drawn earlier: x, x.grad have changed since" in g._repr_mimebundle_()["text/html"]
+    shell.run_cell("opt.zero_grad()")  # .grad set to None: as drawn again, x's data still not
+    assert x.grad is None and "drawn earlier: x has changed since" in g._repr_mimebundle_()["text/html"]
+    fresh = shell.run_cell("g2 = %lens_graph out").success and shell.user_ns["g2"]._repr_mimebundle_()
+    assert "text/html" not in fresh and ">data 1.76<" in fresh["image/svg+xml"]  # drawn again: now, and no note

@@ -1,0 +1,77 @@
+"""What a drawing of ``graph()`` showed of the user's named tensors, so that showing the same ``Graph`` again later
+can say which of them have changed since (an optimizer step, another backward, ``.grad`` zeroed): a picture of the
+past must not pass for the present.  Weak references only: a drawing keeps nothing of the user's alive."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from ..model import Graph
+
+# id(graph) -> [(label, weak tensor, its version, weak .grad or None, the .grad's version)], as when it was drawn
+_DRAWN: dict[int, list] = {}
+
+
+def remembered(drawn: Graph, found: Any) -> Graph:
+    """``drawn``, its named tensors and their ``.grad`` noted (``found``: the names ``graph()`` used)."""
+    by_name = {found.tensors[id(t)]: t for t in found.tensor_objects}
+    kept = []
+    for node in drawn.nodes:
+        tensor = by_name.get(node.label) if node.is_tensor else None
+        if tensor is None:
+            continue
+        try:
+            grad = tensor.grad if tensor.is_leaf or tensor.retains_grad else None
+            kept.append((node.label, weakref.ref(tensor), tensor._version,
+                         None if grad is None else weakref.ref(grad), None if grad is None else grad._version))
+        except Exception:  # a tensor subclass that refuses weak references or versions: not followed
+            continue
+    if kept:
+        _DRAWN[id(drawn)] = kept
+        weakref.finalize(drawn, _DRAWN.pop, id(drawn), None)
+    return drawn
+
+
+def changed_since_drawn(drawn: Graph) -> list[str]:
+    """What of the named tensors ``drawn`` shows has changed since it was drawn ("x", "x.grad"); [] when nothing
+    known (tensors gone, or never followed)."""
+    changed = []
+    for label, tensor_ref, version, grad_ref, grad_version in _DRAWN.get(id(drawn), ()):
+        tensor = tensor_ref()
+        if tensor is None:
+            continue
+        try:
+            if tensor._version != version:
+                changed.append(label)
+            grad = tensor.grad if tensor.is_leaf or tensor.retains_grad else None
+            if grad is not (None if grad_ref is None else grad_ref()) or (grad is not None and grad._version != grad_version):
+                changed.append(f"{label}.grad")
+        except Exception:
+            continue
+    return changed
+
+
+def _with_grad_norms(drawn: Graph, found: Any) -> Graph:
+    """Parameters' ``.grad`` kept as summaries get their norm (one reduction each), which the drawing shows as
+    the size of the gradient (``views.gradsize``).  Nothing else is read or changed.  A graph with no such summary
+    (a first picture after the forward pass: no ``.grad`` yet) is returned as it is, before any lookup is built."""
+    from .model import TensorSummary
+
+    if not any(node.kind == "leaf" and isinstance(node.grad, TensorSummary) for node in drawn.nodes):
+        return drawn
+    import dataclasses
+
+    by_name = {found.tensors[id(t)]: t for t in found.tensor_objects}
+    nodes, changed = [], False
+    for node in drawn.nodes:
+        summary = node.grad
+        if node.kind == "leaf" and isinstance(summary, TensorSummary) and summary.norm is None \
+                and summary.kind == "dense":
+            grad = getattr(by_name.get(node.label), "grad", None)
+            if grad is not None and tuple(grad.shape) == tuple(summary.shape) and grad.layout == torch.strided:
+                with torch.no_grad():
+                    norm = float(grad.detach().double().norm())
+                node, changed = dataclasses.replace(node, grad=dataclasses.replace(summary, norm=norm)), True
+        nodes.append(node)
+    return dataclasses.replace(drawn, nodes=tuple(nodes)) if changed else drawn
