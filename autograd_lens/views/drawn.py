@@ -51,27 +51,3 @@ def changed_since_drawn(drawn: Graph) -> list[str]:
             continue
     return changed
 
-
-def _with_grad_norms(drawn: Graph, found: Any) -> Graph:
-    """Parameters' ``.grad`` kept as summaries get their norm (one reduction each), which the drawing shows as
-    the size of the gradient (``views.gradsize``).  Nothing else is read or changed.  A graph with no such summary
-    (a first picture after the forward pass: no ``.grad`` yet) is returned as it is, before any lookup is built."""
-    from .model import TensorSummary
-
-    if not any(node.kind == "leaf" and isinstance(node.grad, TensorSummary) for node in drawn.nodes):
-        return drawn
-    import dataclasses
-
-    by_name = {found.tensors[id(t)]: t for t in found.tensor_objects}
-    nodes, changed = [], False
-    for node in drawn.nodes:
-        summary = node.grad
-        if node.kind == "leaf" and isinstance(summary, TensorSummary) and summary.norm is None \
-                and summary.kind == "dense":
-            grad = getattr(by_name.get(node.label), "grad", None)
-            if grad is not None and tuple(grad.shape) == tuple(summary.shape) and grad.layout == torch.strided:
-                with torch.no_grad():
-                    norm = float(grad.detach().double().norm())
-                node, changed = dataclasses.replace(node, grad=dataclasses.replace(summary, norm=norm)), True
-        nodes.append(node)
-    return dataclasses.replace(drawn, nodes=tuple(nodes)) if changed else drawn
