@@ -41,11 +41,18 @@ class Fold(Frozen):
     nodes: tuple[str, ...]  # the node ids the box stands for
     functions: int  # backward functions per block
     hooks: int  # hook badges on the boxes folded away (0 unless given)
-    FIELDS = ("id", "label", "kind", "paths", "nodes", "functions", "hooks")
-    DEFAULTS = {"hooks": 0}
+    in_all: int  # backward functions the box stands for (0: not counted, functions × blocks)
+    FIELDS = ("id", "label", "kind", "paths", "nodes", "functions", "hooks", "in_all")
+    DEFAULTS = {"hooks": 0, "in_all": 0}
 
     def detail(self) -> str:
-        text = f"{self.kind} · {self.functions} backward functions each"
+        # blocks found from parameters' names hold only the functions from their first parameter's use to their
+        # last; the ops after it (an activation, a residual add) lie between blocks in the box, and after the last
+        # block outside it: "N each" would then undercount a block, so the box says what it holds in all
+        if self.in_all and self.in_all != self.functions * len(self.paths):
+            text = f"{self.kind} · {self.in_all} backward functions in all"
+        else:
+            text = f"{self.kind} · {self.functions} backward functions each"
         return text + (f"\n{self.hooks} hook{'s' if self.hooks != 1 else ''} inside" if self.hooks else "")
 
 
@@ -215,8 +222,9 @@ def _apply(graph: Graph, groups: Sequence[ModuleGroup], inside: list[set[str]],
         hooks = sum(len(graph.node(n).hooks) for n in members)
         label = fold_label([groups[i].path for i in run], first.kind)
         order = [n.id for n in graph.nodes if n.id in members]
+        in_all = sum(1 for n in members if graph.node(n).kind == "function")
         folds.append(Fold(fold_id, label, first.kind, tuple(groups[i].path or "" for i in run), tuple(order),
-                          functions, hooks))
+                          functions, hooks, in_all))
     # leaves (parameters) used only inside one fold go into it
     for node in graph.nodes:
         if node.kind == "leaf" and node.id not in owner:
@@ -226,7 +234,7 @@ def _apply(graph: Graph, groups: Sequence[ModuleGroup], inside: list[set[str]],
                 owner[node.id] = fold_id
     by_id = {f.id: f for f in folds}
     folds = [Fold(f.id, f.label, f.kind, f.paths, tuple(n.id for n in graph.nodes if owner.get(n.id) == f.id),
-                  f.functions, f.hooks) for f in folds]
+                  f.functions, f.hooks, f.in_all) for f in folds]
     return Folded(_folded_graph(graph, owner, {f.id: f for f in folds}), _kept_groups(groups, runs, owner),
                   tuple(folds)) if by_id else Folded(graph, tuple(groups), ())
 
