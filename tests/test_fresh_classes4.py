@@ -272,3 +272,16 @@ def test_a_scalar_ops_saved_output_is_not_drawn_as_a_constant_input():
     assert constants == {("3", "other")}, constants  # the 3 of x * 3 is the only number an op was called with
     exp = [n for n in drawn.nodes if n.op == "ExpBackward0"][0]
     assert f"result={al.format_value(y.detach())}" in exp.detail, exp.detail
+
+
+def test_a_graph_shown_again_as_a_table_says_so_too(shell, monkeypatch):
+    """No renderer: the table of values says which have changed since, as the picture does."""
+    shell.run_cell("x = torch.tensor(2.0, requires_grad=True)\nout = x * 3\ng = %lens_graph out")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setenv("AUTOGRAD_LENS_DISABLE_WASM", "1")
+    monkeypatch.delenv("AUTOGRAD_LENS_RENDERER", raising=False)
+    g = shell.user_ns["g"]
+    assert "drawn earlier" not in g._repr_mimebundle_()["text/html"]
+    shell.run_cell("out.backward()")
+    table = g._repr_mimebundle_()["text/html"]
+    assert "drawn earlier: x.grad has changed since" in table and "<td>x</td>" in table

@@ -76,7 +76,7 @@ def graph_bundle(graph: Graph) -> dict[str, str]:
         finally:
             _resume_collector(collecting)
         if svg_of is None:
-            return {"text/html": hint_html(problem) + graph_table_html(graph), "text/plain": graph_text(graph)}
+            return {"text/html": hint_html(problem) + stale_note(graph) + graph_table_html(graph), "text/plain": graph_text(graph)}
         from .fold import FOLD_OVER, expanded, fold_states
 
         graph_html = states = laid = made = None
@@ -96,7 +96,7 @@ def graph_bundle(graph: Graph) -> dict[str, str]:
                 made = page_made(graph, text, table_of, states)  # (the page's script: the stepper's module loaded)
             svg, failed = _waited(svg_of)
             if failed is not None:
-                return {"text/html": hint_html(failed) + graph_table_html(graph), "text/plain": text}
+                return {"text/html": hint_html(failed) + stale_note(graph) + graph_table_html(graph), "text/plain": text}
             stale = stale_note(graph)
             if graph_html is not None:
                 collecting = _pause_collector()
