@@ -12,6 +12,7 @@ from .capture.entry import _pause_collector, _resume_collector
 from .capture.names import caller_namespace, names_from, user_frame
 from .capture.walk import walk
 from .model import Graph, GraphOptions
+from .views.drawn import remembered
 
 
 def graph(
@@ -68,13 +69,13 @@ def graph(
     if not (fold and modules):
         collecting = _pause_collector()  # the walk keeps most of what it makes (as folded_walk's): no collection in it
         try:
-            return walk(roots, found, options).graph
+            return remembered(walk(roots, found, options).graph, found)
         finally:
             _resume_collector(collecting)
     from .views.fold import folded_walk
 
     drawn = folded_walk(lambda limit: walk(roots, found, options.replace(max_nodes=limit)).graph, modules, options)
-    return _with_grad_norms(drawn, found)
+    return remembered(_with_grad_norms(drawn, found), found)
 
 
 def _with_grad_norms(drawn: Graph, found: Any) -> Graph:

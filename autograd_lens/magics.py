@@ -182,7 +182,11 @@ class LensMagics(Magics):
         shell = self.shell
         shell.showtraceback = lambda *args, **kwargs: None
         shell.showsyntaxerror = lambda *args, **kwargs: None
-        lens.cell_lines = CellLines(cell)
+        # IPython drops the cell's leading blank lines before it compiles it (inputtransformer2.leading_empty_lines):
+        # statements are numbered from the first line it keeps, which is line 2 + that many in the editor
+        lines = cell.splitlines()
+        blank = next((i for i, text in enumerate(lines) if text and not text.isspace()), 0)
+        lens.cell_lines = CellLines("\n".join(lines[blank:]), offset=1 + blank)
         marker = Marker(lens.cell_lines)
         shell.ast_transformers.append(marker)
         # IPython silences a cell's last value when the cell ends with ';', reading the last cell in its history:

@@ -143,7 +143,7 @@ def test_a_retain_grad_write_is_a_step_with_the_value_torch_keeps():
         assert titles[write - 1].startswith("hook <lambda> on y")  # after the tensor hook
         assert titles[write + 1] == "mul → y (MulBackward0) runs"  # before the node runs
     step = [s for s in steps_for(lens.passes[1]) if s.title == "y.grad written: 48.0"][0]
-    assert "keeps the gradient 24.0 that reached y" in step.lines[0]
+    assert "adds the gradient 24.0 that reached y, after its tensor hooks, to y.grad, which held 24.0" in step.lines[0]
     assert y.grad.item() == 48.0
 
 

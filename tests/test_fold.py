@@ -127,7 +127,7 @@ def test_a_12_layer_transformer_is_drawn_as_one_box_for_its_layers():
 def test_the_box_label_is_in_the_dot_and_the_svg_and_deterministic():
     model, loss = transformer_loss()
     dot = al.graph(loss, names={"model": model}).to_dot()
-    assert 'label="layers.0-11 (x12)\\nBlock · 35 backward functions each"' in dot and "box3d" in dot
+    assert 'label="layers.0-11 (x12)\\nBlock · 442 backward functions in all"' in dot and "box3d" in dot
     assert "subgraph cluster_m1" in dot  # the modules outlined
     assert al.graph(loss, names={"model": model}).to_dot() == dot
     svg = html.unescape(al.graph(loss, names={"model": model}).render().decode())

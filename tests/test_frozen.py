@@ -43,6 +43,7 @@ class _FoldAsDataclass:
     nodes: tuple
     functions: int
     hooks: int = 0
+    in_all: int = 0
 
 
 def test_a_fold_behaves_as_the_frozen_dataclass_it_was():
@@ -58,7 +59,7 @@ def test_a_fold_behaves_as_the_frozen_dataclass_it_was():
         made[0].hooks = 2
     with pytest.raises(dataclasses.FrozenInstanceError):
         del made[0].label
-    for arguments, named in ((values[:5], {}), (values + (0, 1), {}), (values, {"color": 1}), (values, {"id": "f2"})):
+    for arguments, named in ((values[:5], {}), (values + (0, 1, 2), {}), (values, {"color": 1}), (values, {"id": "f2"})):
         with pytest.raises(TypeError):
             Fold(*arguments, **named)
 

@@ -203,7 +203,7 @@ def test_a_folded_transformer_is_readable_and_pictured(browser, theme):
     page.set_content(f"<body style='margin:0;background:{background}'><div class='al-canvas' "
                      f"style='display:inline-block;padding:12px'>{svg}</div></body>")
     texts = page.evaluate("Array.from(document.querySelectorAll('svg g.node text')).map(t => t.textContent)")
-    assert "layers.0-11 (x12)" in texts and "Block · 35 backward functions each" in texts
+    assert "layers.0-11 (x12)" in texts and "Block · 442 backward functions in all" in texts
     result = page.evaluate(MEASURE_LABELS)
     assert result["count"] > 20 and result["overlapCount"] == 0 and result["cutCount"] == 0, result
     where = PICTURES if os.environ.get("AL_UPDATE_PICTURES") == "1" else ARTIFACTS  # docs/ only when asked

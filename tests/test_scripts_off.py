@@ -67,7 +67,8 @@ def test_a_large_pass_stores_a_folded_overview_and_the_table(blocks, nodes, modu
     if modules:  # the recorded calls: the class, and every backward function a block made
         assert f"Sequential · {per_block} backward functions each" in texts, texts
     else:  # from parameters' names: the class is not known, and the tanh after a block's last parameter lies
-        assert f"Module · {per_block - 1} backward functions each" in texts, texts  # outside it (as in graph())
+        # between blocks in the box (after the last block outside it): the box says what it holds in all
+        assert f"Module · {blocks * per_block - 1} backward functions in all" in texts, texts
     # an overview, not the full drawing shrunk: few boxes, small
     boxes = len(re.findall(r"class=['\"]node['\"]", svg))
     assert 3 <= boxes <= min(OVERVIEW_BOXES, 12), boxes

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import FrameType
+from types import FrameType, SimpleNamespace
 from typing import Any
 
 import torch
@@ -159,7 +159,8 @@ def printable(name: str) -> str:
 
 def names_from(namespace: Mapping[str, Any] | None) -> Names:
     """Collect names from a namespace: tensors, parameters of modules, and tensors
-    one level inside lists, tuples and dicts (``params[0]``, ``grads['w']``).
+    one level inside lists, tuples and dicts (``params[0]``, ``grads['w']``) and objects of the user's own
+    classes (``m.W1``).
 
     >>> w = torch.ones(2, requires_grad=True)
     >>> names_from({"w": w, "_": w}).tensor_name(w)
@@ -182,18 +183,31 @@ def _collect(names: Names, namespace: Mapping[str, Any]) -> None:
             names.add_tensor(name, value)
         elif isinstance(value, torch.nn.Module):
             names.add_module(name, value)
-        elif isinstance(value, (list, tuple, dict)):
+        elif isinstance(value, (list, tuple, dict)) or _plain_object(value):
             containers.append((name, value))
     for name, value in containers:
-        items = value.items() if isinstance(value, dict) else enumerate(value)
+        attributes = not isinstance(value, (list, tuple, dict))
+        items = vars(value).items() if attributes else value.items() if isinstance(value, dict) else enumerate(value)
         for index, (key, item) in enumerate(items):
             if index >= 64:
                 break
-            label = f"{name}[{key!r}]" if isinstance(value, dict) else f"{name}[{key}]"
+            if attributes and (not isinstance(key, str) or key.startswith("_")):
+                continue
+            label = f"{name}.{key}" if attributes else f"{name}[{key!r}]" if isinstance(value, dict) else f"{name}[{key}]"
             if isinstance(item, torch.Tensor):
                 names.add_tensor(label, item)
             elif isinstance(item, torch.nn.Module):
                 names.add_module(label, item)
+
+
+def _plain_object(value: Any) -> bool:
+    """An instance of a class defined in the notebook or script itself (``m.W1`` of a hand-written model), or a
+    ``SimpleNamespace``: its attributes are named one level down, read from its ``__dict__`` (no property runs)."""
+    kind = type(value)
+    if kind is SimpleNamespace:
+        return True
+    return getattr(kind, "__module__", None) == "__main__" and not isinstance(value, type) \
+        and isinstance(getattr(value, "__dict__", None), dict)
 
 
 def caller_namespace(frame: FrameType | None) -> dict[str, Any]:

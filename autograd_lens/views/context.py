@@ -212,12 +212,19 @@ def _output_side(target: str, boundaries: set) -> bool:
     return any(label.startswith(target + " ") and not label.endswith(" input hook boundary") for label in boundaries)
 
 
-def kept_lines(event: GradWritten) -> tuple[str, ...]:
-    """The card of a non-leaf's ``.grad`` write: kept by ``retain_grad()``, or by ``backward(inputs=[…])``."""
+def kept_lines(event: GradWritten, held=None) -> tuple[str, ...]:
+    """The card of a non-leaf's ``.grad`` write: kept by ``retain_grad()``, or by ``backward(inputs=[…])``.
+    ``held``: what ``.grad`` held when the pass began (a non-leaf's ``.grad`` accumulates over passes, as a leaf's)."""
     name, received, grad = event.name, format_value(event.received), format_value(event.grad)
+    into = f"to {name}.grad" if held is None else f"to {name}.grad, which held {format_value(held)}"
     if event.by == "inputs":
-        return (f"backward(inputs=[…]) writes the gradient {received} that reached {name}, after its tensor hooks, to "
-                f"{name}.grad: {grad} once this pass ends.", f"{name} is not a leaf: for inputs= torch called "
+        verb = "writes" if held is None else "adds"
+        return (f"backward(inputs=[…]) {verb} the gradient {received} that reached {name}, after its tensor hooks, "
+                f"{into}: {grad} once this pass ends.", f"{name} is not a leaf: for inputs= torch called "
                 f"{name}.retain_grad(), so later passes add to {name}.grad too.")
+    if held is not None:
+        return (f"retain_grad() adds the gradient {received} that reached {name}, after its tensor hooks, {into} "
+                f"(backward() accumulates into a retained .grad as into a leaf's): {name}.grad is {grad} once this "
+                "pass ends.", f"{name} is not a leaf: without retain_grad() its .grad would stay None.")
     return (f"retain_grad() keeps the gradient {received} that reached {name}, after its tensor hooks: {name}.grad is "
             f"{grad} once this pass ends.", f"{name} is not a leaf: without retain_grad() its .grad would stay None.")

@@ -13,6 +13,7 @@ import threading
 from ..capture.entry import _pause_collector, _resume_collector
 from ..format import format_shape, format_value
 from ..model import Graph
+from .drawn import changed_since_drawn
 from .render import (GraphvizUnavailableError, RenderError, RenderTimeoutError, _import_wasm_backend,
                      _prepare_wasm_backend, start_svg, start_svgs, wasm_available)
 
@@ -75,7 +76,7 @@ def graph_bundle(graph: Graph) -> dict[str, str]:
         finally:
             _resume_collector(collecting)
         if svg_of is None:
-            return {"text/html": hint_html(problem) + graph_table_html(graph), "text/plain": graph_text(graph)}
+            return {"text/html": hint_html(problem) + stale_note(graph) + graph_table_html(graph), "text/plain": graph_text(graph)}
         from .fold import FOLD_OVER, expanded, fold_states
 
         graph_html = states = laid = made = None
@@ -95,14 +96,17 @@ def graph_bundle(graph: Graph) -> dict[str, str]:
                 made = page_made(graph, text, table_of, states)  # (the page's script: the stepper's module loaded)
             svg, failed = _waited(svg_of)
             if failed is not None:
-                return {"text/html": hint_html(failed) + graph_table_html(graph), "text/plain": text}
+                return {"text/html": hint_html(failed) + stale_note(graph) + graph_table_html(graph), "text/plain": text}
+            stale = stale_note(graph)
             if graph_html is not None:
                 collecting = _pause_collector()
                 try:
-                    return {"text/html": graph_html(graph, svg, text, table_of, states, laid, made),
+                    return {"text/html": stale + graph_html(graph, svg, text, table_of, states, laid, made),
                             "text/plain": text}
                 finally:
                     _resume_collector(collecting)
+            if stale:
+                return {"text/html": stale + svg, "image/svg+xml": svg, "text/plain": text}
             return {"image/svg+xml": svg, "text/plain": text}
         finally:  # in any case: no layout outlives the display
             _waited(svg_of)
@@ -110,6 +114,18 @@ def graph_bundle(graph: Graph) -> dict[str, str]:
                 laid()
     except Exception as error:
         return safe_bundle("graph", error)
+
+
+def stale_note(graph: Graph) -> str:
+    """A line above a drawing shown again after the tensors it draws changed (an optimizer step, another
+    backward, .grad zeroed): its values are those of when it was drawn.  Empty when nothing is known to differ."""
+    changed = changed_since_drawn(graph)
+    if not changed:
+        return ""
+    shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
+    return (f'<p style="color:#92400e"><b>autograd_lens:</b> drawn earlier: {html.escape(shown)} '
+            f'{"has" if len(changed) == 1 else "have"} changed since; the values below are those of when it was '
+            "drawn (draw it again to see them now).</p>")
 
 
 def _table_made(drawn: Graph):

@@ -41,11 +41,14 @@ class Fold(Frozen):
     nodes: tuple[str, ...]  # the node ids the box stands for
     functions: int  # backward functions per block
     hooks: int  # hook badges on the boxes folded away (0 unless given)
-    FIELDS = ("id", "label", "kind", "paths", "nodes", "functions", "hooks")
-    DEFAULTS = {"hooks": 0}
+    in_all: int  # backward functions the box stands for (0: not counted, functions × blocks)
+    FIELDS = ("id", "label", "kind", "paths", "nodes", "functions", "hooks", "in_all")
+    DEFAULTS = {"hooks": 0, "in_all": 0}
 
-    def detail(self) -> str:
-        text = f"{self.kind} · {self.functions} backward functions each"
+    def detail(self) -> str:  # blocks found from parameters' names leave the ops after their last parameter between
+        each = not self.in_all or self.in_all == self.functions * len(self.paths)  # them: "each" would undercount
+        text = f"{self.kind} · " + (f"{self.functions} backward functions each" if each else
+                                    f"{self.in_all} backward functions in all")
         return text + (f"\n{self.hooks} hook{'s' if self.hooks != 1 else ''} inside" if self.hooks else "")
 
 
@@ -215,18 +218,18 @@ def _apply(graph: Graph, groups: Sequence[ModuleGroup], inside: list[set[str]],
         hooks = sum(len(graph.node(n).hooks) for n in members)
         label = fold_label([groups[i].path for i in run], first.kind)
         order = [n.id for n in graph.nodes if n.id in members]
+        in_all = sum(graph.node(n).kind == "function" for n in members)
         folds.append(Fold(fold_id, label, first.kind, tuple(groups[i].path or "" for i in run), tuple(order),
-                          functions, hooks))
+                          functions, hooks, in_all))
     # leaves (parameters) used only inside one fold go into it
     for node in graph.nodes:
         if node.kind == "leaf" and node.id not in owner:
             ends = {owner.get(e.dst) for e in graph.edges_from(node.id)}
             if len(ends) == 1 and None not in ends:
-                fold_id = ends.pop()
-                owner[node.id] = fold_id
+                owner[node.id] = ends.pop()
     by_id = {f.id: f for f in folds}
     folds = [Fold(f.id, f.label, f.kind, f.paths, tuple(n.id for n in graph.nodes if owner.get(n.id) == f.id),
-                  f.functions, f.hooks) for f in folds]
+                  f.functions, f.hooks, f.in_all) for f in folds]
     return Folded(_folded_graph(graph, owner, {f.id: f for f in folds}), _kept_groups(groups, runs, owner),
                   tuple(folds)) if by_id else Folded(graph, tuple(groups), ())
 
@@ -270,10 +273,7 @@ def _folded_graph(graph: Graph, owner: dict[str, str], folds: dict[str, Fold]) -
 def _kept_groups(groups: Sequence[ModuleGroup], runs: list[tuple[int | None, list[int]]],
                  owner: dict[str, str]) -> tuple[ModuleGroup, ...]:
     """The groups still drawn, renumbered; each fold's box sits in the group that held its run."""
-    gone: set[int] = set()
-    for _, run in runs:
-        for index in run:
-            gone.add(index)
+    gone: set[int] = {index for _, run in runs for index in run}
     changed = True
     while changed:  # everything inside a folded group is gone too
         changed = False
@@ -281,10 +281,7 @@ def _kept_groups(groups: Sequence[ModuleGroup], runs: list[tuple[int | None, lis
             if index not in gone and group.parent in gone:
                 gone.add(index)
                 changed = True
-    renumber = {}
-    for index in range(len(groups)):
-        if index not in gone:
-            renumber[index] = len(renumber)
+    renumber = {index: number for number, index in enumerate(i for i in range(len(groups)) if i not in gone)}
     boxes: dict[int | None, list[str]] = {}
     for number, (parent, _) in enumerate(runs, start=1):
         boxes.setdefault(parent, []).append(f"f{number}")

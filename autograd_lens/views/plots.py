@@ -92,6 +92,18 @@ def size(value: Any) -> float | None:
     return float(value.abs().double().norm())
 
 
+def not_finite(number: float | None) -> str | None:
+    """"NaN", "inf" or "-inf" for a number a bar cannot show (matplotlib draws NaN as nothing), else None."""
+    if number is None or math.isfinite(number):
+        return None
+    return "NaN" if math.isnan(number) else ("inf" if number > 0 else "-inf")
+
+
+def _drawable(values: list) -> list[float]:
+    """Bar lengths: None, NaN and inf drawn as 0 (each said in words beside its bar)."""
+    return [0.0 if v is None or not_finite(v) else v for v in values]
+
+
 def abs_stats(value: Any) -> tuple[float, float] | None:
     """(mean |g|, max |g|) of a recorded gradient; None when not known."""
     if value is None:
@@ -138,13 +150,18 @@ def grad_flow(source: Any, pass_index: int = -1, log: bool = True):
     axis = figure.subplots()
     labels, legend = _labels(names)
     positions = list(range(len(rows)))
-    highest = [stats[1] if stats else 0.0 for _, stats in rows]
-    mean = [stats[0] if stats else 0.0 for _, stats in rows]
+    highest = _drawable([stats[1] if stats else None for _, stats in rows])
+    mean = _drawable([stats[0] if stats else None for _, stats in rows])
     axis.barh(positions, highest, color="#fde68a", label="max |grad|")
     axis.barh(positions, mean, height=0.45, color=ORANGE, label="mean |grad|")
     for position, (_, stats) in zip(positions, rows):
         if stats is None:
             axis.text(0, position, " no gradient", va="center", fontsize=8, color=GREY)
+        elif not_finite(stats[0]) or not_finite(stats[1]):  # a NaN bar would be drawn as nothing: as if zero
+            word = "NaN" if "NaN" in (not_finite(stats[0]), not_finite(stats[1])) else "inf"
+            axis.text(0, position, f" {word} in .grad", va="center", fontsize=8, color=RED)
+        elif stats[1] == 0 and log and any(value > 0 for value in highest):  # a log axis has no room for 0
+            axis.text(0, position, " all zero", va="center", fontsize=8, color=GREY)
     axis.set_yticks(positions, labels, fontsize=8)
     axis.invert_yaxis()
     if log and any(value > 0 for value in highest):
@@ -283,8 +300,10 @@ def _paired_bars(names: list[str], first: list, second: list, styles: tuple[dict
     axis = figure.subplots()
     positions = list(range(len(names)))
     for offset, values, style in ((-0.2, first, styles[0]), (0.2, second, styles[1])):
-        axis.barh([p + offset for p in positions], [v if v is not None else 0.0 for v in values], height=0.4,
-                  **style)
+        axis.barh([p + offset for p in positions], _drawable(values), height=0.4, **style)
+        for position, value in zip(positions, values):
+            if not_finite(value):
+                axis.text(0, position + offset, f" {not_finite(value)}", va="center", fontsize=8, color=RED)
     labels, legend = _labels(names)
     axis.set_yticks(positions, labels, fontsize=8)
     axis.invert_yaxis()
@@ -319,10 +338,12 @@ def plot(source: Any, pass_index: int = -1):
     figure = _figure(max(len(names), 4), width=9)
     left, right = figure.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
     positions = range(len(names))
-    left.bar([p - 0.2 for p in positions], [v if v is not None else 0 for v in with_hooks], width=0.4,
-             label="with hooks", color=ORANGE)
-    left.bar([p + 0.2 for p in positions], [v if v is not None else 0 for v in without], width=0.4,
-             label="without hooks", color=BLUE, hatch="//")
+    left.bar([p - 0.2 for p in positions], _drawable(with_hooks), width=0.4, label="with hooks", color=ORANGE)
+    left.bar([p + 0.2 for p in positions], _drawable(without), width=0.4, label="without hooks", color=BLUE, hatch="//")
+    for offset, values in ((-0.2, with_hooks), (0.2, without)):
+        for position, value in zip(positions, values):
+            if not_finite(value):
+                left.text(position + offset, 0, not_finite(value), ha="center", va="bottom", fontsize=8, color=RED)
     left.set_xticks(list(positions), [plain_text(name) for name in names], rotation=30 if len(names) > 4 else 0,
                     ha="right" if len(names) > 4 else "center")
     left.axhline(0, color="#6b7280", linewidth=0.8)

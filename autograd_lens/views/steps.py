@@ -286,7 +286,8 @@ def _grad_step(index: int, event: GradWritten, context: _Pass) -> Step:
     title = f"{event.name}.grad {'written' if event.received is not None else 'not written'}: {format_value(event.grad)}"
     if event.by in ("retain_grad", "inputs"):  # a non-leaf's .grad (views.context.kept_lines)
         text = format_value(event.grad, 48)
-        return Step(index, "grad", event.node, title, lines=kept_lines(event), grads=((event.node, text),) if event.node else ())
+        held = graph.node(event.node).grad if event.node else None  # .grad as the pass found it
+        return Step(index, "grad", event.node, title, lines=kept_lines(event, held), grads=((event.node, text),) if event.node else ())
     lines = [f"AccumulateGrad added this pass's gradient {format_value(event.received)} to {event.name}.grad."
              if event.received is not None else f"AccumulateGrad wrote no gradient to {event.name}.grad: none was "
              f"passed on to it, or {event.name} no longer requires grad (set after the forward) and torch drops it."]
