@@ -1070,7 +1070,7 @@ def test_legacy_module_hooks_are_listed_only_where_torch_put_them(case):
 
 # --- 9. a module hook removed after the forward still fires (torch copied the hooks at the forward) ------------------
 # Was false: m's full backward hook removed between forward and backward fired in the pass (the call was shown), and
-# the start card said "No tensor or module hook is attached to this graph." Fixed in views/context.inventory_lines:
+# the start card said "No hook on a named tensor or on a module is attached to this graph." Fixed in views/context.inventory_lines:
 # a module hook boundary of the graph whose module has no hook listed is said, with why its hooks run there.
 
 
@@ -1098,11 +1098,11 @@ def test_a_module_hook_removed_after_the_forward_is_not_said_absent(case):
     first = lens.passes[0]
     assert [c.target for c in first.hook_calls] == ["m"] * len(fired)
     start = steps_for(first, hook_totals(lens.passes))[0]
-    assert "No tensor or module hook is attached to this graph." not in start.lines, start.lines
+    assert "No hook on a named tensor or on a module is attached to this graph." not in start.lines, start.lines
     assert any(line.startswith("(m: this graph goes through its module hook boundaries") for line in start.lines)
     if case == "then_again":
         start = steps_for(lens.passes[1], hook_totals(lens.passes))[0]
-        assert lens.passes[1].hook_calls == () and "No tensor or module hook is attached to this graph." in start.lines
+        assert lens.passes[1].hook_calls == () and "No hook on a named tensor or on a module is attached to this graph." in start.lines
 
 
 # --- 10. a module hook added after the forward to a module that already had one: listed, never fires ----------------

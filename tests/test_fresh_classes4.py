@@ -252,7 +252,7 @@ def test_a_folded_run_of_blocks_says_truly_how_many_backward_functions_it_holds(
     assert how == "in all" or count == per_block, label
 
 
-# --- 7. a scalar op's saved output drawn as a constant operand (left: the fix belongs in capture/saved.py) ---------
+# --- 7. a scalar op's saved output drawn as a constant operand (fixed in capture/saved.py by teach's dc9f121) ------
 # False: for a 0-d tensor, exp/tanh/sigmoid/relu/sqrt save their *output* (``_saved_result``), and
 # capture/saved.py's _add_constants takes every 0-d no-grad saved tensor not named structurally for a number the op
 # was called with: `y = torch.exp(x * 3)` with x = 2.0 is drawn with a dashed "constant" ellipse 403.4 feeding exp (the
@@ -261,8 +261,6 @@ def test_a_folded_run_of_blocks_says_truly_how_many_backward_functions_it_holds(
 # function's "saves ..." line as for larger tensors.
 
 
-@pytest.mark.xfail(strict=True, reason="capture/saved.py (_add_constants): a 0-d saved output (_saved_result) is "
-                                       "drawn as a constant operand; it should be listed as 'saves result=...'")
 def test_a_scalar_ops_saved_output_is_not_drawn_as_a_constant_input():
     x = torch.tensor(2.0, requires_grad=True)
     y = torch.exp(x * 3)
@@ -271,7 +269,7 @@ def test_a_scalar_ops_saved_output_is_not_drawn_as_a_constant_input():
     constants = {(n.label, n.detail) for n in drawn.nodes if n.kind == "constant"}
     assert constants == {("3", "other")}, constants  # the 3 of x * 3 is the only number an op was called with
     exp = [n for n in drawn.nodes if n.op == "ExpBackward0"][0]
-    assert f"result={al.format_value(y.detach())}" in exp.detail, exp.detail
+    assert exp.detail == "saves result=y", exp.detail  # its saved output is y, a named tensor: written by its name
 
 
 def test_a_graph_shown_again_as_a_table_says_so_too(shell, monkeypatch):

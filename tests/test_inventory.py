@@ -155,4 +155,4 @@ def test_legacy_hooks_of_a_module_without_parameters_are_listed_where_torch_put_
     assert listed(lens) == [("module_legacy", "on_graph", "<lambda>")] == [
         (kind, target, hook) for kind, target, hook in fired(lens)]
     text = lens.to_html()
-    assert "No tensor or module hook is attached" not in text and "on_graph: module legacy hook" in text
+    assert "No hook on a named tensor or on a module is attached" not in text and "on_graph: module legacy hook" in text

@@ -78,9 +78,6 @@ def test_captum_attributions_under_the_lens(method):
         assert libs.equal(passes[0].input_grads["x"], runs["plain"]["out"][0])
 
 
-@pytest.mark.xfail(strict=True, reason="views/context.py (inventory_lines) says 'No tensor or module hook is attached "
-                   "to this graph' when none is *listed*; fix: say 'No hook on a named tensor or module is attached' "
-                   "(hooks on unnamed tensors cannot be listed, as the next line says)")
 def test_captum_start_card_does_not_say_no_hook_is_attached():
     pytest.importorskip("captum")
     from autograd_lens.views.steps import hook_totals, steps_for

@@ -90,6 +90,13 @@ class LeftAlone(Exception):
     """Raised while a pass is set up: the lens leaves it alone; its argument is the kind (a key of ``UNTRACED``)."""
 
 
+def unfreed(shape: Any) -> Any:
+    """``shape`` (the pass's ``structure.Structure``), or :class:`LeftAlone` raised when a leaf's memory was freed."""
+    if freed_leaf(shape.leaves.values()):
+        raise LeftAlone("freed")
+    return shape
+
+
 def freed_leaf(leaves: Any) -> bool:
     """A leaf of the graph (an ``AccumulateGrad``'s variable) whose memory was freed after the forward: its storage
     holds fewer bytes than its elements need (``fully_shard`` resizes an unsharded parameter's storage to 0 after the

@@ -1,10 +1,9 @@
 """``Lens``: record every backward pass run inside a ``with`` block, hooks included.
 
-For the length of the block, torch's single entry to the engine, ``torch.autograd._engine_run_backward`` (used by
-``Tensor.backward``, ``torch.autograd.backward`` and ``torch.autograd.grad``), is wrapped; the original is put back
-when the block ends, whatever happens.  Each pass is observed by :mod:`.observe`, its values without hooks computed
-by :mod:`.unhooked`, and what its model needs read by :mod:`.build` as soon as it ends, so the lens keeps nothing of
-the graph; the model itself is made from those plain records when the passes are first read (:mod:`.deferred`).
+For the length of the block, torch's single entry to the engine (``torch.autograd._engine_run_backward``) is wrapped and
+put back when the block ends, whatever happens. Each pass is observed by :mod:`.observe`, its values without hooks
+computed by :mod:`.unhooked`, and what its model needs read by :mod:`.build` as it ends (the lens keeps nothing of the
+graph); the model is made from those records when the passes are first read (:mod:`.deferred`).
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ from .counting import HookCounter
 from .ending import touched
 from .leafstate import pass_marks
 from .entry import _check_options, _collector_paused, _untraceable  # noqa: F401  (api.py reads _check_options)
-from .entry import UNTRACED, _pause_collector, _resume_collector, LeftAlone, freed_leaf
+from .entry import UNTRACED, _pause_collector, _resume_collector, LeftAlone, unfreed
 from . import registrations
 from .lines import CellLines
 from .modules import ModuleCalls
@@ -235,8 +234,7 @@ class Lens(LensViews, DeferredPasses):
         except Exception:  # cannot tell: leave the pass alone
             untraceable = "compile"
         if untraceable:
-            self._left_alone(untraceable)
-            return original(t_outputs, *args, **kwargs)
+            return self._left_alone(untraceable) or original(t_outputs, *args, **kwargs)
         failure: Exception | None = None
         registrations.skipped_by_dynamo()  # (torch.compile imported since the Lens started)
         try:
@@ -247,8 +245,7 @@ class Lens(LensViews, DeferredPasses):
             finally:
                 _resume_collector(collecting)
         except LeftAlone as kind:  # reading its values could crash the process: torch runs it alone
-            self._left_alone(str(kind))
-            return original(t_outputs, *args, **kwargs)
+            return self._left_alone(str(kind)) or original(t_outputs, *args, **kwargs)
         except Exception as problem:  # e.g. the roots need no grad: the engine says so in its own words
             failure = problem
         if failure is not None:
@@ -307,11 +304,8 @@ class Lens(LensViews, DeferredPasses):
             namespace = dict(self.names)
         else:  # a shallow copy: names are looked up as the variables were during this pass
             namespace = caller_namespace(user_frame(caller))
-        shape = structure(roots)
-        if freed_leaf(shape.leaves.values()):
-            raise LeftAlone("freed")
         observer = PassObserver(
-            structure=shape, roots=roots, seeds=seeds, inputs=tuple(inputs or ()),
+            structure=unfreed(structure(roots)), roots=roots, seeds=seeds, inputs=tuple(inputs or ()),
             kind="backward" if accumulate else "grad", namespace=namespace, store_limit=self.store_limit,
             memory_budget=self.memory_budget, nested=lambda: self._nested > 0,
         )

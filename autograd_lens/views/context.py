@@ -172,7 +172,7 @@ def inventory_lines(backward_pass: BackwardPass) -> list[str]:
         lines.extend("• " + text for text in kept)
     unlisted = _unlisted_boundaries(entries, boundaries)
     if not kept:
-        lines.append("No tensor or module hook is attached to this graph" + (" now." if unlisted else "."))
+        lines.append("No hook on a named tensor or on a module is attached to this graph" + (" now." if unlisted else "."))
     if unlisted:  # torch copied the module's hooks at the forward: they run at its boundaries, even if removed since
         lines.append(f"({', '.join(unlisted)}: this graph goes through {'its' if len(unlisted) == 1 else 'their'} "
                      "module hook boundaries, made at the forward: the module backward hooks attached then run there, "
