@@ -283,3 +283,34 @@ def test_a_graph_shown_again_as_a_table_says_so_too(shell, monkeypatch):
     shell.run_cell("out.backward()")
     table = g._repr_mimebundle_()["text/html"]
     assert "drawn earlier: x.grad has changed since" in table and "<td>x</td>" in table
+
+
+def test_naming_an_objects_attributes_calls_none_of_its_code():
+    """Naming ``m.W1`` reads the object's ``__dict__`` past its class's ``__getattr__`` / ``__getattribute__`` (user
+    code the lens must not call: plain Python never calls them here), and names nothing of an object with
+    ``__slots__`` and no ``__dict__``."""
+    calls = []
+
+    class Model:
+        def __init__(self):
+            self.W1 = torch.tensor([1.0, 2.0], requires_grad=True)
+
+        def __getattribute__(self, name):
+            calls.append(name)
+            return object.__getattribute__(self, name)
+
+    class Slotted:
+        __slots__ = ("w",)
+
+        def __getattr__(self, name):
+            calls.append(name)
+            raise AttributeError(name)
+
+    Model.__module__ = Slotted.__module__ = "__main__"  # as if written in the notebook
+    m, s = Model(), Slotted()
+    w1 = object.__getattribute__(m, "W1")
+    s.w = torch.tensor([3.0], requires_grad=True)
+    calls.clear()
+    names = al.capture.names.names_from({"m": m, "s": s})
+    assert calls == []
+    assert names.tensor_name(w1) == "m.W1" and names.tensor_name(s.w) is None

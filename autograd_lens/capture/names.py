@@ -175,39 +175,54 @@ def names_from(namespace: Mapping[str, Any] | None) -> Names:
 
 
 def _collect(names: Names, namespace: Mapping[str, Any]) -> None:
+    """(Types read with type(), not isinstance: a proxy's ``__class__`` is the user's code, which the lens never calls.)"""
     containers = []
     for name, value in list(namespace.items()):
-        if not isinstance(name, str) or name.startswith("_") or name in _SKIPPED:
+        if not _is(name, str) or name.startswith("_") or name in _SKIPPED:
             continue
-        if isinstance(value, torch.Tensor):
+        if _is(value, torch.Tensor):
             names.add_tensor(name, value)
-        elif isinstance(value, torch.nn.Module):
+        elif _is(value, torch.nn.Module):
             names.add_module(name, value)
-        elif isinstance(value, (list, tuple, dict)) or _plain_object(value):
+        elif _is(value, (list, tuple, dict)) or _plain_object(value):
             containers.append((name, value))
     for name, value in containers:
-        attributes = not isinstance(value, (list, tuple, dict))
-        items = vars(value).items() if attributes else value.items() if isinstance(value, dict) else enumerate(value)
+        attributes = not _is(value, (list, tuple, dict))
+        items = _attributes(value).items() if attributes else value.items() if _is(value, dict) else \
+            enumerate(value)
         for index, (key, item) in enumerate(items):
             if index >= 64:
                 break
-            if attributes and (not isinstance(key, str) or key.startswith("_")):
+            if attributes and (not _is(key, str) or key.startswith("_")):
                 continue
-            label = f"{name}.{key}" if attributes else f"{name}[{key!r}]" if isinstance(value, dict) else f"{name}[{key}]"
-            if isinstance(item, torch.Tensor):
+            label = f"{name}.{key}" if attributes else f"{name}[{key!r}]" if _is(value, dict) else f"{name}[{key}]"
+            if _is(item, torch.Tensor):
                 names.add_tensor(label, item)
-            elif isinstance(item, torch.nn.Module):
+            elif _is(item, torch.nn.Module):
                 names.add_module(label, item)
+
+
+def _is(value: Any, kinds: Any) -> bool:
+    return issubclass(type(value), kinds)
 
 
 def _plain_object(value: Any) -> bool:
     """An instance of a class defined in the notebook or script itself (``m.W1`` of a hand-written model), or a
     ``SimpleNamespace``: its attributes are named one level down, read from its ``__dict__`` (no property runs)."""
     kind = type(value)
-    if kind is SimpleNamespace:
-        return True
-    return getattr(kind, "__module__", None) == "__main__" and not isinstance(value, type) \
-        and isinstance(getattr(value, "__dict__", None), dict)
+    if kind is not SimpleNamespace and (kind.__dict__.get("__module__") != "__main__" or issubclass(kind, type)):
+        return False
+    return _attributes(value) is not None
+
+
+def _attributes(value: Any) -> dict | None:
+    """The object's own ``__dict__``, read past any ``__getattr__`` / ``__getattribute__`` of its class (the user's
+    code, which the lens never calls); None where it has none (``__slots__``)."""
+    try:
+        found = object.__getattribute__(value, "__dict__")
+    except Exception:
+        return None
+    return found if type(found) is dict else None
 
 
 def caller_namespace(frame: FrameType | None) -> dict[str, Any]:
