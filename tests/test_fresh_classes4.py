@@ -314,3 +314,33 @@ def test_naming_an_objects_attributes_calls_none_of_its_code():
     names = al.capture.names.names_from({"m": m, "s": s})
     assert calls == []
     assert names.tensor_name(w1) == "m.W1" and names.tensor_name(s.w) is None
+
+
+def test_a_grad_card_before_a_post_accumulate_hook_says_it_may_change_yet():
+    """x.grad written, then x's post-accumulate hook halves it in place: the write's card must not read as the end of
+    the story (it said 'No hook changed it: the same as without hooks.' one step before the hook changed it)."""
+    from autograd_lens.views.steps import hook_totals, steps_for
+
+    def run(hooked: bool) -> tuple:
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        def halve(leaf: torch.Tensor) -> None:
+            leaf.grad.mul_(0.5)
+
+        if hooked:
+            x.register_post_accumulate_grad_hook(halve)
+        with al.Lens(names={"x": x}) as lens:
+            (x * 3).sum().backward()
+        return x.grad.clone(), lens
+
+    plain, _ = run(False)
+    hooked, lens = run(True)
+    (grad_pass,) = lens.passes
+    steps = steps_for(grad_pass, hook_totals(lens.passes))
+    written = [s for s in steps if s.title.startswith("x.grad written")][0]
+    assert written.title == f"x.grad written: {al.format_value(plain)}"  # the write itself is as without hooks
+    assert "No hook changed it yet: the same as without hooks; its post-accumulate hook runs next." in written.lines
+    assert torch.equal(hooked, plain * 0.5) and steps[-1].lines[-1] == f".grad is now {al.format_value(hooked)}."
+    # without such a hook the card is as before
+    _, unhooked = run(False)
+    plain_steps = steps_for(unhooked.passes[0], hook_totals(unhooked.passes))
+    assert "No hook changed it: the same as without hooks." in plain_steps[-1].lines

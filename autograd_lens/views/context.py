@@ -228,3 +228,15 @@ def kept_lines(event: GradWritten, held=None) -> tuple[str, ...]:
                 "pass ends.", f"{name} is not a leaf: without retain_grad() its .grad would stay None.")
     return (f"retain_grad() keeps the gradient {received} that reached {name}, after its tensor hooks: {name}.grad is "
             f"{grad} once this pass ends.", f"{name} is not a leaf: without retain_grad() its .grad would stay None.")
+
+
+def same_line(event: GradWritten, backward_pass: BackwardPass, changed_before: bool) -> str:
+    """A leaf's .grad written as it would be without hooks: said so, and that it may change yet when a
+    post-accumulate hook of this leaf's runs next (its card says what it does)."""
+    after = any(call.kind == "post_accumulate_grad" and call.node == event.node and (call.step or 0) > event.step
+                for call in backward_pass.hook_calls)
+    if changed_before:
+        return "The same as without hooks" + ("; its post-accumulate hook runs next." if after else ".")
+    if after:
+        return "No hook changed it yet: the same as without hooks; its post-accumulate hook runs next."
+    return "No hook changed it: the same as without hooks."

@@ -19,7 +19,7 @@ from ..capture.inventory import NODE_HOOKS_NOTE
 from .chain import chain_rule
 from .operands import card_targets, input_keys, numbered_note
 from .context import BOUNDARY_TEXT, STEP_LIMIT, Step, inventory_lines, _Pass, hook_positions, hook_totals, leaf_copies
-from .context import kept_lines
+from .context import kept_lines, same_line
 from .endcard import end_step, mark_nonfinite
 from .hook_cards import _hook_step, _sum_text, _summable
 from .questions import (CHAIN_RULE_LIMIT, Question, check_answer, check_answers, question_about, question_html,
@@ -307,8 +307,7 @@ def _grad_step(index: int, event: GradWritten, context: _Pass) -> Step:
         # without hooks no post-accumulate hook runs after the write: what it writes is where .grad ends
         lines.append(f"Without the hooks it would be {format_value(without)}.")
     elif without is not None:
-        lines.append("The same as without hooks." if context.first_change < event.step
-                     else "No hook changed it: the same as without hooks.")
+        lines.append(same_line(event, backward_pass, changed_before=context.first_change < event.step))
     before = graph.node(event.node).grad if event.node else None
     note = ""
     if before is not None:
