@@ -28,7 +28,8 @@ CUT_SCAN_LIMIT = 2000  # most recent cuts looked at
 class Clue:
     """One thing found about why a tensor is off the graph."""
 
-    code: str  # "requires_grad_false", "detached", "no_grad", "inference_mode", "non_differentiable"
+    code: str  # "requires_grad_false", "detached", "no_grad", "inference_mode", "non_differentiable", "incomplete",
+    # "lost" (a cut from it whose value the forward record could not follow)
     text: str
     at: tuple[tuple[int, str], ...] = ()  # (sequence_nr, backward function) of the graph's functions where the cut
     # value entered (the forward record) or that saved the tensor: where the drawing can mark the cut
@@ -166,6 +167,13 @@ def _clues(name: str, tensor: torch.Tensor, saved: list, cuts: list, graph_keys:
     elif any(not cut.complete for cut in used):
         clues.append(Clue("incomplete", "a cut this graph uses was computed from more functions than were looked "
                                         f"at; whether {name} is among them is not known"))
+    else:  # a cut from it whose value the record lost (Python or NumPy arithmetic, a small int): maybe used after all
+        lost = next((cut for cut in cuts if not cut.entries & graph_keys and cut.computed_from(tensor)), None)
+        if lost is not None:
+            clues.append(Clue("lost", f"it is not on the graph, but {_cut_text(name, tensor, lost, False)}: the "
+                                      "forward record follows such a value through torch calls only, so whether it "
+                                      "reached this graph by other steps (Python or NumPy arithmetic, an index, a "
+                                      "condition) is not known"))
     storage = _storage(tensor)
     for op, value, key in saved:
         if value is tensor:
@@ -195,9 +203,9 @@ def _clues(name: str, tensor: torch.Tensor, saved: list, cuts: list, graph_keys:
     return clues
 
 
-def _cut_text(name: str, tensor: torch.Tensor, cut: Any) -> str:
+def _cut_text(name: str, tensor: torch.Tensor, cut: Any, used: bool = True) -> str:
     where = name if cut.took(tensor) else "a tensor computed from it"
-    return f"{where} went through {cut.text()}, and this graph uses the result"
+    return f"{where} went through {cut.text()}" + (", and this graph uses the result" if used else "")
 
 
 def _storage(tensor: torch.Tensor) -> int | None:
