@@ -19,6 +19,8 @@ import pytest
 import torch
 import torch.nn as nn
 
+import autograd_lens as al
+
 from test_debug import leaves, run as run_both
 
 
@@ -240,3 +242,191 @@ def test_a_module_hook_passing_none(kind):
             assert unreached[name].code == "hook_none", unreached[name].text
         else:
             assert grad is not None and name not in unreached
+
+
+# ----------------------------------------------------------------------------- where NaN or inf started
+
+class ZeroOverZero(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 1
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * 0 / (x * 0)
+
+
+def _sqrt_at_zero(seen):
+    x = torch.tensor([0.0, 1.0, 4.0], requires_grad=True)
+    return (torch.sqrt(x) * 0).sum()
+
+
+def _log_of_zero(seen):
+    x = torch.tensor([0.0, 1.0], requires_grad=True)
+    return torch.where(x > 0, torch.log(x), torch.zeros(2)).sum()
+
+
+def _custom_zero_over_zero(seen):
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    return (ZeroOverZero.apply(x) * 3).sum()
+
+
+def _hook_returns_inf(seen):
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    h = x * 3
+
+    def to_inf(grad):
+        seen.append("hook")
+        return grad * float("inf")
+
+    h.register_hook(to_inf)
+    return (h * 2).sum()
+
+
+def _pow_half_at_zero(seen):
+    x = torch.tensor([0.0, 1.0], requires_grad=True)
+    return (x ** 0.5).sum()
+
+
+def _divide_by_zero(seen):
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    y = torch.tensor([0.0, 1.0], requires_grad=True)
+    return (x / y).sum()
+
+
+def _norm_at_zero(seen):  # torch's subgradient: finite
+    return torch.zeros(3, requires_grad=True).norm()
+
+
+def first_nonfinite_by_torch(make):
+    """The first backward function (in the engine's order) given finite gradients that passed on NaN or inf, seen
+    by node post-hooks in a plain run; "hook" when a tensor hook made it first; None when all are finite."""
+    seen: list = []
+    loss = make(seen)
+    functions, stack = set(), [loss.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in functions:
+            continue
+        functions.add(fn)
+
+        def post(grad_inputs, grad_outputs, fn=fn):
+            finite = [all(g is None or bool(g.isfinite().all()) for g in grads) for grads in (grad_outputs, grad_inputs)]
+            seen.append((fn.name(), *finite))
+
+        fn.register_hook(post)
+        stack.extend(next_fn for next_fn, _ in fn.next_functions)
+    loss.backward()
+    for event in seen:
+        if event == "hook":
+            return "hook"
+        if event[1] and not event[2]:
+            return event[0]
+    return None
+
+
+@pytest.mark.parametrize("make", [_sqrt_at_zero, _log_of_zero, _custom_zero_over_zero, _hook_returns_inf,
+                                  _pow_half_at_zero, _divide_by_zero, _norm_at_zero],
+                         ids=lambda make: make.__name__.strip("_"))
+def test_the_first_nonfinite_step_is_the_one_torch_runs_first(make):
+    truth = first_nonfinite_by_torch(make)
+    with al.Lens(why=True) as lens:
+        make([]).backward()
+    origin = lens.passes[0].first_nonfinite
+    if truth is None:
+        assert origin is None
+    elif truth == "hook":
+        assert (origin.kind, origin.name) == ("hook", "to_inf")
+    else:
+        assert (origin.kind, origin.name, origin.note) == ("node", truth, "")
+
+
+def test_a_grad_that_held_inf_before_the_pass_is_not_called_finite():
+    """Before the fix: first_nonfinite None and lens.why says 'every recorded gradient is finite' while the pass left
+    w.grad = [inf, 2.5]."""
+    w = torch.tensor([0.0, 1.0], requires_grad=True)
+    torch.sqrt(w).sum().backward()  # before the Lens: w.grad = [inf, 0.5]
+    with al.Lens(names={"w": w}, why=True) as lens:
+        (w * 2).sum().backward()
+    assert not bool(w.grad.isfinite().all())
+    origin = lens.passes[0].first_nonfinite
+    assert origin is not None and (origin.kind, origin.label, origin.node) == ("earlier", "w", None)
+    assert "held NaN or inf before this pass" in origin.note
+    assert "every recorded gradient" not in repr(lens.why("w"))
+    w.grad = None
+    with al.Lens(names={"w": w}, why=True) as lens:  # zeroed: finite again, and said so
+        (w * 2).sum().backward()
+    assert lens.passes[0].first_nonfinite is None and bool(w.grad.isfinite().all())
+
+
+# ----------------------------------------------------------------------------- paths against .grad
+
+def _shared(ns):
+    ns["x"] = x = torch.tensor(0.3, requires_grad=True)
+    ns["w"] = w = torch.tensor(1.7, requires_grad=True)
+    h = x * w
+    return h * h + h.sin() + h * x
+
+
+def _broadcast(ns):
+    ns["x"] = x = torch.randn(3, 1, requires_grad=True)
+    ns["w"] = w = torch.randn(4, requires_grad=True)
+    h = x * w
+    return (h.exp() + (h * w).mean(0).sum() * h).sum()
+
+
+def _deep(ns):
+    ns["x"] = x = torch.tensor(0.3, requires_grad=True)
+    h = x
+    for _ in range(5):
+        h = h * 1.1 + h.sin()
+    return h
+
+
+def _hooked(ns):
+    ns["x"] = x = torch.tensor(0.3, requires_grad=True)
+    ns["w"] = w = torch.tensor(1.7, requires_grad=True)
+    h = x * w
+    h.register_hook(lambda grad: grad * 3)
+    return h * x + w * h
+
+
+def _mixed_dtypes(ns):
+    ns["x"] = x = torch.tensor([0.3, 0.2], requires_grad=True)
+    h = x.half() * 3
+    return (h * h).sum().float() + (x.double() * 2).sum().float()
+
+
+@pytest.mark.parametrize("make", [_shared, _broadcast, _deep, _hooked, _mixed_dtypes], ids=lambda m: m.__name__[1:])
+def test_the_paths_add_up_to_the_gradient_without_hooks(make):
+    torch.manual_seed(0)
+    plain: dict = {}
+    make(plain).backward()
+    torch.manual_seed(0)
+    traced: dict = {}
+    with al.Lens(names=traced, why=True) as lens:
+        make(traced).backward()
+    hooked = make is _hooked
+    for name in plain:
+        assert torch.equal(plain[name].grad, traced[name].grad)
+        path_set = lens.paths_to(name)
+        assert path_set.known, path_set.unknown
+        truth = plain[name].grad
+        if hooked:  # the chain rule without the hook, computed by torch
+            x, w = (torch.tensor(0.3, requires_grad=True), torch.tensor(1.7, requires_grad=True))
+            h = x * w
+            truth = torch.autograd.grad(h * x + w * h, {"x": x, "w": w}[name])[0]
+            assert "hooks changed it" in path_set.hooks and path_set.hooks.count(str(round(float(plain[name].grad), 2)))
+        else:
+            assert path_set.hooks == ""
+        # the sum over paths is added in another order than the engine adds: equal up to float rounding
+        assert torch.allclose(path_set.total, truth, rtol=1e-5, atol=1e-6)
+        assert sum(path.rest or 1 for path in path_set.paths) == path_set.count
+        for path in path_set.paths:
+            if path.factors:  # one-element tensors: the contribution is the product of the local derivatives
+                product = 1.0
+                for factor in path.factors:
+                    product *= factor
+                assert product == pytest.approx(float(path.contribution), rel=1e-4)
