@@ -430,3 +430,29 @@ def test_the_paths_add_up_to_the_gradient_without_hooks(make):
                 for factor in path.factors:
                     product *= factor
                 assert product == pytest.approx(float(path.contribution), rel=1e-4)
+
+
+def test_the_zero_recipe_hook_does_not_freeze_what_lies_upstream():
+    """Its docstring said 'freeze what lies upstream' (fails before): upstream gets zeros, and weight decay or momentum
+    still move a parameter whose gradient is zeros."""
+    from autograd_lens.recipes import zero
+
+    assert "freeze" not in zero.__doc__ and "not None" in zero.__doc__
+    moved = {}
+    for options in ({}, {"weight_decay": 0.1}, {"momentum": 0.9}):
+        torch.manual_seed(0)
+        model = nn.Linear(2, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, **options)
+        handles = al.Recipe().add("weight", "tensor", "zero").apply(model)
+        for step in range(2):
+            optimizer.zero_grad()
+            if step == 0 and options.get("momentum"):
+                handles.remove()  # one real step first: momentum remembers it
+            elif step == 1 and options.get("momentum"):
+                handles = al.Recipe().add("weight", "tensor", "zero").apply(model)
+            before = model.weight.detach().clone()
+            model(torch.randn(4, 2)).sum().backward()
+            optimizer.step()
+        assert model.weight.grad is not None and not model.weight.grad.any()
+        moved[str(options)] = not torch.equal(before, model.weight.detach())
+    assert moved == {"{}": False, "{'weight_decay': 0.1}": True, "{'momentum': 0.9}": True}

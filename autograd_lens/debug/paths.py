@@ -5,7 +5,9 @@ are alive (only with ``Lens(why=True)``).  It walks every path from each root to
 each leaf and carries the root's gradient along it by calling each backward
 function on the path directly (a vector-Jacobian product; calling a function
 runs no hook).  The contributions of all paths to a leaf add up to what autograd
-computes for it with no hook.  For a graph of one-element tensors each step's
+computes for it with no hook, up to float rounding: autograd adds where paths
+meet, the paths are added at the end (``PathSet.total`` is that sum, not a copy
+of ``.grad``).  For a graph of one-element tensors each step's
 local derivative is computed on its own (the function applied to 1) and the
 contribution is the product of them, times the root's gradient.
 
@@ -65,7 +67,7 @@ class PathSet:
 
     name: str
     paths: tuple[Path, ...] = ()
-    total: Value = None  # the sum over all paths: autograd's gradient for this pass, without hooks
+    total: Value = None  # the sum over all paths: autograd's gradient for this pass without hooks, up to float rounding
     count: int = 0  # how many paths there are
     unknown: str = ""  # why the paths are not known (then ``paths`` is empty)
     hooks: str = ""  # when the pass's hooks changed what the leaf received: what it received, said as a line
