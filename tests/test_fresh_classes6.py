@@ -13,6 +13,7 @@ what torch did.
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import pytest
@@ -456,3 +457,85 @@ def test_the_zero_recipe_hook_does_not_freeze_what_lies_upstream():
         assert model.weight.grad is not None and not model.weight.grad.any()
         moved[str(options)] = not torch.equal(before, model.weight.detach())
     assert moved == {"{}": False, "{'weight_decay': 0.1}": True, "{'momentum': 0.9}": True}
+
+
+# ----------------------------------------------------------------------------- the forward's first NaN or inf
+
+class FirstMade(torch.overrides.TorchFunctionMode):
+    """Ground truth: the first torch call whose tensors and numbers were all finite before it ran (copies taken
+    before the call, so a call that writes in place is judged on what it was given) and that left a floating tensor
+    it returned or wrote holding NaN or inf."""
+
+    def __init__(self):
+        super().__init__()
+        self.found = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        given = [*args, *kwargs.values()]
+        given += [item for value in given if isinstance(value, (list, tuple)) for item in value]
+        tensors = [value for value in given if isinstance(value, torch.Tensor) and value.is_floating_point()]
+        with torch.no_grad():
+            finite = all(bool(t.isfinite().all()) for t in tensors) and all(
+                math.isfinite(value) for value in given if isinstance(value, float))
+        result = func(*args, **kwargs)
+        if self.found is None and finite:
+            written = [value for value in [result, *tensors] if isinstance(value, torch.Tensor)]
+            with torch.no_grad():
+                if any(t.is_floating_point() and not bool(t.isfinite().all()) for t in written):
+                    self.found = func.__name__
+        return result
+
+
+def _log_in_place_then_exp():
+    x = torch.tensor([0.0, 1.0], requires_grad=True)
+    h = x * 1
+    h.log_()
+    z = torch.tensor([100.0, 1.0], requires_grad=True).exp()
+    return (h * 0).sum() + z.sum()
+
+
+def _divide_in_place():
+    x = torch.tensor([1.0, 1.0], requires_grad=True)
+    h = x * 1
+    h /= torch.tensor([0.0, 1.0])
+    return h.sum()
+
+
+def _log_into_out():
+    out = torch.zeros(2)
+    torch.log(torch.tensor([0.0, 1.0]), out=out)
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    return (w * out.nan_to_num()).sum() + (w * 1e30).exp().sum()
+
+
+def _inf_written_by_the_user_then_overflow():
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    h = x * 1
+    h[0] = float("inf")
+    return (h * 0).nan_to_num().sum() + (x * 100).exp().sum()
+
+
+def _inf_literal_then_log():
+    c = torch.tensor([float("inf"), 1.0])
+    x = torch.tensor([0.0, 1.0], requires_grad=True)
+    return (x * c.nan_to_num()).sum() + torch.log(x).sum()
+
+
+@pytest.mark.parametrize("make", [_log_in_place_then_exp, _divide_in_place, _log_into_out,
+                                  _inf_written_by_the_user_then_overflow, _inf_literal_then_log],
+                         ids=lambda make: make.__name__.strip("_"))
+def test_the_forward_origin_is_the_first_call_to_make_nan_from_finite_values(make):
+    """Before the fix: log_ was passed over for the later exp (the in-place call was judged on the -inf it wrote),
+    h[0] = inf and torch.tensor([inf]) were called origins 'from ()' though they were given inf."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with FirstMade() as truth:
+            make().backward()
+        with al.Lens(why=True) as lens:
+            make().backward()
+    from autograd_lens.debug import forward_nonfinite
+
+    found, _ = forward_nonfinite(lens.passes[0])
+    assert truth.found is not None and found is not None
+    assert found.op.split(" ")[0].rstrip("_") == truth.found.rstrip("_").replace("__itruediv", "div"), (found, truth.found)

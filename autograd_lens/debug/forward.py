@@ -14,6 +14,7 @@ was called and returns its result unchanged.
 
 from __future__ import annotations
 
+import cmath
 import os
 import sys
 import warnings
@@ -130,6 +131,7 @@ class ForwardRecorder(TorchFunctionMode):
         inference = torch.is_inference_mode_enabled()
         # Inside a TorchFunctionMode torch drops some of its warnings (float(x) of a tensor requiring grad, x.T)
         # and places others at this frame: they are caught here and given back from the caller's line.
+        changed = _changed_finite(func, args, kwargs) if self.nonfinite is None else ()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             result = func(*args, **kwargs)
@@ -139,26 +141,34 @@ class ForwardRecorder(TorchFunctionMode):
             if self.nonfinite is None:
                 # no graph for the lens's own ops: a saved-tensor hook (checkpoint) must not see them
                 with torch.no_grad():
-                    self._check_finite(func, args, kwargs, result)
+                    self._check_finite(func, args, kwargs, result, changed)
             self._note(func, args, kwargs, result, grad_enabled, inference)
         except Exception as problem:  # never let the recorder change what the user's call returns
             self.failed = self.failed or f"{type(problem).__name__}: {problem}"
         return result
 
     # ------------------------------------------------------------------ bookkeeping
-    def _check_finite(self, func: Any, args: tuple, kwargs: dict, result: Any) -> None:
+    def _check_finite(self, func: Any, args: tuple, kwargs: dict, result: Any, changed: tuple = ()) -> None:
+        """``changed``: the tensors the call wrote in place (``log_``, ``x[i] = v``, ``out=``) that were finite
+        before it; the others the call wrote were not, and it is not an origin."""
+        if changed is None:
+            return
         outputs = [out for out in _flat((result,)) if _floating(out)]
+        outputs += [value for value in changed if not any(value is out for out in outputs)]
         if not outputs or all(bool(out.isfinite().all()) for out in outputs):
             return
-        inputs = [value for value in list(_flat(args)) + list(_flat(kwargs.values())) if _floating(value)]
-        if not all(bool(value.isfinite().all()) for value in inputs):
-            return
+        given = list(_flat(args)) + list(_flat(kwargs.values()))
+        inputs = [value for value in given if _floating(value) and not any(value is out for out in changed)]
+        if not all(bool(value.isfinite().all()) for value in inputs) or not _numbers_finite(given):
+            return  # NaN or inf given to it (a tensor, or a number: torch.tensor([inf]), x[0] = nan)
         from ..capture.snapshot import snapshot
         from .nonfinite import describe
 
         bad = next(out for out in outputs if not bool(out.isfinite().all()))
         node = node_key(bad.grad_fn) if bad.grad_fn is not None else None
         name = (_func_name(func) or "a call").replace("__get__", ".")
+        if any(value is bad for value in changed):
+            name += " (writing over finite values)"
         self.nonfinite = ForwardNonFinite(name, describe(tuple(snapshot(value, 16) for value in inputs)),
                                           describe(snapshot(bad, 16)), node)
 
@@ -256,6 +266,39 @@ def _warn_again(caught: list, frame: Any) -> None:
         registry = frame.f_globals.setdefault("__warningregistry__", {}) \
             if filename == frame.f_code.co_filename else None
         warnings.warn_explicit(item.message, item.category, filename, lineno, registry=registry)
+
+
+IN_PLACE = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__",
+            "__imatmul__"}
+
+
+def _changed_finite(func: Any, args: tuple, kwargs: dict) -> tuple | None:
+    """The floating tensors a call will write in place (its first argument for ``log_``, ``__setitem__``, ``+=``;
+    ``out=``), read before it runs: () when it writes none, None when one already holds NaN or inf (or cannot be
+    read)."""
+    try:
+        name = getattr(func, "__name__", "") or ""
+        written = []
+        if (name.endswith("_") and not name.endswith("__")) or name in IN_PLACE:
+            written.append(args[0] if args else None)
+        written += [out for out in _flat((kwargs.get("out"),))]
+        written = [value for value in written if _floating(value)]
+        if not written:
+            return ()
+        with torch.no_grad():
+            return tuple(written) if all(bool(value.isfinite().all()) for value in written) else None
+    except Exception:
+        return None
+
+
+def _numbers_finite(values: Any, depth: int = 0) -> bool:
+    """No Python float or complex among ``values`` (and short lists in them) is NaN or inf."""
+    for value in values:
+        if isinstance(value, (float, complex)) and not cmath.isfinite(value):
+            return False
+        if isinstance(value, (list, tuple)) and len(value) <= 64 and depth < 3 and not _numbers_finite(value, depth + 1):
+            return False
+    return True
 
 
 def _floating(value: Any) -> bool:
