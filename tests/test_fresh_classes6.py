@@ -539,3 +539,22 @@ def test_the_forward_origin_is_the_first_call_to_make_nan_from_finite_values(mak
     found, _ = forward_nonfinite(lens.passes[0])
     assert truth.found is not None and found is not None
     assert found.op.split(" ")[0].rstrip("_") == truth.found.rstrip("_").replace("__itruediv", "div"), (found, truth.found)
+
+
+def test_nan_given_from_outside_earlier_means_the_origin_is_not_the_blocks_first_nan():
+    """Before the fix: 'forward: log (the block's first NaN or inf)' though mul had returned NaN before it (from data
+    holding NaN, made before the block)."""
+    data = torch.tensor([float("nan"), 1.0])
+    x = torch.tensor([0.0, 1.0], requires_grad=True)
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    with FirstMade() as truth:
+        (w * data).nan_to_num().sum() + torch.log(x).sum()
+    assert truth.found == "log"
+    with al.Lens(names={"w": w, "x": x}, why=True) as lens:
+        returned = w * data
+        ((returned).nan_to_num().sum() + torch.log(x).sum()).backward()
+    assert torch.isnan(returned).any()
+    text = repr(lens.why("x"))
+    assert "forward: log (the block's first call to make NaN or inf from finite values; mul returned NaN or inf " \
+           "earlier, from NaN or inf it was given)" in text, text
+    assert "the block's first NaN or inf" not in text

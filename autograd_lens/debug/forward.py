@@ -75,6 +75,7 @@ class ForwardNonFinite:
     inputs: str  # a summary of its tensor inputs
     output: str  # a summary of what it returned
     node: tuple[int, str] | None = None  # (sequence_nr, backward function) of its result, when it requires grad
+    given_before: str = ""  # an earlier call of the block that returned NaN or inf it was given (from outside)
 
     def text(self) -> str:
         return f"forward: {self.op} returned {self.output} from {self.inputs}"
@@ -122,6 +123,7 @@ class ForwardRecorder(TorchFunctionMode):
         self.failed: str | None = None
         self.forgot = 0  # cuts and followed values dropped past TABLE_LIMIT
         self.nonfinite: ForwardNonFinite | None = None
+        self.given_before = ""  # the first call that returned NaN or inf it was given, before any origin
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -151,16 +153,16 @@ class ForwardRecorder(TorchFunctionMode):
     def _check_finite(self, func: Any, args: tuple, kwargs: dict, result: Any, changed: tuple = ()) -> None:
         """``changed``: the tensors the call wrote in place (``log_``, ``x[i] = v``, ``out=``) that were finite
         before it; the others the call wrote were not, and it is not an origin."""
-        if changed is None:
-            return
         outputs = [out for out in _flat((result,)) if _floating(out)]
-        outputs += [value for value in changed if not any(value is out for out in outputs)]
+        outputs += [value for value in changed or () if not any(value is out for out in outputs)]
         if not outputs or all(bool(out.isfinite().all()) for out in outputs):
             return
         given = list(_flat(args)) + list(_flat(kwargs.values()))
-        inputs = [value for value in given if _floating(value) and not any(value is out for out in changed)]
-        if not all(bool(value.isfinite().all()) for value in inputs) or not _numbers_finite(given):
-            return  # NaN or inf given to it (a tensor, or a number: torch.tensor([inf]), x[0] = nan)
+        inputs = [value for value in given if _floating(value) and not any(value is out for out in changed or ())]
+        if changed is None or not all(bool(value.isfinite().all()) for value in inputs) or not _numbers_finite(given):
+            # NaN or inf given to it (a tensor, or a number: torch.tensor([inf]), x[0] = nan): not an origin
+            self.given_before = self.given_before or (_func_name(func) or "a call").replace("__get__", ".")
+            return
         from ..capture.snapshot import snapshot
         from .nonfinite import describe
 
@@ -170,7 +172,7 @@ class ForwardRecorder(TorchFunctionMode):
         if any(value is bad for value in changed):
             name += " (writing over finite values)"
         self.nonfinite = ForwardNonFinite(name, describe(tuple(snapshot(value, 16) for value in inputs)),
-                                          describe(snapshot(bad, 16)), node)
+                                          describe(snapshot(bad, 16)), node, self.given_before)
 
     def _note(self, func: Any, args: tuple, kwargs: dict, result: Any, grad_enabled: bool, inference: bool) -> None:
         name = _func_name(func)
