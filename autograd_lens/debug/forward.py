@@ -298,7 +298,8 @@ def _numbers_finite(values: Any, depth: int = 0) -> bool:
     for value in values:
         if isinstance(value, (float, complex)) and not cmath.isfinite(value):
             return False
-        if isinstance(value, (list, tuple)) and len(value) <= 64 and depth < 3 and not _numbers_finite(value, depth + 1):
+        if isinstance(value, (list, tuple)) and len(value) <= 64 and depth < 3 \
+                and not _numbers_finite(value, depth + 1):
             return False
     return True
 

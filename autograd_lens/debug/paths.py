@@ -36,7 +36,8 @@ class Path:
     """One path from a root to a leaf and the part of the leaf's gradient that travels along it.
 
     ``nodes`` are labels from the root's backward function to the leaf; ``factors``
-    are the local derivatives along the path (graphs of one-element tensors only).
+    are the local derivatives along the path (graphs of one-element tensors only),
+    after the gradient given to the root when it is not 1.
     The "rest" entry has ``nodes == ("rest",)`` and ``rest`` = how many paths it sums.
     """
 
@@ -124,10 +125,13 @@ class _Walker:
         self.locals: dict[tuple[int, int], Any] = {}  # (id(fn), input slot) -> local derivative (scalars)
 
     def start(self, fn: Any, output_nr: int, seed: torch.Tensor) -> None:
-        if id(fn) in self.labels:  # the root is a leaf itself
-            self.found.setdefault(id(fn), []).append(((self.labels[id(fn)],), seed, (1.0,) if seed.numel() == 1 else None, ()))
-            return
         scalar = seed.numel() == 1
+        # the gradient given to the root, written first among the factors when it is not 1 (backward(gradient=2.))
+        given = (float(seed.reshape(-1)[0]),) if scalar and float(seed.reshape(-1)[0]) != 1.0 else ()
+        if id(fn) in self.labels:  # the root is a leaf itself
+            factors = (given or (1.0,)) if scalar else None
+            self.found.setdefault(id(fn), []).append(((self.labels[id(fn)],), seed, factors, ()))
+            return
         stack = [(fn, output_nr, seed, (self._label(fn, output_nr),), () if scalar else None,
                   ((_key(fn), output_nr),))]
         while stack:
@@ -158,7 +162,8 @@ class _Walker:
                     if step is not None:
                         value = _product(seed, step, value)
                     hop = (_key(fn), self.labels[id(next_fn)], use)
-                    self.found.setdefault(id(next_fn), []).append((route + (self.labels[id(next_fn)],), value, step,
+                    shown = None if step is None else given + step
+                    self.found.setdefault(id(next_fn), []).append((route + (self.labels[id(next_fn)],), value, shown,
                                                                    hops + (hop,)))
                 else:
                     hop = (_key(fn), _key(next_fn) + (next_nr,), use)
