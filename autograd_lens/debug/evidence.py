@@ -94,8 +94,9 @@ def collect(shape: Any, names: Any, recorder: Any = None, paths_note: str = "") 
         saved, saved_note = _saved_tensors(shape)
     graph_keys = {_key(fn) for fn in shape.nodes}
     cuts = list(reversed(recorder.cuts[-CUT_SCAN_LIMIT:])) if recorder is not None else []
+    lost = _lost(cuts, graph_keys)
     for name, tensor in missing:
-        clues = _clues(name, tensor, saved, cuts, graph_keys)
+        clues = _clues(name, tensor, saved, cuts, graph_keys, lost)
         node = None if tensor.grad_fn is None else _key(tensor.grad_fn)
         candidates.append(Candidate(name, tensor.grad_fn is None, tensor.requires_grad, False, node,
                                     tensor.output_nr, tuple(clues)))
@@ -155,7 +156,20 @@ def _saved_tensors(shape: Any) -> tuple[list[tuple[str, torch.Tensor, tuple[int,
     return found, "; ".join(notes)
 
 
-def _clues(name: str, tensor: torch.Tensor, saved: list, cuts: list, graph_keys: set) -> list[Clue]:
+def _lost(cuts: list, graph_keys: set) -> dict[Any, list]:
+    """The cuts that did not enter this graph, by what they were computed from (id of a leaf or a source, key of a
+    function): looked up per tensor instead of asking every cut."""
+    found: dict[Any, list] = {}
+    for cut in cuts:
+        if cut.entries & graph_keys:
+            continue
+        for key in {*cut.leaves, *(id(ref()) for ref in cut.sources), *cut.nodes}:
+            found.setdefault(key, []).append(cut)
+    return found
+
+
+def _clues(name: str, tensor: torch.Tensor, saved: list, cuts: list, graph_keys: set,
+           lost_cuts: dict | None = None) -> list[Clue]:
     clues: list[Clue] = []
     if isinstance(tensor, torch.nn.Parameter) and not tensor.requires_grad:
         clues.append(Clue("requires_grad_false", f"{name} has requires_grad=False (a frozen parameter): autograd "
@@ -168,7 +182,9 @@ def _clues(name: str, tensor: torch.Tensor, saved: list, cuts: list, graph_keys:
         clues.append(Clue("incomplete", "a cut this graph uses was computed from more functions than were looked "
                                         f"at; whether {name} is among them is not known"))
     else:  # a cut from it whose value the record lost (Python or NumPy arithmetic, a small int): maybe used after all
-        lost = next((cut for cut in cuts if not cut.entries & graph_keys and cut.computed_from(tensor)), None)
+        keys = (id(tensor),) if tensor.grad_fn is None else (id(tensor), _key(tensor.grad_fn))
+        candidates = [cut for key in keys for cut in (lost_cuts or {}).get(key, ())]
+        lost = next((cut for cut in candidates if cut.computed_from(tensor)), None)
         if lost is not None:
             clues.append(Clue("lost", f"it is not on the graph, but {_cut_text(name, tensor, lost, False)}: the "
                                       "forward record follows such a value through torch calls only, so whether it "
