@@ -155,7 +155,40 @@ def detach_then_requires_grad(ns):
     (x * v).sum().backward()
 
 
-FOLLOWED = [(unused, "w", "not_on_path", "not on the graph"),
+def written_into_the_graph_under_no_grad(method):
+    def program(ns):
+        x, w = leaves(ns, "x", "w")
+        h = x * 1
+        with torch.no_grad():
+            getattr(h, method)(w)  # h.add_(w), h.copy_(w)
+        h.sum().backward()
+
+    program.__name__ = f"{method}_into_the_graph_under_no_grad"
+    return program
+
+
+def setitem_of_a_view_taken_under_no_grad(ns):  # w[0] under no_grad is a view requiring grad, then * 2, then h[0] =
+    x, w = leaves(ns, "x", "w")
+    h = x * 1
+    with torch.no_grad():
+        h[0] = w[0] * 2
+    h.sum().backward()
+
+
+def setitem_of_a_detached_value(ns):
+    x, w = leaves(ns, "x", "w")
+    h = x * 1
+    h[0] = w.detach()[0]
+    h.sum().backward()
+
+
+# before 6ece11a the four above were 'not_on_path: nothing this pass differentiates was computed from it'; before
+# the fix after it, 'unknown' (the record lost where the value went: written in place, or through a view's cut)
+FOLLOWED = [(written_into_the_graph_under_no_grad("add_"), "w", "no_grad", "w went through add_ under no_grad, and this graph"),
+            (written_into_the_graph_under_no_grad("copy_"), "w", "no_grad", "w went through copy_ under no_grad, and this graph"),
+            (setitem_of_a_view_taken_under_no_grad, "w", "no_grad", "__getitem__ under no_grad, and this graph"),
+            (setitem_of_a_detached_value, "w", "detached", ".detach() → __getitem__, and this graph uses"),
+            (unused, "w", "not_on_path", "not on the graph"),
             (branch_not_taken, "w", "not_on_path", "not on the graph"),
             (float_cast, "w", "detached", "float()"), (rebuilt, "w", "non_differentiable", "tensor"),
             (clone_under_no_grad, "w", "no_grad", "clone under no_grad"),

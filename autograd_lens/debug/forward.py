@@ -48,6 +48,17 @@ class Cut:
     complete: bool = True  # the walk behind the source stayed within UPSTREAM_LIMIT
     chain: tuple[str, ...] = ()  # calls the cut value went through before it entered a graph
     entries: set[tuple[int, str]] = field(default_factory=set)  # (sequence_nr, name) of results that used it
+    parents: tuple["Cut", ...] = ()  # cuts whose values the cutting call also took (w[0] under no_grad, then * 2)
+
+    def enter(self, key: tuple[int, str]) -> None:
+        """A value of this cut entered the graph at ``key``: so did those of the cuts it came from."""
+        stack, seen = [self], set()
+        while stack:
+            cut = stack.pop()
+            if id(cut) not in seen:
+                seen.add(id(cut))
+                cut.entries.add(key)
+                stack.extend(cut.parents)
 
     def computed_from(self, tensor: torch.Tensor) -> bool:
         """True when ``tensor`` is the source of this cut or was used to compute it."""
@@ -186,9 +197,17 @@ class ForwardRecorder(TorchFunctionMode):
             return
         outputs = list(_flat((result,)))
         differentiated = [out for out in outputs if isinstance(out, torch.Tensor) and out.grad_fn is not None]
+        written = _written(name, args, kwargs)  # h[0] = v returns None, h.add_(v) returns h: both write into h
+        differentiated += [out for out in written if out.grad_fn is not None and all(out is not d for d in differentiated)]
         for out in differentiated:  # a cut value entered a graph: remember where
             for cut in carried:
-                cut.entries.add(node_key(out.grad_fn))
+                cut.enter(node_key(out.grad_fn))
+        if (not grad_enabled or inference) and written:  # h.add_(w) under no_grad: w's values enter h's graph
+            into = [out for out in written if out.grad_fn is not None]
+            others = [value for value in tracking if all(value is not out for out in written)]
+            cut = self._cut(name, others, into, grad_enabled, inference) if into and others else None
+            for out in into if cut is not None else ():
+                cut.enter(node_key(out.grad_fn))
         # what is off the graph (torch.max(w, dim=0) returns values on it and indices off it; w[:2] under no_grad is
         # a new leaf that requires grad: its gradient goes to it, not to w)
         inputs_ids = {id(value) for value in inputs}
@@ -201,6 +220,7 @@ class ForwardRecorder(TorchFunctionMode):
             cut = self._cut(name, tracking, values, grad_enabled, inference)
             if cut is None:
                 return
+            cut.parents = tuple(carried)
         else:
             first = carried[0]
             label = name.replace("__get__", ".")
@@ -274,17 +294,19 @@ IN_PLACE = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "
             "__imatmul__"}
 
 
+def _written(name: str, args: tuple, kwargs: dict) -> list:
+    """The tensors an in-place call (``add_``, ``h[i] = v``, ``+=``) or an ``out=`` call writes into."""
+    written = [args[0]] if args and ((name.endswith("_") and not name.endswith("__")) or name in IN_PLACE) else []
+    written += list(_flat((kwargs.get("out"),)))
+    return [value for value in written if isinstance(value, torch.Tensor)]
+
+
 def _changed_finite(func: Any, args: tuple, kwargs: dict) -> tuple | None:
     """The floating tensors a call will write in place (its first argument for ``log_``, ``__setitem__``, ``+=``;
     ``out=``), read before it runs: () when it writes none, None when one already holds NaN or inf (or cannot be
     read)."""
     try:
-        name = getattr(func, "__name__", "") or ""
-        written = []
-        if (name.endswith("_") and not name.endswith("__")) or name in IN_PLACE:
-            written.append(args[0] if args else None)
-        written += [out for out in _flat((kwargs.get("out"),))]
-        written = [value for value in written if _floating(value)]
+        written = [value for value in _written(getattr(func, "__name__", "") or "", args, kwargs) if _floating(value)]
         if not written:
             return ()
         with torch.no_grad():
