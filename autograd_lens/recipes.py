@@ -88,7 +88,8 @@ def log_norm(grad: torch.Tensor) -> None:
 
 @hook("zero")
 def zero(grad: torch.Tensor) -> torch.Tensor:
-    """Replace the gradient by zeros (freeze what lies upstream)."""
+    """Replace the gradient by zeros: what lies upstream gets zeros, not None (plain SGD leaves it unchanged;
+    weight decay and momentum still move it)."""
     return torch.zeros_like(grad)
 
 

@@ -28,7 +28,8 @@ CUT_SCAN_LIMIT = 2000  # most recent cuts looked at
 class Clue:
     """One thing found about why a tensor is off the graph."""
 
-    code: str  # "requires_grad_false", "detached", "no_grad", "inference_mode", "non_differentiable"
+    code: str  # "requires_grad_false", "detached", "no_grad", "inference_mode", "non_differentiable", "incomplete",
+    # "lost" (a cut from it whose value the forward record could not follow)
     text: str
     at: tuple[tuple[int, str], ...] = ()  # (sequence_nr, backward function) of the graph's functions where the cut
     # value entered (the forward record) or that saved the tensor: where the drawing can mark the cut
@@ -93,8 +94,9 @@ def collect(shape: Any, names: Any, recorder: Any = None, paths_note: str = "") 
         saved, saved_note = _saved_tensors(shape)
     graph_keys = {_key(fn) for fn in shape.nodes}
     cuts = list(reversed(recorder.cuts[-CUT_SCAN_LIMIT:])) if recorder is not None else []
+    lost = _lost(cuts, graph_keys)
     for name, tensor in missing:
-        clues = _clues(name, tensor, saved, cuts, graph_keys)
+        clues = _clues(name, tensor, saved, cuts, graph_keys, lost)
         node = None if tensor.grad_fn is None else _key(tensor.grad_fn)
         candidates.append(Candidate(name, tensor.grad_fn is None, tensor.requires_grad, False, node,
                                     tensor.output_nr, tuple(clues)))
@@ -154,7 +156,20 @@ def _saved_tensors(shape: Any) -> tuple[list[tuple[str, torch.Tensor, tuple[int,
     return found, "; ".join(notes)
 
 
-def _clues(name: str, tensor: torch.Tensor, saved: list, cuts: list, graph_keys: set) -> list[Clue]:
+def _lost(cuts: list, graph_keys: set) -> dict[Any, list]:
+    """The cuts that did not enter this graph, by what they were computed from (id of a leaf or a source, key of a
+    function): looked up per tensor instead of asking every cut."""
+    found: dict[Any, list] = {}
+    for cut in cuts:
+        if cut.entries & graph_keys:
+            continue
+        for key in {*cut.leaves, *(id(ref()) for ref in cut.sources), *cut.nodes}:
+            found.setdefault(key, []).append(cut)
+    return found
+
+
+def _clues(name: str, tensor: torch.Tensor, saved: list, cuts: list, graph_keys: set,
+           lost_cuts: dict | None = None) -> list[Clue]:
     clues: list[Clue] = []
     if isinstance(tensor, torch.nn.Parameter) and not tensor.requires_grad:
         clues.append(Clue("requires_grad_false", f"{name} has requires_grad=False (a frozen parameter): autograd "
@@ -166,6 +181,15 @@ def _clues(name: str, tensor: torch.Tensor, saved: list, cuts: list, graph_keys:
     elif any(not cut.complete for cut in used):
         clues.append(Clue("incomplete", "a cut this graph uses was computed from more functions than were looked "
                                         f"at; whether {name} is among them is not known"))
+    else:  # a cut from it whose value the record lost (Python or NumPy arithmetic, a small int): maybe used after all
+        keys = (id(tensor),) if tensor.grad_fn is None else (id(tensor), _key(tensor.grad_fn))
+        candidates = [cut for key in keys for cut in (lost_cuts or {}).get(key, ())]
+        lost = next((cut for cut in candidates if cut.computed_from(tensor)), None)
+        if lost is not None:
+            clues.append(Clue("lost", f"it is not on the graph, but {_cut_text(name, tensor, lost, False)}: the "
+                                      "forward record follows such a value through torch calls only, so whether it "
+                                      "reached this graph by other steps (Python or NumPy arithmetic, an index, a "
+                                      "condition) is not known"))
     storage = _storage(tensor)
     for op, value, key in saved:
         if value is tensor:
@@ -195,9 +219,9 @@ def _clues(name: str, tensor: torch.Tensor, saved: list, cuts: list, graph_keys:
     return clues
 
 
-def _cut_text(name: str, tensor: torch.Tensor, cut: Any) -> str:
+def _cut_text(name: str, tensor: torch.Tensor, cut: Any, used: bool = True) -> str:
     where = name if cut.took(tensor) else "a tensor computed from it"
-    return f"{where} went through {cut.text()}, and this graph uses the result"
+    return f"{where} went through {cut.text()}" + (", and this graph uses the result" if used else "")
 
 
 def _storage(tensor: torch.Tensor) -> int | None:

@@ -14,6 +14,7 @@ was called and returns its result unchanged.
 
 from __future__ import annotations
 
+import cmath
 import os
 import sys
 import warnings
@@ -47,6 +48,17 @@ class Cut:
     complete: bool = True  # the walk behind the source stayed within UPSTREAM_LIMIT
     chain: tuple[str, ...] = ()  # calls the cut value went through before it entered a graph
     entries: set[tuple[int, str]] = field(default_factory=set)  # (sequence_nr, name) of results that used it
+    parents: tuple["Cut", ...] = ()  # cuts whose values the cutting call also took (w[0] under no_grad, then * 2)
+
+    def enter(self, key: tuple[int, str]) -> None:
+        """A value of this cut entered the graph at ``key``: so did those of the cuts it came from."""
+        stack, seen = [self], set()
+        while stack:
+            cut = stack.pop()
+            if id(cut) not in seen:
+                seen.add(id(cut))
+                cut.entries.add(key)
+                stack.extend(cut.parents)
 
     def computed_from(self, tensor: torch.Tensor) -> bool:
         """True when ``tensor`` is the source of this cut or was used to compute it."""
@@ -74,6 +86,7 @@ class ForwardNonFinite:
     inputs: str  # a summary of its tensor inputs
     output: str  # a summary of what it returned
     node: tuple[int, str] | None = None  # (sequence_nr, backward function) of its result, when it requires grad
+    given_before: str = ""  # an earlier call of the block that returned NaN or inf it was given (from outside)
 
     def text(self) -> str:
         return f"forward: {self.op} returned {self.output} from {self.inputs}"
@@ -121,6 +134,7 @@ class ForwardRecorder(TorchFunctionMode):
         self.failed: str | None = None
         self.forgot = 0  # cuts and followed values dropped past TABLE_LIMIT
         self.nonfinite: ForwardNonFinite | None = None
+        self.given_before = ""  # the first call that returned NaN or inf it was given, before any origin
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -130,6 +144,7 @@ class ForwardRecorder(TorchFunctionMode):
         inference = torch.is_inference_mode_enabled()
         # Inside a TorchFunctionMode torch drops some of its warnings (float(x) of a tensor requiring grad, x.T)
         # and places others at this frame: they are caught here and given back from the caller's line.
+        changed = _changed_finite(func, args, kwargs) if self.nonfinite is None else ()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             result = func(*args, **kwargs)
@@ -139,19 +154,25 @@ class ForwardRecorder(TorchFunctionMode):
             if self.nonfinite is None:
                 # no graph for the lens's own ops: a saved-tensor hook (checkpoint) must not see them
                 with torch.no_grad():
-                    self._check_finite(func, args, kwargs, result)
+                    self._check_finite(func, args, kwargs, result, changed)
             self._note(func, args, kwargs, result, grad_enabled, inference)
         except Exception as problem:  # never let the recorder change what the user's call returns
             self.failed = self.failed or f"{type(problem).__name__}: {problem}"
         return result
 
     # ------------------------------------------------------------------ bookkeeping
-    def _check_finite(self, func: Any, args: tuple, kwargs: dict, result: Any) -> None:
+    def _check_finite(self, func: Any, args: tuple, kwargs: dict, result: Any, changed: tuple = ()) -> None:
+        """``changed``: the tensors the call wrote in place (``log_``, ``x[i] = v``, ``out=``) that were finite
+        before it; the others the call wrote were not, and it is not an origin."""
         outputs = [out for out in _flat((result,)) if _floating(out)]
+        outputs += [value for value in changed or () if not any(value is out for out in outputs)]
         if not outputs or all(bool(out.isfinite().all()) for out in outputs):
             return
-        inputs = [value for value in list(_flat(args)) + list(_flat(kwargs.values())) if _floating(value)]
-        if not all(bool(value.isfinite().all()) for value in inputs):
+        given = list(_flat(args)) + list(_flat(kwargs.values()))
+        inputs = [value for value in given if _floating(value) and not any(value is out for out in changed or ())]
+        if changed is None or not all(bool(value.isfinite().all()) for value in inputs) or not _numbers_finite(given):
+            # NaN or inf given to it (a tensor, or a number: torch.tensor([inf]), x[0] = nan): not an origin
+            self.given_before = self.given_before or (_func_name(func) or "a call").replace("__get__", ".")
             return
         from ..capture.snapshot import snapshot
         from .nonfinite import describe
@@ -159,8 +180,10 @@ class ForwardRecorder(TorchFunctionMode):
         bad = next(out for out in outputs if not bool(out.isfinite().all()))
         node = node_key(bad.grad_fn) if bad.grad_fn is not None else None
         name = (_func_name(func) or "a call").replace("__get__", ".")
+        if any(value is bad for value in changed):
+            name += " (writing over finite values)"
         self.nonfinite = ForwardNonFinite(name, describe(tuple(snapshot(value, 16) for value in inputs)),
-                                          describe(snapshot(bad, 16)), node)
+                                          describe(snapshot(bad, 16)), node, self.given_before)
 
     def _note(self, func: Any, args: tuple, kwargs: dict, result: Any, grad_enabled: bool, inference: bool) -> None:
         name = _func_name(func)
@@ -174,9 +197,17 @@ class ForwardRecorder(TorchFunctionMode):
             return
         outputs = list(_flat((result,)))
         differentiated = [out for out in outputs if isinstance(out, torch.Tensor) and out.grad_fn is not None]
+        written = _written(name, args, kwargs)  # h[0] = v returns None, h.add_(v) returns h: both write into h
+        differentiated += [out for out in written if out.grad_fn is not None and all(out is not d for d in differentiated)]
         for out in differentiated:  # a cut value entered a graph: remember where
             for cut in carried:
-                cut.entries.add(node_key(out.grad_fn))
+                cut.enter(node_key(out.grad_fn))
+        if (not grad_enabled or inference) and written:  # h.add_(w) under no_grad: w's values enter h's graph
+            into = [out for out in written if out.grad_fn is not None]
+            others = [value for value in tracking if all(value is not out for out in written)]
+            cut = self._cut(name, others, into, grad_enabled, inference) if into and others else None
+            for out in into if cut is not None else ():
+                cut.enter(node_key(out.grad_fn))
         # what is off the graph (torch.max(w, dim=0) returns values on it and indices off it; w[:2] under no_grad is
         # a new leaf that requires grad: its gradient goes to it, not to w)
         inputs_ids = {id(value) for value in inputs}
@@ -189,6 +220,7 @@ class ForwardRecorder(TorchFunctionMode):
             cut = self._cut(name, tracking, values, grad_enabled, inference)
             if cut is None:
                 return
+            cut.parents = tuple(carried)
         else:
             first = carried[0]
             label = name.replace("__get__", ".")
@@ -256,6 +288,42 @@ def _warn_again(caught: list, frame: Any) -> None:
         registry = frame.f_globals.setdefault("__warningregistry__", {}) \
             if filename == frame.f_code.co_filename else None
         warnings.warn_explicit(item.message, item.category, filename, lineno, registry=registry)
+
+
+IN_PLACE = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__",
+            "__imatmul__"}
+
+
+def _written(name: str, args: tuple, kwargs: dict) -> list:
+    """The tensors an in-place call (``add_``, ``h[i] = v``, ``+=``) or an ``out=`` call writes into."""
+    written = [args[0]] if args and ((name.endswith("_") and not name.endswith("__")) or name in IN_PLACE) else []
+    written += list(_flat((kwargs.get("out"),)))
+    return [value for value in written if isinstance(value, torch.Tensor)]
+
+
+def _changed_finite(func: Any, args: tuple, kwargs: dict) -> tuple | None:
+    """The floating tensors a call will write in place (its first argument for ``log_``, ``__setitem__``, ``+=``;
+    ``out=``), read before it runs: () when it writes none, None when one already holds NaN or inf (or cannot be
+    read)."""
+    try:
+        written = [value for value in _written(getattr(func, "__name__", "") or "", args, kwargs) if _floating(value)]
+        if not written:
+            return ()
+        with torch.no_grad():
+            return tuple(written) if all(bool(value.isfinite().all()) for value in written) else None
+    except Exception:
+        return None
+
+
+def _numbers_finite(values: Any, depth: int = 0) -> bool:
+    """No Python float or complex among ``values`` (and short lists in them) is NaN or inf."""
+    for value in values:
+        if isinstance(value, (float, complex)) and not cmath.isfinite(value):
+            return False
+        if isinstance(value, (list, tuple)) and len(value) <= 64 and depth < 3 \
+                and not _numbers_finite(value, depth + 1):
+            return False
+    return True
 
 
 def _floating(value: Any) -> bool:

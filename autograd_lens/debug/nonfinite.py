@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..model import BackwardPass, HookCall, NodeRun, SourceLine, TensorSummary
+from ..model import BackwardPass, GradWritten, HookCall, NodeRun, SourceLine, TensorSummary
 
 FINITE, NONFINITE, UNREADABLE = "finite", "non-finite", "unreadable"
 # hooks that run as post-hooks of a node (torch's module-hook wrappers are post-hooks of the module's boundary
@@ -26,7 +26,7 @@ _READ_AS_FLOATS = 16  # a real tensor of at most this many numbers is checked on
 class NonFinite:
     """The first step of a pass that turned finite gradients into NaN or inf."""
 
-    kind: str  # "node", "hook", "seed", or "unknown" (the lens could not work it out: see note)
+    kind: str  # "node", "hook", "seed", "earlier" (a .grad that held it before the pass), or "unknown" (see note)
     name: str  # backward function (e.g. "LogBackward0"), the hook's name, or "gradient="
     label: str  # what the drawing calls it ("log → y"), or the hook's target
     step: int  # position in the pass's events (-1 for the seed)
@@ -38,7 +38,8 @@ class NonFinite:
 
     def text(self) -> str:
         where = f" ({self.source.describe()})" if self.source is not None else ""
-        what = {"node": "backward function", "hook": "hook", "seed": "the gradient given to backward()"}.get(self.kind, self.kind)
+        what = {"node": "backward function", "hook": "hook", "seed": "the gradient given to backward()",
+                "earlier": "added into"}.get(self.kind, self.kind)
         return (f"first non-finite gradient: {what} {self.name} [{self.label}]{where}: received {self.inputs}, "
                 f"passed on {self.outputs}" + (f"; {self.note}" if self.note else ""))
 
@@ -120,6 +121,17 @@ def first_nonfinite(backward_pass: BackwardPass) -> NonFinite | None:
         if isinstance(event, NodeRun) and before == FINITE:
             event = _post_hook_origin(events, index) or event
         return _origin(backward_pass, event, note)
+    return _held_before(events)
+
+
+def _held_before(events: Any) -> NonFinite | None:
+    """A ``.grad`` this pass wrote with NaN or inf while it added only finite numbers: they were there before."""
+    for event in events:
+        if isinstance(event, GradWritten) and state(event.received) == FINITE and state(event.grad) == NONFINITE:
+            return NonFinite("earlier", f"{event.name}.grad", event.name, event.step, None, describe(event.received),
+                             describe(event.grad), note=f"{event.name}.grad held NaN or inf before this pass, which "
+                                                        "added a finite gradient to it: an earlier pass put it there "
+                                                        "(.grad adds up over passes until it is zeroed)")
     return None
 
 

@@ -5,7 +5,9 @@ are alive (only with ``Lens(why=True)``).  It walks every path from each root to
 each leaf and carries the root's gradient along it by calling each backward
 function on the path directly (a vector-Jacobian product; calling a function
 runs no hook).  The contributions of all paths to a leaf add up to what autograd
-computes for it with no hook.  For a graph of one-element tensors each step's
+computes for it with no hook, up to float rounding: autograd adds where paths
+meet, the paths are added at the end (``PathSet.total`` is that sum, not a copy
+of ``.grad``).  For a graph of one-element tensors each step's
 local derivative is computed on its own (the function applied to 1) and the
 contribution is the product of them, times the root's gradient.
 
@@ -34,7 +36,8 @@ class Path:
     """One path from a root to a leaf and the part of the leaf's gradient that travels along it.
 
     ``nodes`` are labels from the root's backward function to the leaf; ``factors``
-    are the local derivatives along the path (graphs of one-element tensors only).
+    are the local derivatives along the path (graphs of one-element tensors only),
+    after the gradient given to the root when it is not 1.
     The "rest" entry has ``nodes == ("rest",)`` and ``rest`` = how many paths it sums.
     """
 
@@ -65,7 +68,7 @@ class PathSet:
 
     name: str
     paths: tuple[Path, ...] = ()
-    total: Value = None  # the sum over all paths: autograd's gradient for this pass, without hooks
+    total: Value = None  # the sum over all paths: autograd's gradient for this pass without hooks, up to float rounding
     count: int = 0  # how many paths there are
     unknown: str = ""  # why the paths are not known (then ``paths`` is empty)
     hooks: str = ""  # when the pass's hooks changed what the leaf received: what it received, said as a line
@@ -122,10 +125,13 @@ class _Walker:
         self.locals: dict[tuple[int, int], Any] = {}  # (id(fn), input slot) -> local derivative (scalars)
 
     def start(self, fn: Any, output_nr: int, seed: torch.Tensor) -> None:
-        if id(fn) in self.labels:  # the root is a leaf itself
-            self.found.setdefault(id(fn), []).append(((self.labels[id(fn)],), seed, (1.0,) if seed.numel() == 1 else None, ()))
-            return
         scalar = seed.numel() == 1
+        # the gradient given to the root, written first among the factors when it is not 1 (backward(gradient=2.))
+        given = (float(seed.reshape(-1)[0]),) if scalar and float(seed.reshape(-1)[0]) != 1.0 else ()
+        if id(fn) in self.labels:  # the root is a leaf itself
+            factors = (given or (1.0,)) if scalar else None
+            self.found.setdefault(id(fn), []).append(((self.labels[id(fn)],), seed, factors, ()))
+            return
         stack = [(fn, output_nr, seed, (self._label(fn, output_nr),), () if scalar else None,
                   ((_key(fn), output_nr),))]
         while stack:
@@ -156,7 +162,8 @@ class _Walker:
                     if step is not None:
                         value = _product(seed, step, value)
                     hop = (_key(fn), self.labels[id(next_fn)], use)
-                    self.found.setdefault(id(next_fn), []).append((route + (self.labels[id(next_fn)],), value, step,
+                    shown = None if step is None else given + step
+                    self.found.setdefault(id(next_fn), []).append((route + (self.labels[id(next_fn)],), value, shown,
                                                                    hops + (hop,)))
                 else:
                     hop = (_key(fn), _key(next_fn) + (next_nr,), use)

@@ -208,8 +208,9 @@ def _off_graph(candidate: Any, evidence: Any, backward_pass: BackwardPass) -> Re
     for code in PRIORITY:
         if code in clues:
             return Reason(name, code, clues[code].text, _placed(backward_pass, getattr(clues[code], "at", ())))
-    if "incomplete" in clues:
-        return Reason(name, "unknown", clues["incomplete"].text)
+    for code in ("incomplete", "lost"):
+        if code in clues:
+            return Reason(name, "unknown", clues[code].text)
     if evidence.forward and not evidence.forward_note:
         return Reason(name, "not_on_path", "nothing this pass differentiates was computed from it: it is not on "
                                            "the graph, and no copy of it cut from autograd (recorded since the "
@@ -218,7 +219,8 @@ def _off_graph(candidate: Any, evidence: Any, backward_pass: BackwardPass) -> Re
         return Reason(name, "unknown", f"it is not on the graph, and {evidence.forward_note}")
     return Reason(name, "unknown", "it is not on the graph of this pass: either it was not used, or a copy of "
                                    "it cut from autograd was (no saved value shows one). Forward ops were not "
-                                   "recorded; Lens(why=True) or %%lens --why tells the two apart")
+                                   "recorded; Lens(why=True) or %%lens --why tells the two apart where the copy "
+                                   "is made and used by torch calls")
 
 
 def _placed(backward_pass: BackwardPass, keys: Any) -> tuple[str, ...]:

@@ -46,7 +46,10 @@ class Why:
                 nonfinite.append((number, what, origin.inputs, origin.outputs, where))
         if forward[0] is not None:
             where = forward[1].describe() if forward[1] is not None else ""
-            nonfinite.insert(0, ("", f"forward: {forward[0].op} (the block's first NaN or inf)", forward[0].inputs,
+            first = "the block's first NaN or inf" if not getattr(forward[0], "given_before", "") else \
+                f"the block's first call to make NaN or inf from finite values; {forward[0].given_before} returned " \
+                "NaN or inf earlier, from NaN or inf it was given"
+            nonfinite.insert(0, ("", f"forward: {forward[0].op} ({first})", forward[0].inputs,
                                  forward[0].output, where))
         if not nonfinite:
             everything = "every recorded gradient is finite" if len(self.lens.passes) == 1 else \
