@@ -196,8 +196,10 @@ def mlp() -> nn.Sequential:
 def process_group():
     import torch.distributed as dist
 
-    with tempfile.NamedTemporaryFile() as store:
-        dist.init_process_group("gloo", store=dist.FileStore(store.name, 1), rank=0, world_size=1,
+    # a file in a directory of its own: the FileStore deletes its file itself when its last client goes (a
+    # NamedTemporaryFile then failed to unlink it at teardown: FileNotFoundError, seen in CI)
+    with tempfile.TemporaryDirectory() as folder:
+        dist.init_process_group("gloo", store=dist.FileStore(os.path.join(folder, "store"), 1), rank=0, world_size=1,
                                 timeout=datetime.timedelta(seconds=60))
         try:
             yield
