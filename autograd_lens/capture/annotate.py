@@ -254,3 +254,23 @@ _BY_PLACE = re.compile(r"leaf(_\d+)?$")  # structure.Structure.label's labels of
 
 def _listed(names: list) -> str:
     return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def renamed_leaves(observer: Any) -> str | None:
+    """A note when a leaf's name, a module's parameter when the pass began, denotes another tensor at its end: the
+    module put a new tensor in that place during the pass (FSDP2 puts its sharded parameters back).  The values shown
+    under the name stay those of the graph's tensor; the note says whose they are."""
+    names = observer.names
+    if names is None or not names.owners:
+        return None
+    variables = observer.shape.variables()
+    moved = sorted(label for key, label in observer.shape.leaf_labels.items()
+                   if key in variables and names.leaves.get(id(variables[key])) == label and names.moved(variables[key]))
+    if not moved:
+        return None
+    which = "names another tensor" if len(moved) == 1 else "name other tensors"
+    return (f"After this pass, {_listed(moved)} {which} than the graph used: during the pass, a module put a new "
+            "tensor in that place (FSDP2 puts its sharded parameters back). What is shown under "
+            f"{'that name' if len(moved) == 1 else 'these names'} (.grad included) is the graph's tensor, the one "
+            "named so when the pass began, not what the name holds now.")
+

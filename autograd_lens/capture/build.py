@@ -17,6 +17,7 @@ from .hooks import function_name
 from .observe import PassObserver
 from .records import GradRecord, HookRecord, NodeRecord
 from .snapshot import snapshot
+from .annotate import renamed_leaves
 from .ending import LeafState, final_grad, late_change, stopped_by_hooks, untrusted_pass
 from .leafstate import changed_off_graph, changed_since
 from .retained import written_as_retained
@@ -70,6 +71,9 @@ def read_pass(observer: PassObserver, walk: Walk, index: int, history: dict, inv
         pass_error = PassError(step=len(events), type=type(error).__name__, message=str(error))
         events.append(pass_error)
     values = _results(observer, history, result)
+    renamed = renamed_leaves(observer)
+    if renamed:
+        observer.note(renamed)
     names = _Namer(observer)
     drawn_outputs = {fn_id for fn_id, _ in walk.output_edges}  # nodes with an arrow to a tensor box of theirs
     return PassDraft(

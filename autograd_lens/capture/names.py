@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import FrameType, SimpleNamespace
@@ -52,6 +53,7 @@ class Names:
     modules: dict[int, str] = field(default_factory=dict)  # id(module) -> name
     tensor_objects: list[torch.Tensor] = field(default_factory=list, repr=False)  # in naming order
     module_objects: list[torch.nn.Module] = field(default_factory=list, repr=False)
+    owners: dict[int, tuple] = field(default_factory=dict, repr=False)  # id(leaf parameter) -> (module, attribute)
     _keep: list[Any] = field(default_factory=list, repr=False)
 
     def add_tensor(self, name: str, tensor: torch.Tensor) -> None:
@@ -80,7 +82,7 @@ class Names:
         if id(module) in modules:
             return
         tensors, keep, module_objects = self.tensors, self._keep, self.module_objects
-        tensor_objects, outputs, leaves = self.tensor_objects, self.outputs, self.leaves
+        tensor_objects, outputs, leaves, owners = self.tensor_objects, self.outputs, self.leaves, self.owners
         stack = [(printable(name), module)]
         while stack:  # iterative, in the order named_modules() would give
             prefix, current = stack.pop()
@@ -107,6 +109,7 @@ class Names:
                     keep.append(grad_fn)
                 elif param.requires_grad:
                     leaves.setdefault(id(param), label)
+                    owners[id(param)] = (current, attribute)
             children = current._modules
             if children:
                 stack.extend([(f"{prefix}.{attribute}", child) for attribute, child in reversed(children.items())
@@ -136,6 +139,15 @@ class Names:
             if tensor.grad_fn is not None:
                 found.setdefault((id(tensor.grad_fn), tensor.output_nr), tensor)
         return found
+
+    def moved(self, tensor: torch.Tensor) -> bool:
+        """``tensor`` was named as a module's parameter, and that module now holds another tensor there (FSDP2 puts
+        its sharded parameter back after the backward pass).  Reads the module's own ``_parameters``: no user code."""
+        owner = self.owners.get(id(tensor))
+        if owner is None:
+            return False
+        found = owner[0].__dict__.get("_parameters")
+        return type(found) in (dict, OrderedDict) and found.get(owner[1]) is not tensor
 
     def tensor_name(self, tensor: torch.Tensor) -> str | None:
         return self.tensors.get(id(tensor))

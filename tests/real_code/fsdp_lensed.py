@@ -66,6 +66,7 @@ def once(reshard: bool) -> None:
                   for c in lens.hook_calls],
         "log": plain_log,
         "notes": [n.message for n in lens.notes],
+        "pass_notes": [list(p.notes) for p in lens.passes],
         "unknown": [sorted(p.unknown) for p in lens.passes],
         "leaf_grads": [{k: None if v is None else v.tolist() for k, v in p.leaf_grads.items() if k != "x"}
                        for p in lens.passes],
