@@ -147,6 +147,34 @@ def test_a_retain_grad_write_is_a_step_with_the_value_torch_keeps():
     assert y.grad.item() == 48.0
 
 
+def test_the_autograd_grad_start_card_says_which_grads_it_writes_as_torch_does():
+    """torch.autograd.grad writes no leaf's .grad, but it does write a retain_grad() tensor's on the path (torch
+    2.13): the start card says both, and its names are the tensors whose .grad changed in the plain run."""
+    def program():
+        x = torch.tensor(1.0, requires_grad=True)
+        w = torch.tensor(2.0, requires_grad=True)
+        y = x * w
+        y.retain_grad()
+        v = y * 3
+        (gx,) = torch.autograd.grad(v + w, [x])
+        return x, w, y, gx
+
+    px, pw, py, pgx = program()
+    with al.Lens() as lens:
+        x, w, y, gx = program()
+    assert px.grad is None and pw.grad is None and py.grad.item() == 3.0  # plain torch: y's .grad only
+    assert (x.grad, w.grad, y.grad.item(), gx.item()) == (None, None, 3.0, pgx.item())
+    start = steps_for(lens.passes[0])[0]
+    said = [line for line in start.lines if line.startswith("autograd.grad returns")]
+    assert said == ["autograd.grad returns gradients for x and writes no leaf's .grad; it writes the .grad of y "
+                    "(retain_grad() was called)."]
+    with al.Lens() as plain_lens:
+        a = torch.tensor(1.0, requires_grad=True)
+        torch.autograd.grad(a * 2, [a])
+    assert [line for line in steps_for(plain_lens.passes[0])[0].lines if line.startswith("autograd.grad returns")] \
+        == ["autograd.grad returns gradients for a and writes no leaf's .grad."]
+
+
 def test_reductions_and_products_card_numbers_match_autograd_on_random_shapes():
     torch.manual_seed(1)
     for rows, cols in ((1, 1), (2, 5), (4, 3)):

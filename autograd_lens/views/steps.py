@@ -160,7 +160,9 @@ def _start_step(backward_pass: BackwardPass) -> Step:
     roots = ", ".join(backward_pass.roots) or "the output"
     lines = [f"The engine starts at {roots}: its gradient with respect to itself is 1 (or the gradient you passed)."]
     if backward_pass.kind == "grad":
-        lines.append(f"autograd.grad returns gradients for {', '.join(backward_pass.inputs)} and writes no .grad.")
+        kept = sorted({e.name for e in backward_pass.events if isinstance(e, GradWritten) and e.by == "retain_grad"})
+        lines.append(f"autograd.grad returns gradients for {', '.join(backward_pass.inputs)} and writes no leaf's .grad"
+                     + (f"; it writes the .grad of {', '.join(kept)} (retain_grad() was called)." if kept else "."))
     lines.extend(f"Recording note: {note}." for note in backward_pass.notes)
     if backward_pass.sources_note:
         lines.append(f"Source lines: {backward_pass.sources_note}.")
