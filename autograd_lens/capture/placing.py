@@ -62,20 +62,26 @@ class HookPlacing:
         # node hooks: the target is the node's label, known once the model is built
 
     def _output_of(self, call: HookRecord, fn: Any, grad_outputs: tuple) -> int:
-        """Which output of a multi-output node ``fn`` an unnamed tensor hook belonged to.  By what it received: what
-        that output's users sent, added up (the first hook of its tensor), or what the hook placed just before on
-        ``fn`` passed on (a later hook of the same tensor); else by what it passed on, which is what the node
-        received there when no node pre-hook changed it since."""
+        """Which output of a multi-output node ``fn`` an unnamed tensor hook belonged to.  By what it received: the
+        very gradient that output's one user sent, or the one the hook placed just before on ``fn`` passed on (a
+        later hook of the same tensor); else by value: what that output's users sent, added up, or what that hook
+        passed on; else by what it passed on, which is what the node received there when no node pre-hook changed it
+        since."""
         if len(grad_outputs) < 2:
             return 0  # one output (or none): that one, whatever the values (no copy of it to compare)
         chains = self.__dict__.setdefault("_unnamed_chains", {})  # id(fn) -> (output, what its last hook passed on)
-        found = []
         previous = chains.get(id(fn))
-        if previous is not None and _known_equal(previous[1], call.grad_in):
+        received = call.grad_in
+        # the very copy it received: the one its one user sent there, or the one the hook before it passed on (the
+        # observer reuses the copy of a tensor while it is the same object, unchanged)
+        found = [output for output in range(len(grad_outputs))
+                 if received is not None and self._sent_as_is(fn, output) is received]
+        if previous is not None and received is not None and previous[1] is received and previous[0] not in found:
             found.append(previous[0])
-        for output in range(len(grad_outputs)):
-            if output not in found and _known_equal(self.unhooked.input_of(fn, output, hooked=True), call.grad_in):
-                found.append(output)
+        if len(found) != 1:  # else by value
+            found = [previous[0]] if previous is not None and _known_equal(previous[1], received) else []
+            found += [output for output in range(len(grad_outputs)) if output not in found
+                      and _known_equal(self.unhooked.input_of(fn, output, hooked=True), received)]
         if len(found) != 1:
             output = _output_by_result(call, grad_outputs, self.store_limit, found)
         else:
