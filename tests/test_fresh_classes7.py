@@ -1049,3 +1049,41 @@ def test_global_hooks_over_graph_modules_in_a_cell(shell):
             ("global_module_full", "net.0", 4), ("global_module_full", "gm", 5)]
         assert sorted(p.leaf_grads) == ["net.0.bias", "net.0.weight", "net.2.bias", "net.2.weight", "x"]
         assert equal(p.leaf_grads["x"], shell.user_ns["x"].grad)
+
+
+PACKED_CELL = ("from torch import nn\n"
+               "from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence\n"
+               "torch.manual_seed(0)\n"
+               "lstm = nn.LSTM(3, 4, batch_first=True)\n"
+               "head = nn.Linear(4, 1)\n"
+               "head.register_full_backward_hook(lambda m, gi, go: (gi[0] * 2,))\n"
+               "lstm.weight_hh_l0.register_hook(lambda g: g * 0.5)\n"
+               "x = torch.randn(3, 5, 3, requires_grad=True)\n"
+               "out, _ = lstm(pack_padded_sequence(x, torch.tensor([5, 3, 2]), batch_first=True))\n"
+               "padded, _ = pad_packed_sequence(out, batch_first=True)\n"
+               "head(padded).pow(2).sum().backward()\n")
+
+
+@pytest.mark.parametrize("flags", ["", " --modules", " --predict"])
+def test_packed_lstm_in_a_cell(shell, flags):
+    """An LSTM over a packed batch, a full hook on the head replacing its grad_input, a hook on weight_hh: every .grad
+    and every value without hooks as torch computes them, with module groups and in predict mode too."""
+    names = ("x", "lstm.weight_hh_l0", "lstm.weight_ih_l0", "lstm.bias_hh_l0", "head.weight", "head.bias")
+
+    def grads():
+        return {name: eval(name, shell.user_ns).grad.clone() for name in names}
+    assert shell.run_cell(PACKED_CELL.replace("head.register_full_backward_hook(lambda m, gi, go: (gi[0] * 2,))\n", "")
+                          .replace("lstm.weight_hh_l0.register_hook(lambda g: g * 0.5)\n", "")).success
+    without = grads()
+    assert shell.run_cell(PACKED_CELL).success
+    plain = grads()
+    result = shell.run_cell(f"%%lens --as L --no-show{flags}\n" + PACKED_CELL)
+    assert result.success, result.error_in_exec
+    assert equal(grads(), plain)
+    (p,) = shell.user_ns["L"].passes
+    assert [(c.hook, c.kind, c.target) for c in p.hook_calls] == [
+        ("<lambda>", "module_full", "head"), ("<lambda>", "tensor", "lstm.weight_hh_l0")]
+    assert not p.unknown and not p.notes
+    assert equal({name: p.leaf_grads[name] for name in names}, plain)
+    assert equal({name: p.grads_without_hooks[name] for name in names}, without)
+    assert [g.path for g in p.groups] == (["lstm", "head"] if "modules" in flags else [])
