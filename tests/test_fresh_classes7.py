@@ -138,6 +138,8 @@ def problems_of(program) -> list[str]:
                 for key in ("error", "warnings", "calls") if getattr(plain, key) != getattr(lensed, key)]
     problems += [f"{key} differs under the lens" for key in ("per", "log", "out")
                  if not equal(getattr(plain, key), getattr(lensed, key))]
+    if plain.error or unhooked.error:  # (a program that means to fail catches its error and returns it)
+        problems.append(f"the program failed: {plain.error or unhooked.error}")
     if problems:
         return problems
     passes = lensed.lens.passes
@@ -942,7 +944,9 @@ def channels_last(run):
     return [p.detach().clone() for p in m.parameters()] + [b.clone() for b in m.buffers()], layouts
 
 
-def checkpointed(reentrant: bool):
+def checkpointed(reentrant: bool, inside: bool = False):
+    """``inside``: hooks on checkpointed modules too (a full hook, and a tensor hook a forward hook registers on each
+    output, again when the checkpoint recomputes it: that one is on a tensor the pass never reaches)."""
     import torch.utils.checkpoint as checkpoint
 
     def program(run):
@@ -953,6 +957,9 @@ def checkpointed(reentrant: bool):
         if run.hooked:
             m[0].weight.register_hook(run.H("w0", lambda g: g * 2))
             m[4].register_full_backward_hook(run.H("m4", lambda mod, gi, go: None, lambda a: a[1]))
+        if run.hooked and inside:
+            m[0].register_full_backward_hook(run.H("m0", lambda mod, gi, go: (gi[0] * 0.5,), lambda a: a[1]))
+            m[1].register_forward_hook(lambda mod, i, o: (o.register_hook(run.H("act1", lambda g: g * 3)), None)[1])
         x = torch.randn(5, 3, requires_grad=True)
         out = checkpoint.checkpoint_sequential(m, 3, x, use_reentrant=reentrant)  # m[0], m[1] checkpointed
         run.backward(out.pow(2).sum())
@@ -997,8 +1004,10 @@ def clipped_inside(run):
     return train(run, m, torch.randn(5, 3, requires_grad=True), 2), norms
 
 
-@pytest.mark.parametrize("program", [channels_last, checkpointed(False), clipped, clipped_inside],
-                         ids=["channels_last", "checkpoint_sequential", "clip_grad_norm_foreach", "clipped_inside"])
+@pytest.mark.parametrize("program", [channels_last, checkpointed(False), checkpointed(False, inside=True), clipped,
+                                     clipped_inside],
+                         ids=["channels_last", "checkpoint_sequential", "checkpoint_sequential_hooks_inside",
+                              "clip_grad_norm_foreach", "clipped_inside"])
 def test_layouts_checkpoints_and_clipping_against_torch(program):
     assert problems_of(program) == []
 
