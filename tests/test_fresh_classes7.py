@@ -1096,3 +1096,38 @@ def test_packed_lstm_in_a_cell(shell, flags):
     assert equal({name: p.leaf_grads[name] for name in names}, plain)
     assert equal({name: p.grads_without_hooks[name] for name in names}, without)
     assert [g.path for g in p.groups] == (["lstm", "head"] if "modules" in flags else [])
+
+
+PRUNE_REMOVE_CELL = ("import torch.nn.utils.prune as prune\n"
+                     "from torch import nn\n"
+                     "torch.manual_seed(0)\n"
+                     "m = nn.Linear(3, 2)\n"
+                     "prune.l1_unstructured(m, 'weight', amount=0.5)\n"
+                     "m.weight_orig.register_hook(lambda g: g * 2)\n"
+                     "x = torch.randn(4, 3)\n"
+                     "m(x).pow(2).sum().backward()\n"
+                     "g1 = m.weight_orig.grad.clone()\n"
+                     "prune.remove(m, 'weight')\n"
+                     "m.weight.register_hook(lambda g: g * 3)\n"
+                     "m(x).pow(2).sum().backward()\n"
+                     "g2 = m.weight.grad.clone()\n")
+
+
+def test_prune_remove_between_passes_in_a_cell(shell):
+    """prune.remove makes weight_orig (the same Parameter, its hook still on it) the module's weight again: pass 2
+    shows it as m.weight with both hooks (the first one's 2nd call), .grad accumulated, and the values without hooks
+    of a run of the cell without its two hook lines."""
+    assert shell.run_cell(PRUNE_REMOVE_CELL.replace("m.weight_orig.register_hook(lambda g: g * 2)\n", "")
+                          .replace("m.weight.register_hook(lambda g: g * 3)\n", "")).success
+    without = [shell.user_ns["g1"], shell.user_ns["g2"]]
+    result = shell.run_cell("%%lens --as L --no-show\n" + PRUNE_REMOVE_CELL)
+    assert result.success, result.error_in_exec
+    lens = shell.user_ns["L"]
+    first, second = lens.passes
+    assert [(c.target, c.invocation) for c in first.hook_calls] == [("m.weight_orig", 1)]
+    assert [(c.target, c.invocation) for c in second.hook_calls] == [("m.weight", 2), ("m.weight", 1)]
+    assert equal(first.leaf_grads["m.weight_orig"], shell.user_ns["g1"])
+    assert equal(second.leaf_grads["m.weight"], shell.user_ns["g2"])
+    assert equal(first.grads_without_hooks["m.weight_orig"], without[0])
+    assert equal(second.grads_without_hooks["m.weight"], without[1])
+    assert any(note.code == "forgot_zero_grad" and "m.weight.grad" in note.message for note in lens.notes)
