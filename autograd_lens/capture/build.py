@@ -48,6 +48,7 @@ def read_pass(observer: PassObserver, walk: Walk, index: int, history: dict, inv
     retained = written_as_retained(walk, observer)
     next_of = walk.structure.next_of()  # each node's next_functions, as read before the pass
     append, function_id, leaf_label = events.append, walk.function_ids.get, observer.shape.leaf_labels.get
+    forward_calls = _forward_calls(observer.records)
     for record in observer.records:
         if retained:
             fn = record.fn if isinstance(record, NodeRecord) else getattr(record, "node_fn", None)
@@ -64,7 +65,7 @@ def read_pass(observer: PassObserver, walk: Walk, index: int, history: dict, inv
             key = id(record.fn)
             append((function_id(key), leaf_label(key, "leaf"), record.grad, record.received))
         elif isinstance(record, HookRecord):
-            append(_hook_event(walk, len(events), record, index, invocations, ordinals))
+            append(_hook_event(walk, len(events), record, index, invocations, ordinals, forward_calls))
     pass_error = None
     if observer.error is not None:
         error = observer.error
@@ -290,8 +291,19 @@ def _node_event(walk: Walk, step: int, record: NodeRecord, next_of: dict, drawn_
 
 
 
+def _forward_calls(records: list) -> dict:
+    """Module hooks get no call index from torch: per module (and pre-hooks apart), the sequence numbers of the hook
+    wrappers its calls made in this pass, in forward order.  Counted per module object: two modules shown under one
+    name (two Linear with no name here) are two modules, each with its own calls."""
+    numbers: dict[tuple[int, bool], set] = {}
+    for record in records:
+        if isinstance(record, HookRecord) and record.module is not None and record.wrapper_seq is not None:
+            numbers.setdefault((id(record.module), record.kind.endswith("pre")), set()).add(record.wrapper_seq)
+    return {key: sorted(seen) for key, seen in numbers.items()}
+
+
 def _hook_event(walk: Walk, step: int, call: HookRecord, index: int, invocations: "HookCounter",
-                ordinals: dict) -> HookCall:
+                ordinals: dict, forward_calls: dict) -> HookCall:
     if call.target is None and call.node_fn is not None:
         if call.kind in ("tensor", "post_accumulate_grad"):
             call.target = walk.output_label(call.node_fn, call.output_nr or 0)
@@ -304,6 +316,9 @@ def _hook_event(walk: Walk, step: int, call: HookRecord, index: int, invocations
     ordinal = ordinals.get(position, 0)
     ordinals[position] = ordinal + 1
     invocation, registration = invocations.count(call, ordinal)
+    forward_call = call.wrapper_seq
+    if forward_call is not None and call.module is not None:  # its module's n-th call (draft numbers by name)
+        forward_call = forward_calls[(id(call.module), call.kind.endswith("pre"))].index(forward_call) + 1
     return HookCall(
         hook=_shown_name(call),
         kind=call.kind,
@@ -319,7 +334,7 @@ def _hook_event(walk: Walk, step: int, call: HookRecord, index: int, invocations
         step=step,
         context=call.context,
         error=call.error,
-        forward_call=call.wrapper_seq,
+        forward_call=forward_call,
         edited_in_place=call.edited_in_place,
         unseen=call.unseen,
         may_be=invocations.ambiguous.get(registration, ()),

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ..model import values_equal
+from ..model import TensorSummary, values_equal
 from .order import multi_grad_source, multi_grad_target
 from .records import HookRecord
 from .snapshot import snapshot
@@ -52,7 +52,7 @@ class HookPlacing:
                 call.target = "an unnamed tensor"
                 return
             call.node_fn = fn
-            call.output_nr = _output_of(call, grad_outputs, self.store_limit)
+            call.output_nr = self._output_of(call, fn, grad_outputs)
             return  # target: the output's label, known once the model is built
         call.node_fn = fn
         if call.module is not None:
@@ -60,6 +60,34 @@ class HookPlacing:
             if fn is not None:
                 call.wrapper_seq = fn._sequence_nr()
         # node hooks: the target is the node's label, known once the model is built
+
+    def _output_of(self, call: HookRecord, fn: Any, grad_outputs: tuple) -> int:
+        """Which output of a multi-output node ``fn`` an unnamed tensor hook belonged to.  By what it received: the
+        very gradient that output's one user sent, or the one the hook placed just before on ``fn`` passed on (a
+        later hook of the same tensor); else by value: what that output's users sent, added up, or what that hook
+        passed on; else by what it passed on, which is what the node received there when no node pre-hook changed it
+        since."""
+        if len(grad_outputs) < 2:
+            return 0  # one output (or none): that one, whatever the values (no copy of it to compare)
+        chains = self.__dict__.setdefault("_unnamed_chains", {})  # id(fn) -> (output, what its last hook passed on)
+        previous = chains.get(id(fn))
+        received = call.grad_in
+        # the very copy it received: the one its one user sent there, or the one the hook before it passed on (the
+        # observer reuses the copy of a tensor while it is the same object, unchanged)
+        found = [output for output in range(len(grad_outputs))
+                 if received is not None and self._sent_as_is(fn, output) is received]
+        if previous is not None and received is not None and previous[1] is received and previous[0] not in found:
+            found.append(previous[0])
+        if len(found) != 1:  # else by value
+            found = [previous[0]] if previous is not None and _known_equal(previous[1], received) else []
+            found += [output for output in range(len(grad_outputs)) if output not in found
+                      and _known_equal(self.unhooked.input_of(fn, output, hooked=True), received)]
+        if len(found) != 1:
+            output = _output_by_result(call, grad_outputs, self.store_limit, found)
+        else:
+            output = found[0]
+        chains[id(fn)] = (output, call.grad_out)
+        return output
 
     def _is_input_node(self, node: Any) -> bool:
         for tensor in self.inputs:
@@ -80,14 +108,20 @@ class HookPlacing:
         return found
 
 
-def _output_of(call: HookRecord, grad_outputs: tuple, limit: int) -> int:
-    """Which output of a multi-output node an unnamed tensor hook belonged to: the one whose
-    gradient equals what the hook passed on."""
-    if len(grad_outputs) < 2:
-        return 0  # one output (or none): that one, whatever the values (no copy of it to compare)
+def _known_equal(first: Any, second: Any) -> bool:
+    """Two recorded values (copies, or summaries of large ones) known to be equal; an unknown one is not."""
+    return isinstance(first, (torch.Tensor, TensorSummary)) and type(first) is type(second) \
+        and values_equal(first, second)
+
+
+def _output_by_result(call: HookRecord, grad_outputs: tuple, limit: int, among: list) -> int:
+    """The output (of ``among``, when it names several) whose gradient, as the node received it, equals what the hook
+    passed on; else the first of ``among``, or 0."""
     produced = call.grad_out
     for index, value in enumerate(grad_outputs):
+        if among and index not in among:
+            continue
         if isinstance(value, torch.Tensor) and produced is not None:
             if values_equal(snapshot(value, limit), produced):
                 return index
-    return 0
+    return among[0] if among else 0

@@ -10,11 +10,11 @@ from typing import Any
 
 import torch
 
-SHARED = ("its .grad shares memory (or would, in a run without hooks) with another leaf's .grad or with the gradient "
-          "passed to backward(): autograd adopts the gradient that reaches a leaf without a copy, and it can be a view "
-          "of one another leaves or the seed view too, so adding to one changes the other; a hook decides whether that "
-          "happens (one that returns a new tensor, or keeps the one it got), so what it would hold without hooks is "
-          "not known")
+SHARED = ("its .grad shares memory, or may (in this run or in one without hooks), with another leaf's .grad or with "
+          "the gradient passed to backward(): autograd adopts the gradient that reaches a leaf without a copy, and "
+          "that gradient can be a view of one other leaves or the seed view too, so adding to one changes the other; "
+          "a hook decides whether that happens (one that returns a new tensor, or keeps the one it got), so what it "
+          "would hold without hooks is not known")
 
 
 # Backward functions that may send an input the gradient they received, or a view of it (a view op's backward, a
