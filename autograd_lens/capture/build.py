@@ -306,7 +306,9 @@ def _hook_event(walk: Walk, step: int, call: HookRecord, index: int, invocations
                 ordinals: dict, forward_calls: dict) -> HookCall:
     if call.target is None and call.node_fn is not None:
         if call.kind in ("tensor", "post_accumulate_grad"):
-            call.target = walk.output_label(call.node_fn, call.output_nr or 0)
+            call.target = walk.output_label(call.node_fn, call.output_nr) if call.output_nr is not None else \
+                f"an output of {walk.labels.get(id(call.node_fn), call.node_fn.name())} (which one is not known: " \
+                "its outputs received equal gradients)"
         else:
             call.target = walk.labels.get(id(call.node_fn), call.node_fn.name())
     # The same function registered twice on one tensor is two hooks: within a pass, the n-th call of it at one

@@ -61,7 +61,7 @@ class HookPlacing:
                 call.wrapper_seq = fn._sequence_nr()
         # node hooks: the target is the node's label, known once the model is built
 
-    def _output_of(self, call: HookRecord, fn: Any, grad_outputs: tuple) -> int:
+    def _output_of(self, call: HookRecord, fn: Any, grad_outputs: tuple) -> int | None:
         """Which output of a multi-output node ``fn`` an unnamed tensor hook belonged to.  By what it received: the
         very gradient that output's one user sent, or the one the hook placed just before on ``fn`` passed on (a
         later hook of the same tensor); else by value: what that output's users sent, added up, or what that hook
@@ -79,7 +79,8 @@ class HookPlacing:
         if previous is not None and received is not None and previous[1] is received and previous[0] not in found:
             found.append(previous[0])
         if len(found) != 1:  # else by value
-            found = [previous[0]] if previous is not None and _known_equal(previous[1], received) else []
+            found = [previous[0]] if previous is not None and previous[0] is not None \
+                and _known_equal(previous[1], received) else []
             found += [output for output in range(len(grad_outputs)) if output not in found
                       and _known_equal(self.unhooked.input_of(fn, output, hooked=True), received)]
         if len(found) != 1:
@@ -114,14 +115,21 @@ def _known_equal(first: Any, second: Any) -> bool:
         and values_equal(first, second)
 
 
-def _output_by_result(call: HookRecord, grad_outputs: tuple, limit: int, among: list) -> int:
+def _output_by_result(call: HookRecord, grad_outputs: tuple, limit: int, among: list) -> int | None:
     """The output (of ``among``, when it names several) whose gradient, as the node received it, equals what the hook
-    passed on; else the first of ``among``, or 0."""
+    passed on; None when several outputs matched what it received and several match what it passed on (equal
+    gradients, none of them the very copy it received: which output it was on is not known); else the first of
+    ``among``, or 0."""
     produced = call.grad_out
+    matched = []
     for index, value in enumerate(grad_outputs):
         if among and index not in among:
             continue
         if isinstance(value, torch.Tensor) and produced is not None:
             if values_equal(snapshot(value, limit), produced):
-                return index
+                matched.append(index)
+    if len(matched) == 1 or (matched and len(among) < 2):
+        return matched[0]
+    if len(matched) > 1:
+        return None
     return among[0] if among else 0
