@@ -123,3 +123,35 @@ def changed_off_graph(observer: Any, history: dict, seen: set) -> None:
         # (.grad as its last pass left it stays: a hook's change is not "the previous pass's gradient")
         history[key] = LeafState.of(variable, entry.grad, Unknown(CHANGED_OFF_GRAPH), getattr(entry, "shared", False),
                                     True)
+
+
+# passes a Lens leaves alone (entry.UNTRACED) that may write .grad: their hooks are not seen
+_GRAD_WRITERS = ("thread", "compiled", "freed")
+UNRECORDED_WRITE = ("a backward pass the lens did not record ({what}) ran since, and may have written this .grad, "
+                    "with hooks the lens did not see: what it would hold without hooks is not known")
+
+
+def unrecorded_passes() -> tuple:
+    """(the active Lens's count of passes left alone, by kind; how many of them may have written ``.grad``), read at
+    a pass's end and kept on each leaf's :class:`LeafState` (``unrecorded``)."""
+    from .tracer import _ACTIVE  # (the tracer imports this module)
+
+    counts = getattr(_ACTIVE[-1], "_untraced", None) if _ACTIVE else None
+    if not isinstance(counts, dict):
+        return (None, 0)
+    return (counts, sum(counts.get(kind, 0) for kind in _GRAD_WRITERS))
+
+
+def unrecorded_write(entry: Any, now: tuple, touched_since: bool | None) -> Unknown | None:
+    """Why a leaf's ``.grad`` as this pass found it is not known without hooks, when a pass the Lens left alone (another
+    thread's backward) ran since the leaf's last recorded pass and ``.grad`` was written since (or may have been)."""
+    counts, total = now
+    if not total or touched_since is False:
+        return None
+    before = getattr(entry, "unrecorded", None)
+    if before is not None and before[0] is counts and before[1] == total:
+        return None
+    from .entry import UNTRACED
+
+    kinds = [UNTRACED[kind] for kind in _GRAD_WRITERS if counts.get(kind)]
+    return Unknown(UNRECORDED_WRITE.format(what=" or ".join(kinds)))
