@@ -208,3 +208,265 @@ def test_a_raising_hook_in_a_lens_cell_shows_the_plain_traceback_and_the_partial
     assert hook_steps(p)[0].lines == ("It raised ValueError: boom [1.0, 1.0].",)
     again = shell.run_cell("z = (x * 3).sum(); z.backward(); x.grad")  # the kernel goes on as usual
     assert again.success and same(again.result, torch.full((2,), 3.0))
+
+
+# --- 4. a hook that changes a saved tensor's value, not a gradient ---------------------------------------------------
+# False, left as a strict xfail: a hook on y does ``x.data.mul_(10)`` (an in-place step no version counter sees)
+# before MulBackward0 of ``y = x * w`` runs; that node computes w's gradient from the saved x, now ten times larger.
+# No gradient was changed by a hook, so the lens says w.grad is "the same as without hooks" ([202.9, 59621.2]); a
+# run without the hook gives [22.1, 5963.9]. The fix belongs where the pass starts (capture/observe.py, helper
+# speed7's): a fingerprint (values, or a sum for large ones) of the leaves the pass's nodes saved, taken before the
+# pass and compared at its end; a leaf changed other than by its own post-accumulate hook (after its users ran)
+# makes the values without hooks of that pass unknown, with why.
+
+
+def _hook_steps_a_saved_leaf(log, hooks):
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    w = torch.tensor([3.0, 4.0], requires_grad=True)
+    y = x * w
+    if hooks:
+        y.register_hook(lambda g: log.append(snap(g)) or x.data.mul_(10) and None)
+    (y.exp().sum() + (w * 2).sum()).backward()
+    return snap((x.grad, w.grad))
+
+
+@pytest.mark.xfail(strict=True, reason="capture/observe.py (not fresh8's): a hook that changes a saved leaf in place "
+                   "through .data is not seen; the values without hooks are then those with them. Fix: fingerprint "
+                   "the saved leaves before the pass, compare at its end, unknown when one changed")
+def test_a_hook_that_changes_a_saved_leaf_makes_values_without_hooks_unknown():
+    _, plain, unhooked, lens = compared(_hook_steps_a_saved_leaf)
+    (p,) = lens.passes
+    assert same(p.leaf_grads["w"], plain[1]) and not torch.allclose(plain[1], unhooked[1])
+    assert same(p.grads_without_hooks["x"], unhooked[0])  # x's gradient comes from the saved w: unchanged
+    w_without = p.grads_without_hooks["w"]
+    assert w_without is None or torch.allclose(w_without, unhooked[1]), f"{w_without} shown, it is {unhooked[1]}"
+
+
+# --- 5. hooks that go wrong: checked and true ------------------------------------------------------------------------
+# Each program: torch's error (type and text) comes out unchanged, the hooks receive the same values, the pass's
+# record ends with that error after the calls that ran, a refused return is said to be refused, and the Lens records
+# the next pass as usual.
+
+WRONG = {
+    "raises": (lambda g: (_ for _ in ()).throw(KeyError("no such key")), "KeyError", "'no such key'"),
+    "shape": (lambda g: g[:1], "RuntimeError", "hook 'wrong' has changed the size of value"),
+    "dtype": (lambda g: g.double(), "RuntimeError", "hook 'wrong' has changed the type of value (was "
+              "torch.FloatTensor got torch.DoubleTensor)"),
+    "float": (lambda g: 1.5, "TypeError", "expected Variable, but hook returned 'float'"),
+    "list": (lambda g: [g], "TypeError", "expected Variable, but hook returned 'list'"),
+    "meta": (lambda g: torch.empty(2, device="meta"), "RuntimeError", "hook 'wrong' has changed the type of value "
+             "(was torch.FloatTensor got MetaFloatType)"),
+}
+
+
+def _wrong_hook(kind):
+    def program(log, hooks):
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        w = torch.tensor([3.0, 4.0], requires_grad=True)
+        y = x * w
+        if hooks:
+            w.register_hook(lambda g: log.append(("w", snap(g))))
+
+            def wrong(g):
+                log.append(("wrong", snap(g)))
+                return WRONG[kind][0](g)
+
+            y.register_hook(wrong)
+        out = (y * y).sum() + (w * 5).sum()
+        raised = None
+        try:
+            out.backward(retain_graph=True)
+        except Exception as error:  # noqa: BLE001
+            raised = (type(error).__name__, str(error))
+        first = snap((x.grad, w.grad))
+        if hooks:
+            y._backward_hooks.clear()  # (torch's own dict: the second pass runs without the wrong hook)
+        out.backward()
+        return snap((x.grad, w.grad)), first, raised
+    return program
+
+
+@pytest.mark.parametrize("kind", list(WRONG))
+def test_a_hook_that_goes_wrong_leaves_torchs_error_and_the_next_pass_alone(kind):
+    log, (plain, after_first, raised), _, lens = compared(_wrong_hook(kind))
+    _, error_type, message = WRONG[kind]
+    assert raised == (error_type, message)
+    first, second = lens.passes
+    assert first.error is not None and (first.error.type, first.error.message) == (error_type, message)
+    assert isinstance(first.events[-1], PassError)
+    calls = [(c.hook, c.target) for c in first.hook_calls]
+    assert calls == [("<lambda>", "w"), ("wrong", "y")] or calls == [("wrong", "y")], calls
+    shown = [(c.hook if c.hook == "wrong" else "w", c.grad_in) for c in first.hook_calls]
+    assert same(shown, log[:len(shown)]) and len(log) == len(shown) + 1  # (then w's hook in the second pass)
+    wrong = first.hook_calls[-1]
+    texts = hook_steps(first)[-1].lines
+    if kind == "raises":
+        assert wrong.error == "KeyError: 'no such key'" and texts == ("It raised KeyError: 'no such key'.",)
+    else:
+        assert wrong.error is None and not wrong.returned_none and wrong.modified
+        assert texts[0].startswith(f"received {al.format_value(wrong.grad_in)} → torch refused what it returned "
+                                   f"({error_type}: {message})")
+    assert same(first.leaf_grads["x"], after_first[0]) and same(first.leaf_grads["w"], after_first[1])
+    assert first.grads_without_hooks["x"] is None and "the pass stopped at" in first.unknown["x"]
+    assert [c.hook for c in second.hook_calls] == ["<lambda>"] and second.error is None
+    assert same(second.leaf_grads["x"], plain[0]) and same(second.leaf_grads["w"], plain[1])
+
+
+# --- 6. hooks that print, warn and change hooks mid-pass: checked and true ------------------------------------------
+
+
+def logged(log, name, body=lambda g: None):
+    """A tensor hook named ``name`` that logs (name, what it received, what flows on after it)."""
+    def hook(g):
+        out = body(g)
+        log.append((name, snap(g), snap(out if out is not None else g)))
+        return out
+    hook.__name__ = hook.__qualname__ = name
+    return hook
+
+
+def _changing_hooks(log, hooks):
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 2
+    z = y * 3
+    out = (z * z).sum() + y.sum()
+    handles = {}
+    if hooks:
+        def adds_late(g):
+            print("adds_late sees", g.tolist())
+            warnings.warn("adds_late ran")  # once per location under "default", however many passes
+            if "late" not in handles:
+                handles["late"] = y.register_hook(logged(log, "late", lambda h: h * 10))
+            else:
+                handles["late"].remove()
+                handles["adds_late"].remove()
+                handles["gone"].remove()  # on z too: torch still calls it in this pass (not y's "late")
+        handles["adds_late"] = z.register_hook(logged(log, "adds_late", adds_late))
+        handles["gone"] = z.register_hook(logged(log, "gone", lambda g: g * 100))
+        with x.register_hook(logged(log, "scoped", lambda g: g + 1)):  # RemovableHandle as a context manager
+            out.backward(retain_graph=True)
+    else:
+        out.backward(retain_graph=True)
+    grads = [snap(x.grad)]
+    for _ in range(2):
+        out.backward(retain_graph=True)
+        grads.append(snap(x.grad))
+    return grads
+
+
+def _unhooked_grads(program):
+    return run(program, hooks=False)[1]
+
+
+def test_hooks_that_print_warn_register_and_remove_hooks_mid_pass():
+    plain = run(_changing_hooks)
+    assert plain[2].count("adds_late sees") == 2 and len(plain[3]) == 1  # printed twice, warned once
+    log, grads, unhooked, lens = compared(_changing_hooks)
+    shown = [(c.hook, c.grad_in, c.grad_out) for p in lens.passes for c in p.hook_calls]
+    assert same(shown, log), (shown, log)
+    assert [[c.hook for c in p.hook_calls] for p in lens.passes] == \
+        [["adds_late", "gone", "late", "scoped"], ["adds_late", "gone"], []]
+    assert [[c.invocation for c in p.hook_calls] for p in lens.passes] == [[1, 1, 1, 1], [2, 2], []]
+    for p, grad, without in zip(lens.passes, grads, unhooked):
+        assert same(p.leaf_grads["x"], grad)
+        assert same(p.grads_without_hooks["x"], without), (p.index, p.grads_without_hooks["x"], without)
+    assert [e.text() for e in lens.passes[1].inventory] == ["z: tensor hook adds_late (1 of 2)",
+                                                            "z: tensor hook gone (2 of 2)", "y: tensor hook late"]
+    assert lens.passes[2].inventory == ()
+
+
+# --- 7. backward inside backward ------------------------------------------------------------------------------------
+# Was false: a hook shown by another name than its code's (``functools.wraps``, a factory setting ``__name__``) that
+# also ran inside a nested backward (``autograd.grad`` in another hook) was listed in the pass's note by its code's
+# name ("not recorded as steps of this pass: hook" / "wrapper"), so its card said "call 1 of 1 in this recording"
+# with no word of the uncounted call. Fixed in capture/nested.py (the note names it as its steps do). The rest of
+# the section (calls of each later pass, double backward, inputs=, materialize_grads) was true.
+
+
+def _nested(log, hooks):
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    w = torch.tensor([3.0, 4.0], requires_grad=True)
+    u = torch.tensor([0.5, 0.5], requires_grad=True)
+    y = x ** 2 * w
+    aux = (w ** 2).sum()
+    if hooks:
+        def with_grad_inside(g):
+            (gw,) = torch.autograd.grad(aux, [w], retain_graph=True)  # runs w's hook too, in a nested pass
+            return g + gw
+        y.register_hook(logged(log, "with_grad_inside", with_grad_inside))
+        w.register_hook(logged(log, "on_w"))
+    y.sum().backward(retain_graph=True)  # 1: the nested pass is not a pass of its own
+    # 2: double backward: autograd.grad with create_graph, then a backward through the gradient
+    (gx,) = torch.autograd.grad((y * y).sum(), [x], create_graph=True)
+    if hooks:
+        gx.register_hook(logged(log, "on_gx"))
+    (gx ** 2).sum().backward(inputs=[x, w], retain_graph=True)
+    # 3: unused input, materialized; non-scalar root with an explicit gradient
+    found = torch.autograd.grad(y.sum(), [x, u], allow_unused=True, materialize_grads=True, retain_graph=True)
+    y.backward(gradient=torch.tensor([1.0, -1.0]))
+    return snap((x.grad, w.grad, gx, found))
+
+
+def test_backward_inside_backward_and_double_backward():
+    log, plain, unhooked, lens = compared(_nested)
+    passes = lens.passes
+    assert [p.kind for p in passes] == ["backward", "grad", "backward", "grad", "backward"]
+    names = [[c.hook for c in p.hook_calls] for p in passes]
+    assert names[0] == ["with_grad_inside", "on_w"]
+    # the nested autograd.grad called on_w once more inside with_grad_inside: said in a note, not counted
+    assert [entry[0] for entry in log[:3]] == ["on_w", "with_grad_inside", "on_w"]
+    assert any("not recorded as steps of this pass: on_w" in note for note in passes[0].notes)
+    (on_w,) = [c for c in passes[0].hook_calls if c.hook == "on_w"]
+    assert same(on_w.grad_in, log[2][1]) and on_w.invocation == 1
+    (step,) = [s for s in hook_steps(passes[0]) if "on_w" in s.title]
+    assert "a hook named on_w also ran inside a nested backward, not counted" in step.title
+    assert passes[0].grads_without_hooks["x"] is None and "hooks ran inside a backward that MulBackward0 ran" in passes[0].unknown["x"]
+    # each later call is attributed to the pass it ran in, in the order torch made them
+    shown = [(c.hook, c.grad_in, c.grad_out) for p in passes for c in p.hook_calls]
+    # (every with_grad_inside call logs after the nested on_w call inside it: those are not steps)
+    outer = [entry for entry, following in zip(log, log[1:] + [("",)])
+             if not (entry[0] == "on_w" and following[0] == "with_grad_inside")]
+    assert same(shown, outer), (shown, log)
+    assert "on_gx" in names[2] and "on_gx" not in names[1] + names[3] + names[4]
+    x_grad, w_grad, gx, found = plain
+    assert same(passes[1].input_grads["x"], gx)
+    assert same(passes[3].input_grads["x"], found[0]) and same(passes[3].input_grads["u"], torch.zeros(2))
+    assert same(passes[4].leaf_grads["x"], x_grad) and same(passes[4].leaf_grads["w"], w_grad)
+    assert same(passes[3].grads_without_hooks["u"], torch.zeros(2))
+
+
+def _decorated(log, hooks):
+    import functools
+
+    def logging(fn):
+        @functools.wraps(fn)
+        def wrapper(g):
+            log.append((fn.__name__, snap(g)))
+            return fn(g)
+        return wrapper
+
+    @logging
+    def halve(g):
+        return g / 2
+
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 3
+    inner = (x * 5).sum()
+    if hooks:
+        x.register_hook(halve)
+        y.register_hook(lambda g: g + torch.autograd.grad(inner, [x], retain_graph=True)[0])
+    (y * y).sum().backward()
+    return snap(x.grad)
+
+
+def test_a_decorated_hook_that_ran_in_a_nested_backward_is_named_in_the_note_as_in_its_steps():
+    log, grad, _, lens = compared(_decorated)
+    assert [name for name, _ in log] == ["halve", "halve"]  # in the nested grad, then in the pass
+    (p,) = lens.passes
+    (call,) = [c for c in p.hook_calls if c.hook == "halve"]
+    assert same(call.grad_in, log[1][1]) and same(p.leaf_grads["x"], grad)
+    assert any(note.endswith("not recorded as steps of this pass: halve; values without hooks that depend on them "
+                             "are unknown") for note in p.notes), p.notes
+    (step,) = [s for s in hook_steps(p) if "halve" in s.title]
+    assert "call 1 of 1 in this recording; a hook named halve also ran inside a nested backward, not counted" \
+        in step.title
