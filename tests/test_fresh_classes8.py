@@ -470,3 +470,59 @@ def test_a_decorated_hook_that_ran_in_a_nested_backward_is_named_in_the_note_as_
     (step,) = [s for s in hook_steps(p) if "halve" in s.title]
     assert "call 1 of 1 in this recording; a hook named halve also ran inside a nested backward, not counted" \
         in step.title
+
+
+# --- 8. state kept in hooks: checked and true ------------------------------------------------------------------------
+
+
+def _stateful(log, hooks, set_to_none=True):
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(2, 1)
+    a = torch.tensor([1.0, 2.0], requires_grad=True)
+    count = [0]
+    if hooks:
+        def alternate(g):  # a closure counter: scales on odd calls only
+            count[0] += 1
+            return g * 10 if count[0] % 2 else None
+        a.register_hook(logged(log, "alternate", alternate))
+        optimizers = {p: torch.optim.SGD([p], lr=0.1) for p in lin.parameters()}
+
+        def step(p):  # the optimizer inside backward, per parameter
+            log.append(("step", snap(p), snap(p.grad)))
+            optimizers[p].step()
+            optimizers[p].zero_grad(set_to_none=set_to_none)
+        for p in lin.parameters():
+            p.register_post_accumulate_grad_hook(step)
+    x = torch.tensor([[1.0, 2.0]])
+    out = []
+    for _ in range(3):
+        (lin(x * a).pow(2).sum() + (a * a).sum()).backward()
+        out.append(snap((a.grad, lin.weight, lin.bias, lin.weight.grad)))
+        if set_to_none:
+            a.grad = None
+        else:
+            a.grad.zero_()
+    return out
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_a_counter_closure_and_an_optimizer_step_inside_backward(set_to_none):
+    log, steps, _, lens = compared(lambda log, hooks: _stateful(log, hooks, set_to_none))
+    assert len(lens.passes) == 3
+    for p, (a_grad, weight, bias, weight_grad) in zip(lens.passes, steps):
+        calls = {c.hook if c.hook != "step" else c.target: c for c in p.hook_calls}
+        assert set(calls) == {"alternate", "lin.weight", "lin.bias"}
+        assert same(p.leaf_grads["a"], a_grad)
+        assert calls["alternate"].modified is (p.index % 2 == 0)  # calls 1 and 3 scale
+        for name, value in (("lin.weight", weight), ("lin.bias", bias)):
+            call = calls[name]
+            assert same(call.value_after, value) and call.grad_cleared is set_to_none
+            assert same(p.leaf_grads[name], None if set_to_none else torch.zeros_like(value))
+        assert same(p.leaf_grads["lin.weight"], weight_grad)
+    shown = [(c.hook, c.grad_in, c.grad_out) for p in lens.passes for c in p.hook_calls if c.hook == "alternate"]
+    assert same(shown, [entry for entry in log if entry[0] == "alternate"])
+    steps_seen = [(c.value_before, c.grad_in) for p in lens.passes for c in p.hook_calls if c.hook == "step"]
+    assert same(steps_seen, [entry[1:] for entry in log if entry[0] == "step"])
+    # a's gradient without hooks is known when the hooks' own leaves are not on its way: the first pass's
+    first = lens.passes[0]
+    assert same(first.added_without_hooks["a"], first.added["a"] / 10)
