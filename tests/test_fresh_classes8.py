@@ -526,3 +526,37 @@ def test_a_counter_closure_and_an_optimizer_step_inside_backward(set_to_none):
     # a's gradient without hooks is known when the hooks' own leaves are not on its way: the first pass's
     first = lens.passes[0]
     assert same(first.added_without_hooks["a"], first.added["a"] / 10)
+
+
+def _threads_between_passes(log, hooks):
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    u = torch.tensor([4.0], requires_grad=True)
+    y = x * 2
+    if hooks:
+        y.register_hook(lambda g: log.append(threading.current_thread().name) or g * 3)
+    out = (y * y).sum()
+    grads = []
+
+    def on_thread(loss):
+        thread = threading.Thread(target=lambda: loss.backward(retain_graph=True), name="worker")
+        thread.start()
+        thread.join()
+
+    out.backward(retain_graph=True)  # recorded
+    on_thread((u * 5).sum())  # another graph: x.grad untouched
+    out.backward(retain_graph=True)  # recorded
+    grads.append(snap(x.grad))
+    on_thread(out)  # x's graph, its hook tripling y's gradient
+    out.backward(retain_graph=True)  # recorded
+    grads.append(snap(x.grad))
+    return grads, snap(u.grad)
+
+
+def test_a_thread_between_recorded_passes_makes_unknown_only_what_it_wrote():
+    log, (grads, u_grad), (unhooked, _), lens = compared(_threads_between_passes)
+    assert log == ["MainThread", "MainThread", "worker", "MainThread"] and same(u_grad, torch.tensor([5.0]))
+    first, second, third = lens.passes
+    assert same(second.leaf_grads["x"], grads[0]) and same(third.leaf_grads["x"], grads[1])
+    assert same(second.grads_without_hooks["x"], unhooked[0])  # the worker's pass did not write x.grad
+    assert third.grads_without_hooks["x"] is None and "another thread" in third.unknown["x"]
+    assert same(third.added_without_hooks["x"], unhooked[0] / 2)  # what this pass itself adds, without the hook
