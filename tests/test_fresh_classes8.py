@@ -80,11 +80,15 @@ def hook_steps(backward_pass):
 # refused return stops the pass after the write, as a raising post-accumulate hook does) and views/hook_cards.py.
 
 
-def _returns_from_post_accumulate(log, hooks):
+RETURNS = {"a new tensor": lambda leaf: leaf.grad * 2,
+           "the edited .grad": lambda leaf: leaf.grad.masked_fill_(torch.tensor([True, False]), 0.0)}
+
+
+def _returns_from_post_accumulate(log, hooks, returns="a new tensor"):
     x = torch.tensor([1.0, 2.0], requires_grad=True)
     w = torch.tensor([3.0], requires_grad=True)
     if hooks:
-        x.register_post_accumulate_grad_hook(lambda leaf: log.append(snap(leaf.grad)) or leaf.grad * 2)
+        x.register_post_accumulate_grad_hook(lambda leaf: log.append(snap(leaf.grad)) or RETURNS[returns](leaf))
     try:
         (x * w).sum().backward()
     except RuntimeError as error:
@@ -92,8 +96,9 @@ def _returns_from_post_accumulate(log, hooks):
     return snap((x.grad, w.grad))
 
 
-def test_a_post_accumulate_hook_returning_a_value_stops_the_pass_after_the_write():
-    plain_log, plain, unhooked, lens = compared(_returns_from_post_accumulate)
+@pytest.mark.parametrize("returns", list(RETURNS))
+def test_a_post_accumulate_hook_returning_a_value_stops_the_pass_after_the_write(returns):
+    plain_log, plain, unhooked, lens = compared(lambda log, hooks: _returns_from_post_accumulate(log, hooks, returns))
     assert plain_log[-1] == "Tensor post accumulate grad hooks should return None."
     (p,) = lens.passes
     x_grad, w_grad = plain
@@ -103,15 +108,18 @@ def test_a_post_accumulate_hook_returning_a_value_stops_the_pass_after_the_write
     assert [w.name for w in writes] == ["x"] and kinds[-2:] == ["HookCall", "PassError"]
     assert w_grad is None and p.grads_without_hooks["w"] is None and "the pass stopped at RuntimeError" in p.unknown["w"]
     assert kinds.index("HookCall") == p.events.index(writes[-1]) + 1  # x's write, then its hook, then the error
-    assert same(writes[-1].grad, x_grad) and same(writes[-1].received, unhooked[0])
+    assert same(writes[-1].grad, plain_log[0]) and same(writes[-1].received, unhooked[0])
     assert same(p.added["x"], unhooked[0]) and same(p.added_without_hooks["x"], unhooked[0])
-    assert same(p.grads_without_hooks["x"], unhooked[0]) and "x" not in p.unknown  # the hook changed nothing
+    assert same(p.grads_without_hooks["x"], unhooked[0]) and "x" not in p.unknown
     (call,) = p.hook_calls
     assert call.kind == "post_accumulate_grad" and not call.returned_none and same(call.grad_in, plain_log[0])
+    assert same(call.grad_out, x_grad) and call.edited_in_place is (returns == "the edited .grad")
     (step,) = hook_steps(p)
     assert "torch refused it (RuntimeError: Tensor post accumulate grad hooks should return None.)" in step.lines[1]
     assert step.lines[1].endswith(f"the pass stopped here; .grad holds {al.format_value(x_grad)}.")
-    assert step.question is None
+    assert len(step.lines) == 2 + call.edited_in_place and step.question is None
+    if call.edited_in_place:  # masked_fill_ returned .grad itself: the classic slip, and its edit stays
+        assert not same(x_grad, unhooked[0]) and "a lambda that calls one returns it too" in step.lines[2]
 
 
 # --- 2. a backward pass on another thread, then one on the Lens's thread ---------------------------------------------

@@ -43,10 +43,13 @@ def _hook_step(index: int, call: HookCall, context: _Pass, totals: dict, positio
     refused = _refused(call, context.backward_pass)
     if refused and call.kind == "post_accumulate_grad":
         held = f"; .grad holds {format_value(call.grad_out)}" if call.grad_out is not None else ""
-        return Step(index, "hook", call.node, title, modified=False, grads=grads,
-                    lines=(f"It received the leaf itself; its .grad was {format_value(call.grad_in)}.",
-                           f"It returned something other than None: torch refused it ({refused}) after AccumulateGrad "
-                           f"had written .grad, and the pass stopped here{held}."))
+        lines = [f"It received the leaf itself; its .grad was {format_value(call.grad_in)}.",
+                 f"It returned something other than None: torch refused it ({refused}) after AccumulateGrad had "
+                 f"written .grad, and the pass stopped here{held}."]
+        if call.edited_in_place:
+            lines.append("It changed .grad in place, and that change stays. An in-place method (p.grad.mul_(...), "
+                         "masked_fill_) returns the tensor it changed: a lambda that calls one returns it too.")
+        return Step(index, "hook", call.node, title, modified=call.modified, grads=grads, lines=tuple(lines))
     if refused:
         return Step(index, "hook", call.node, title, modified=False, grads=grads, note=_hook_note(call, context, place),
                     lines=(f"received {format_value(call.grad_in)} → torch refused what it returned ({refused}): "
