@@ -33,6 +33,8 @@ def same(a, b) -> bool:
         return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a) == list(b) and all(same(a[key], b[key]) for key in a)
     return type(a) is type(b) and a == b
 
 
@@ -568,3 +570,46 @@ def test_a_thread_between_recorded_passes_makes_unknown_only_what_it_wrote():
     assert same(second.grads_without_hooks["x"], unhooked[0])  # the worker's pass did not write x.grad
     assert third.grads_without_hooks["x"] is None and "another thread" in third.unknown["x"]
     assert same(third.added_without_hooks["x"], unhooked[0] / 2)  # what this pass itself adds, without the hook
+
+
+# --- 9. module backward hooks that return the wrong thing: checked and true -----------------------------------------
+
+MODULE_RETURNS = {"a tensor": lambda t: t[0] * 2, "a list": lambda t: [t[0] * 2], "two": lambda t: (t[0], t[0]),
+                  "(None,)": lambda t: (None,)}
+
+
+def _module_hook_returns(kind, returns):
+    def program(log, hooks):
+        torch.manual_seed(0)
+        lin = torch.nn.Linear(2, 2)
+        x = torch.tensor([[1.0, 2.0]], requires_grad=True)
+        if hooks and kind == "full":
+            lin.register_full_backward_hook(lambda m, gi, go: log.append(snap(gi)) or MODULE_RETURNS[returns](gi))
+        elif hooks:
+            lin.register_full_backward_pre_hook(lambda m, go: log.append(snap(go)) or MODULE_RETURNS[returns](go))
+        raised = None
+        try:
+            lin(x).sum().backward()
+        except RuntimeError as error:
+            raised = str(error)
+        return {"x": snap(x.grad), "lin.weight": snap(lin.weight.grad), "lin.bias": snap(lin.bias.grad)}, raised
+    return program
+
+
+@pytest.mark.parametrize("kind", ["full", "pre"])
+@pytest.mark.parametrize("returns", list(MODULE_RETURNS))
+def test_module_hooks_returning_the_wrong_thing(kind, returns):
+    log, (grads, raised), (unhooked, _), lens = compared(_module_hook_returns(kind, returns))
+    (p,) = lens.passes
+    (call,) = p.hook_calls
+    assert call.kind == f"module_{'full' if kind == 'full' else 'full_pre'}" and same(call.grad_in, log[0])
+    for name, value in grads.items():
+        assert same(p.leaf_grads[name], value), name
+    (step,) = hook_steps(p)
+    if raised is None:  # a list is taken as the tuple; (None,) drops the gradient it replaces
+        assert p.error is None and call.modified and "torch refused" not in step.lines[0]
+        for name, value in unhooked.items():
+            assert same(p.grads_without_hooks[name], value), name
+    else:
+        assert p.error.message == raised and f"torch refused what it returned (RuntimeError: {raised})" in step.lines[0]
+        assert p.grads_without_hooks["x"] is None
