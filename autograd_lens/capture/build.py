@@ -16,9 +16,10 @@ from ..model import BackwardPass, GradWritten, HookCall, NodeRun, PassError, Val
 from .hooks import function_name
 from .observe import PassObserver
 from .records import GradRecord, HookRecord, NodeRecord
+from .rows import _VALUE
 from .snapshot import snapshot
 from .ending import LeafState, final_grad, late_change, stopped_by_hooks, untrusted_pass
-from .leafstate import changed_off_graph, changed_since, unrecorded_passes, unrecorded_write
+from .leafstate import changed_by_hooks, changed_off_graph, changed_since, unrecorded_passes, unrecorded_write
 from .retained import written_as_retained
 from .shared import SHARED, shared_leaves, shared_write
 from .unhooked import SAME, Unknown, add, carry, is_known
@@ -69,6 +70,7 @@ def read_pass(observer: PassObserver, walk: Walk, index: int, history: dict, inv
         error = observer.error
         pass_error = PassError(step=len(events), type=type(error).__name__, message=str(error))
         events.append(pass_error)
+    observer.changed_by_hooks = changed_by_hooks(observer, walk, _VALUE)  # (read by _results)
     values = _results(observer, history, result)
     names = _Namer(observer)
     drawn_outputs = {fn_id for fn_id, _ in walk.output_edges}  # nodes with an arrow to a tensor box of theirs
@@ -162,7 +164,7 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
     limit = observer.store_limit
     out: dict[str, Any] = {key: {} for key in ("grads", "without", "added", "added_without", "unknown", "returned")}
     out["refilled"] = []  # leaves whose .grad still held the previous pass's gradient when this one added to it
-    untrusted = untrusted_pass(observer)
+    untrusted = untrusted_pass(observer) or getattr(observer, "changed_by_hooks", None)  # a hook changed a leaf
     unhooked = observer.unhooked
     stopped = stopped_by_hooks(observer)
 

@@ -7,6 +7,9 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
+from ..model import values_equal
 from .snapshot import plain_or_none
 from .unhooked import LeafHistory, Unknown
 
@@ -155,3 +158,35 @@ def unrecorded_write(entry: Any, now: tuple, touched_since: bool | None) -> Unkn
 
     kinds = [UNTRACED[kind] for kind in _GRAD_WRITERS if counts.get(kind)]
     return Unknown(UNRECORDED_WRITE.format(what=" or ".join(kinds)))
+
+
+CHANGED_BY_HOOK = ("a hook changed {names} itself during this pass (not a gradient: the value, e.g. through .data), "
+                   "and backward functions that ran after that computed with the new value; without hooks they would "
+                   "have used the old one: not known")
+
+
+def changed_by_hooks(observer: Any, walk: Any, value_index: int) -> Unknown | None:
+    """Why this pass's values without hooks are not known, when a hook changed a leaf's value in place during the pass
+    (``x.data.mul_(10)``: no version counter sees it) — found for the leaves small enough that the walk kept their
+    values before the pass; a post-accumulate hook stepping its own leaf (after the leaf's users ran) is not one."""
+    from .records import HookRecord  # (the records import this module's neighbours)
+
+    records = observer.records
+    if not any(isinstance(record, HookRecord) for record in records):
+        return None  # no hook ran: nothing of the user's could change a value during the pass
+    stepped = {id(record.current_fn) for record in records if isinstance(record, HookRecord)
+               and record.kind == "post_accumulate_grad" and record.leaf_after is not None}
+    before = {row[0]: row[value_index] for row in walk.rows.nodes}
+    names = []
+    with torch._C.DisableTorchFunction():
+        for key, fn in observer.shape.leaves.items():
+            value = before.get(walk.function_ids.get(key))
+            if key in stepped or not isinstance(value, torch.Tensor):
+                continue
+            try:
+                now = fn.variable.detach()
+                if now.shape == value.shape and not values_equal(value, now):
+                    names.append(observer.shape.leaf_labels.get(key, "a leaf"))
+            except Exception:  # noqa: BLE001  (a value that cannot be compared: not one the lens says changed)
+                continue
+    return Unknown(CHANGED_BY_HOOK.format(names=", ".join(names))) if names else None
