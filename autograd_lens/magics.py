@@ -87,6 +87,7 @@ class LensMagics(Magics):
         recording is kept as a ``Lens`` object under ``_lens`` (``--as NAME``).
         If the cell raises, what was recorded is shown first, then the usual traceback.
         """
+        __tracebackhide__ = True  # noqa: F841  (the cell's error is re-raised here: IPython shows no frame of the lens)
         import builtins
         import keyword
 

@@ -16,10 +16,11 @@ from ..model import BackwardPass, GradWritten, HookCall, NodeRun, PassError, Val
 from .hooks import function_name
 from .observe import PassObserver
 from .records import GradRecord, HookRecord, NodeRecord
+from .rows import _VALUE
 from .snapshot import snapshot
 from .annotate import renamed_leaves
 from .ending import LeafState, final_grad, late_change, stopped_by_hooks, untrusted_pass
-from .leafstate import changed_off_graph, changed_since
+from .leafstate import changed_by_hooks, changed_off_graph, changed_since, unrecorded_passes, unrecorded_write
 from .retained import written_as_retained
 from .shared import SHARED, shared_leaves, shared_write
 from .unhooked import SAME, Unknown, add, carry, is_known
@@ -71,6 +72,7 @@ def read_pass(observer: PassObserver, walk: Walk, index: int, history: dict, inv
         error = observer.error
         pass_error = PassError(step=len(events), type=type(error).__name__, message=str(error))
         events.append(pass_error)
+    observer.changed_by_hooks = changed_by_hooks(observer, walk, _VALUE)  # (read by _results)
     values = _results(observer, history, result)
     renamed = renamed_leaves(observer)
     if renamed:
@@ -167,7 +169,7 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
     limit = observer.store_limit
     out: dict[str, Any] = {key: {} for key in ("grads", "without", "added", "added_without", "unknown", "returned")}
     out["refilled"] = []  # leaves whose .grad still held the previous pass's gradient when this one added to it
-    untrusted = untrusted_pass(observer)
+    untrusted = untrusted_pass(observer) or getattr(observer, "changed_by_hooks", None)  # a hook changed a leaf
     unhooked = observer.unhooked
     stopped = stopped_by_hooks(observer)
 
@@ -206,6 +208,7 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
     grads, added, added_without, unknown = out["grads"], out["added"], out["added_without"], out["unknown"]
     ran, records, old_grads, active = observer.ran, observer.records, observer.old_grads, unhooked.active
     variables = observer.shape.variables()
+    unrecorded = unrecorded_passes()  # passes the Lens left alone (another thread's) that may have written .grad
     for key, fn in observer.shape.leaves.items():
         variable = variables[key]
         real = final_grad(observer, variable)
@@ -222,9 +225,12 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
             value = stopped or (Unknown(SHARED) if shared else carry(entry, real, others, touched_leaves.get(leaf_id), any_touched))
             if not observer.plain and changed_since(observer.start_marks.get(key), variable.grad):
                 value = Unknown(GRAD_CHANGED_IN_PASS)  # by a hook: nothing else runs during a pass
+            elif real is not None and stopped is None:
+                value = unrecorded_write(entry, unrecorded, touched_leaves.get(leaf_id)) or value
             settle(key, value, real)
             if stopped is not None or entry is not None:
                 history[leaf_id] = LeafState.of(variable, real, value, shared, hooked)
+                history[leaf_id].unrecorded = unrecorded
             continue
         record = records[position]
         received = record.received
@@ -246,8 +252,11 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
                 and not _all_zero(old):  # zeros (zero_grad(set_to_none=False) after a zero gradient) add nothing
             out["refilled"].append(observer.shape.leaf_labels[key])
         base = carry(entry, old, others, touched_leaves.get(leaf_id), any_touched) if entry is not None else SAME
+        unseen = unrecorded_write(entry, unrecorded, touched_leaves.get(leaf_id)) if old is not None else None
         if key in observer.changed_before_write:
             without: Any = Unknown(GRAD_CHANGED_IN_PASS)
+        elif unseen is not None:
+            without = unseen
         elif shared:
             without = Unknown(SHARED)
         elif observer.python_edits and active:
@@ -260,7 +269,8 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
             without = add(old if base is SAME else base, contribution)
         late = late_change(observer, fn, position, real, without is not SAME) if is_known(without) else None
         settle(key, late or without, real)
-        history[leaf_id] = LeafState.of(variable, real, late or without, shared, hooked)
+        history[leaf_id] = state = LeafState.of(variable, real, late or without, shared, hooked)
+        state.unrecorded = unrecorded
     changed_off_graph(observer, history, observer.shape.by_variable())  # (the ids of its leaves)
     for key in shared_leaves(observer, adopted) if hooked else ():
         if id(observer.shape.leaves[key].variable) in history:

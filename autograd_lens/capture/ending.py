@@ -24,6 +24,9 @@ from .finalgrad import final_grad, last_seen  # noqa: F401  (build.py reads fina
 NESTED_KINDS = ("e.g. reentrant checkpointing, a backward() inside a hook, or a custom Function's backward calling "
                 "autograd.grad")
 
+# what torch raises when a post-accumulate-grad hook returns anything but None (after .grad was written)
+POST_ACCUMULATE_RETURNED = "post accumulate grad hooks should return None"
+
 AFTER_BACKWARD = ("node", "module_full", "module_pre", "legacy")  # calls made by a node's post-hooks (torch's
 # module-hook wrappers are post-hooks of the module's boundary nodes)
 
@@ -64,6 +67,9 @@ class PassEnd:
                 call.error = message
                 call.grad_out = None
                 call.modified = False
+            elif call is not None and call.kind == "post_accumulate_grad" and not call.returned_none \
+                    and call.error is None and isinstance(error, RuntimeError) and POST_ACCUMULATE_RETURNED in str(error):
+                pass  # torch refused what it returned, after AccumulateGrad wrote .grad (the write is a step: below)
             else:
                 call = None
         with _hidden_from_modes():

@@ -7,6 +7,9 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
+from ..model import values_equal
 from .snapshot import plain_or_none
 from .unhooked import LeafHistory, Unknown
 
@@ -123,3 +126,67 @@ def changed_off_graph(observer: Any, history: dict, seen: set) -> None:
         # (.grad as its last pass left it stays: a hook's change is not "the previous pass's gradient")
         history[key] = LeafState.of(variable, entry.grad, Unknown(CHANGED_OFF_GRAPH), getattr(entry, "shared", False),
                                     True)
+
+
+# passes a Lens leaves alone (entry.UNTRACED) that may write .grad: their hooks are not seen
+_GRAD_WRITERS = ("thread", "compiled", "freed")
+UNRECORDED_WRITE = ("a backward pass the lens did not record ({what}) ran since, and may have written this .grad, "
+                    "with hooks the lens did not see: what it would hold without hooks is not known")
+
+
+def unrecorded_passes() -> tuple:
+    """(the active Lens's count of passes left alone, by kind; how many of them may have written ``.grad``), read at
+    a pass's end and kept on each leaf's :class:`LeafState` (``unrecorded``)."""
+    from .tracer import _ACTIVE  # (the tracer imports this module)
+
+    counts = getattr(_ACTIVE[-1], "_untraced", None) if _ACTIVE else None
+    if not isinstance(counts, dict):
+        return (None, 0)
+    return (counts, sum(counts.get(kind, 0) for kind in _GRAD_WRITERS))
+
+
+def unrecorded_write(entry: Any, now: tuple, touched_since: bool | None) -> Unknown | None:
+    """Why a leaf's ``.grad`` as this pass found it is not known without hooks, when a pass the Lens left alone (another
+    thread's backward) ran since the leaf's last recorded pass and ``.grad`` was written since (or may have been)."""
+    counts, total = now
+    if not total or touched_since is False:
+        return None
+    before = getattr(entry, "unrecorded", None)
+    if before is not None and before[0] is counts and before[1] == total:
+        return None
+    from .entry import UNTRACED
+
+    kinds = [UNTRACED[kind] for kind in _GRAD_WRITERS if counts.get(kind)]
+    return Unknown(UNRECORDED_WRITE.format(what=" or ".join(kinds)))
+
+
+CHANGED_BY_HOOK = ("a hook changed {names} itself during this pass (not a gradient: the value, e.g. through .data), "
+                   "and backward functions that ran after that computed with the new value; without hooks they would "
+                   "have used the old one: not known")
+
+
+def changed_by_hooks(observer: Any, walk: Any, value_index: int) -> Unknown | None:
+    """Why this pass's values without hooks are not known, when a hook changed a leaf's value in place during the pass
+    (``x.data.mul_(10)``: no version counter sees it) — found for the leaves small enough that the walk kept their
+    values before the pass; a post-accumulate hook stepping its own leaf (after the leaf's users ran) is not one."""
+    from .records import HookRecord  # (the records import this module's neighbours)
+
+    records = observer.records
+    if not any(isinstance(record, HookRecord) for record in records):
+        return None  # no hook ran: nothing of the user's could change a value during the pass
+    stepped = {id(record.current_fn) for record in records if isinstance(record, HookRecord)
+               and record.kind == "post_accumulate_grad" and record.leaf_after is not None}
+    before = {row[0]: row[value_index] for row in walk.rows.nodes}
+    names = []
+    with torch._C.DisableTorchFunction():
+        for key, fn in observer.shape.leaves.items():
+            value = before.get(walk.function_ids.get(key))
+            if key in stepped or not isinstance(value, torch.Tensor):
+                continue
+            try:
+                now = fn.variable.detach()
+                if now.shape == value.shape and not values_equal(value, now):
+                    names.append(observer.shape.leaf_labels.get(key, "a leaf"))
+            except Exception:  # noqa: BLE001  (a value that cannot be compared: not one the lens says changed)
+                continue
+    return Unknown(CHANGED_BY_HOOK.format(names=", ".join(names))) if names else None

@@ -16,7 +16,7 @@ import torch
 
 from .torchhooks import torch_hook_name, users_torch_frame
 from .hooks import ENGINE_CODE, Wrapper, engine_call_args, function_name, module_hook_kind, run_by_collector, \
-    torch_wrapper, traced_name, user_function, weak_container_callback, wrapper_family, wrapper_module
+    shown_name, torch_wrapper, user_function, weak_container_callback, wrapper_family, wrapper_module
 
 _current_node = torch._C._current_autograd_node
 
@@ -104,12 +104,21 @@ class NestedCalls:
                 self.unhooked.activate(edited_in_place=True)
             elif code not in self._own_codes and code not in self.unpack_codes and not weak_container_callback(code) \
                     and not self._is_unpack_hook(code):
-                self._nested_hook(traced_name(frame) or torch_hook_name(code, frame) or function_name(None, code))
+                self._nested_hook(self._nested_name(frame))
         elif self.nested_wrapper is not None and parent is self.nested_wrapper.frame \
                 and self.nested_wrapper.family != "ignore":
             function = user_function(frame, self.nested_wrapper)
             if function is not None:
                 self._nested_wrapped(function)
+
+    def _nested_name(self, frame: FrameType) -> str:
+        """The name a hook running in ``frame`` is shown by in this pass's steps: that of the hook object (a
+        ``functools.wraps`` wrapper's, a renamed closure's), when the known or remembered hooks it may be share one;
+        else its code's."""
+        code = frame.f_code
+        names = {function_name(known.function) for known in self._candidates(frame, None)}
+        return (names.pop() if len(names) == 1 else None) or shown_name(frame) or torch_hook_name(code, frame) \
+            or function_name(None, code)
 
     def _nested_wrapped(self, function: Any) -> None:
         """A hook torch's wrapper called in a nested backward (a module hook, a multi-grad hook), by name."""

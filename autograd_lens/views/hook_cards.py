@@ -41,6 +41,15 @@ def _hook_step(index: int, call: HookCall, context: _Pass, totals: dict, positio
     if call.error:
         return Step(index, "hook", call.node, title, lines=(f"It raised {call.error}.",), modified=False, grads=grads)
     refused = _refused(call, context.backward_pass)
+    if refused and call.kind == "post_accumulate_grad":
+        held = f"; .grad holds {format_value(call.grad_out)}" if call.grad_out is not None else ""
+        lines = [f"It received the leaf itself; its .grad was {format_value(call.grad_in)}.",
+                 f"It returned something other than None: torch refused it ({refused}) after AccumulateGrad had "
+                 f"written .grad, and the pass stopped here{held}."]
+        if call.edited_in_place:
+            lines.append("It changed .grad in place, and that change stays. An in-place method (p.grad.mul_(...), "
+                         "masked_fill_) returns the tensor it changed: a lambda that calls one returns it too.")
+        return Step(index, "hook", call.node, title, modified=call.modified, grads=grads, lines=tuple(lines))
     if refused:
         return Step(index, "hook", call.node, title, modified=False, grads=grads, note=_hook_note(call, context, place),
                     lines=(f"received {format_value(call.grad_in)} → torch refused what it returned ({refused}): "
@@ -97,13 +106,14 @@ def _hook_step(index: int, call: HookCall, context: _Pass, totals: dict, positio
 # what the engine (or torch's module-hook wrapper) raises right after a hook returned something it cannot use
 _REFUSALS = re.compile(r"has changed the (size|type) of value|expected (Variable|tuple), but hook returned '|"
                        r"has returned an incorrect number of values|can't replace a None gradient with a non-None|"
-                       r"hook returned an invalid number of grad_(input|output)|^object of type '\w+' has no len\(\)$")
+                       r"hook returned an invalid number of grad_(input|output)|^object of type '\w+' has no len\(\)$|"
+                       r"^Tensor post accumulate grad hooks should return None")
 
 
 def _refused(call: HookCall, backward_pass: BackwardPass) -> str:
     """Torch's error, when the pass stopped right after this call because torch refused what the hook returned
     (a float, a list, a tensor of another shape or dtype, a tuple of the wrong length); "" otherwise."""
-    if call.returned_none or call.kind in ("post_accumulate_grad", "multi_grad"):
+    if call.returned_none or call.kind == "multi_grad":
         return ""
     events = backward_pass.events
     at = call.step if 0 <= call.step < len(events) and events[call.step] is call else \
