@@ -73,12 +73,15 @@ def format_listed(listed: list, max_chars: int = 60) -> str:
     """:func:`format_value`'s text of a tensor of 1 to 64 numbers, from its ``tolist()`` (read when it was recorded;
     written here when it is shown).
 
-    >>> format_listed([[1.0, 2.0], [3.0, 4.5]]), format_listed([0.125] * 8, 24)
-    ('[[1.0, 2.0], [3.0, 4.5]]', '[0.125, 0.125, 0.125, 0…')
+    >>> format_listed([[1.0, 2.0], [3.0, 4.5]]), format_listed([0.125] * 8, 24), format_listed([0.5, 12345.0], 12)
+    ('[[1.0, 2.0], [3.0, 4.5]]', '[0.125, 0.125, 0.125, …', '[0.5, …')
     """
     text = _nested(listed, max_chars)
     if len(text) > max_chars:
-        return text[: max_chars - 1] + "…"
+        cut = text[: max_chars - 1]
+        if text[max_chars - 1] not in ",]":  # never a number's start alone: "1.234…" of 1.234e+04, "-1.5…" of -1.5e-05
+            cut = cut.rstrip("0123456789.e+-naifj")
+        return cut + "…"
     return text
 
 
