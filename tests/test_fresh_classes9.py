@@ -45,3 +45,28 @@ def test_a_cut_value_text_never_ends_in_part_of_a_number(tail):
                 assert len(whole) in (len(values), 2 * len(values)), text
             else:  # what follows the last whole number is only a separator
                 assert re.search(r"(\d|inf|nan)\]*(, ?)?\[*…$", text) or text in ("[…", "[[…"), text
+
+
+# --- 2. the norm of a large float16 tensor ----------------------------------------------------------------------------
+# False (not fixed here: capture/snapshot.py is not this helper's file): a tensor above store_limit is kept as a
+# summary whose norm is computed in the tensor's own dtype; a float16 tensor of 5000 finite entries of 1000.0 has
+# norm 70711, past float16's largest 65504, so its box says "data [100x50 float16] min 1000.0 max 1000.0 norm inf",
+# and with_without() writes the red "inf" beside bars of a gradient that holds no inf. The fix: in
+# capture/snapshot.py's summarize, torch.linalg.vector_norm(as_float, dtype=torch.float32) (or float64) when
+# as_float is float16/bfloat16 (its min/max/mean |g| are already right).
+
+
+@pytest.mark.xfail(strict=True, reason="capture/snapshot.py summarize: norm of float16 computed in float16 overflows")
+def test_a_float16_summary_norm_is_the_norm_not_inf():
+    w = torch.full((100, 50), 1000.0, dtype=torch.float16, requires_grad=True)
+    with al.Lens() as lens:
+        (w * 1).sum().backward()
+        (w * 1000).sum().backward()
+    assert not w.grad.isinf().any()
+    true_norm = w.grad.double().norm().item()
+    summary = lens.passes[1].leaf_grads["w"]
+    assert summary.min == summary.max == 1001.0
+    texts = [t.get_text().strip() for t in lens.plot.with_without().axes[0].texts]
+    dot = al.graph((w * 2).sum(), names={"w": w}).to_dot()
+    assert "norm inf" not in dot and "inf" not in texts
+    assert summary.norm == pytest.approx(true_norm, rel=1e-3)
