@@ -70,3 +70,75 @@ def test_a_float16_summary_norm_is_the_norm_not_inf():
     dot = al.graph((w * 2).sum(), names={"w": w}).to_dot()
     assert "norm inf" not in dot and "inf" not in texts
     assert summary.norm == pytest.approx(true_norm, rel=1e-3)
+
+
+# --- 3. predict mode: an answer with the wrong sign taken as right --------------------------------------------------
+# Was false: an answer was "close" within 1e-3 + 1e-3 |value| whatever the gradient's scale, so where gradients are
+# small (a loss scaled by 1e-3 over LayerNorm and Linear, as with a mean over a batch) the answer with every sign
+# flipped got "Right: autograd computed [-0.0001451, 3.179e-05, 9.979e-05, 0.0003967]." (ln.bias.grad; three of the
+# pass's questions). Fixed in views/questions.py and its mirror in views/stepper_base.js: the absolute slack is 1e-3
+# of the largest |value| of that answer (at least 1e-9).
+
+
+def _small_gradient_questions():
+    import torch.nn as nn
+
+    from autograd_lens.views.passview import views_for
+
+    torch.manual_seed(0)
+    ln, lin = nn.LayerNorm(4), nn.Linear(4, 2)
+    x = torch.randn(3, 4)
+    plain = {}
+    for p in (*ln.parameters(), *lin.parameters()):
+        p.register_post_accumulate_grad_hook(lambda p: plain.update({id(p): p.grad.clone()}))
+    with al.Lens() as lens:
+        (lin(ln(x)).pow(2).mean() * 1e-3).backward()
+    steps = views_for(lens.passes, predict=True)[0].steps
+    return steps, {"ln.weight": ln.weight, "ln.bias": ln.bias, "lin.weight": lin.weight, "lin.bias": lin.bias}, plain
+
+
+def test_predict_never_takes_a_flipped_sign_for_right():
+    from autograd_lens.views.questions import check_answers
+
+    steps, leaves, plain = _small_gradient_questions()
+    parts = [part for s in steps if s.question for part in s.question.parts]
+    assert len(parts) >= 6
+    for part in parts:
+        exact = str(list(part.answer))
+        assert check_answers(part, exact)[0], exact
+        if not part.answer_text.endswith("…"):  # what the card prints, 4 digits, is right too
+            assert check_answers(part, part.answer_text)[0], part.answer_text
+        assert max(map(abs, part.answer)) > 1e-6
+        assert check_answers(part, str([-v for v in part.answer]))[0] is False, part.answer_text
+    asked = {s.title.split(".grad written")[0]: s.question.answer for s in steps
+             if s.question and ".grad written" in s.title}
+    assert set(asked) == set(leaves)
+    for name, leaf in leaves.items():  # the answer it checks against is what torch wrote
+        assert asked[name] == tuple(plain[id(leaf)].reshape(-1).tolist()), name
+
+
+def test_the_browser_check_is_the_same_as_the_python_check(tmp_path):
+    import json
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from autograd_lens.views.questions import check_answers
+
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    steps, _, _ = _small_gradient_questions()
+    parts = [part for s in steps if s.question for part in s.question.parts]
+    cases = []
+    for part in parts:
+        for text in (str(list(part.answer)), str([-v for v in part.answer]), "0", str([v * 1.002 for v in part.answer])):
+            cases.append([text, list(part.answer), part.answer_text, check_answers(part, text)[0]])
+    base = Path(al.__file__).parent / "views" / "stepper_base.js"
+    shutil.copy(base, tmp_path / "base.mjs")
+    (tmp_path / "run.mjs").write_text(
+        "import { checkAnswer } from './base.mjs';\n"
+        f"const cases = {json.dumps(cases)};\n"
+        "console.log(JSON.stringify(cases.map(([t, a, s]) => checkAnswer(t, a, s)[0])));\n")
+    out = subprocess.run(["node", str(tmp_path / "run.mjs")], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == [case[3] for case in cases]
+    assert [case[3] for case in cases].count(True) >= len(parts)
