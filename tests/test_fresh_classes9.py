@@ -142,3 +142,130 @@ def test_the_browser_check_is_the_same_as_the_python_check(tmp_path):
     out = subprocess.run(["node", str(tmp_path / "run.mjs")], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == [case[3] for case in cases]
     assert [case[3] for case in cases].count(True) >= len(parts)
+
+
+# --- 4. small real architectures, two passes with an optimizer step between: every .grad a step prints ------------
+# True on every class tried: the title "NAME.grad written: ..." and the text the drawing swaps into the leaf's grad
+# field at that step are format_value of the .grad torch held right after that write (logged by a post-accumulate
+# hook in a plain run), over both passes; each leaf's data field in each pass's drawing is its value in that pass;
+# every .grad question's answer is that .grad.
+
+import torch.nn as nn  # noqa: E402
+
+from autograd_lens.format import format_value  # noqa: E402
+from autograd_lens.model import TensorSummary  # noqa: E402
+
+
+class _Basic(nn.Module):  # a ResNet basic block, BatchNorm in train mode, residual add
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(2, 2, 3, padding=1, bias=False), nn.BatchNorm2d(2)
+        self.conv2, self.bn2 = nn.Conv2d(2, 2, 3, padding=1, bias=False), nn.BatchNorm2d(2)
+
+    def forward(self, x):
+        return torch.relu(self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x))))) + x)
+
+
+class _Transformer(nn.Module):  # pre-norm block: LayerNorm, MultiheadAttention, dropout, GELU MLP
+    def __init__(self, p):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(4), nn.LayerNorm(4)
+        self.attn = nn.MultiheadAttention(4, 2, dropout=p, batch_first=True)
+        self.ff = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Dropout(p), nn.Linear(8, 4))
+
+    def forward(self, x):
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return x + self.ff(self.ln2(x))
+
+
+class _Tied(nn.Module):  # embedding and output projection share one Parameter; `mix` is called twice
+    def __init__(self):
+        super().__init__()
+        self.emb, self.mix, self.out = nn.Embedding(5, 3), nn.Linear(3, 3), nn.Linear(3, 5, bias=False)
+        self.out.weight = self.emb.weight
+
+    def forward(self, idx):
+        return self.out(torch.tanh(self.mix(torch.tanh(self.mix(self.emb(idx))))))
+
+
+def _arch(kind):
+    torch.manual_seed(0)
+    if kind == "resnet":
+        m, dtype = _Basic().train(), torch.float32
+        m.conv1.weight.register_hook(lambda g: g * 2)
+        x = torch.randn(2, 2, 3, 3)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        loss = lambda: m(x).pow(2).mean()  # noqa: E731
+    elif kind.startswith("transformer"):
+        dtype = torch.float64
+        m = _Transformer(0.3 if kind.endswith("dropout") else 0.0).to(dtype).train()
+        m.ff[0].weight.register_hook(lambda g: g.clamp(-0.01, 0.01))
+        x = torch.randn(2, 3, 4, dtype=dtype)
+        opt = torch.optim.Adam(m.parameters(), lr=0.01)
+        loss = lambda: m(x).pow(2).mean()  # noqa: E731
+    elif kind == "tied":
+        m, dtype = _Tied().to(torch.bfloat16), torch.bfloat16
+        m.mix.register_full_backward_hook(lambda mod, gi, go: (gi[0] * 3,))
+        idx, target = torch.tensor([[1, 2, 2, 4]]), torch.tensor([2, 0, 1, 3])
+        opt = torch.optim.SGD(m.parameters(), lr=0.5, momentum=0.9)
+        loss = lambda: nn.functional.cross_entropy(m(idx).view(-1, 5).float(), target)  # noqa: E731
+    else:  # an LSTM cell unrolled by hand, two backward passes through one graph
+        m, dtype = nn.LSTMCell(3, 2), torch.float32
+        m.weight_hh.register_hook(lambda g: g * 0.5)
+        xs = torch.randn(4, 1, 3)
+        opt = None
+    log, values = [], []
+    for name, p in m.named_parameters():
+        p.register_post_accumulate_grad_hook(lambda p, name=name: log.append((f"m.{name}", p.grad.clone())))
+    del p  # a plain name wins over "m.<name>" in the drawing
+    if opt is None:
+        h = c = torch.zeros(1, 2)
+        for x in xs:
+            h, c = m(x, (h, c))
+        values = [{f"m.{n}": p.detach().clone() for n, p in m.named_parameters()}] * 2
+        h.sum().backward(retain_graph=True)
+        (c.sum() * 2).backward()
+    else:
+        for step in range(2):
+            opt.zero_grad(set_to_none=step == 0)
+            torch.manual_seed(step)
+            values.append({f"m.{n}": p.detach().clone() for n, p in m.named_parameters()})
+            loss().backward()
+            opt.step()
+    return m, log, values
+
+
+@pytest.mark.parametrize("kind", ["resnet", "transformer", "transformer_dropout", "tied", "lstm"])
+def test_every_grad_a_step_prints_is_what_torch_held_then(kind):
+    from autograd_lens.views.passview import views_for
+
+    plain_model, plain_log, _ = _arch(kind)
+    with al.Lens() as lens:
+        model, log, values = _arch(kind)
+    assert [n for n, _ in log] == [n for n, _ in plain_log]
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(log, plain_log))  # observing changed nothing
+    titles, fields, answers, checked = [], [], [], 0
+    for view, held in zip(views_for(lens.passes, predict=True), values):
+        labels = {node.id: node.label for node in view.backward_pass.graph.nodes}
+        for node in view.backward_pass.graph.nodes:
+            if node.kind == "leaf":
+                assert node.label in held
+                value, true = node.value, held[node.label]
+                if isinstance(value, TensorSummary):  # past max_elements: min, max, norm
+                    assert (value.min, value.max) == (true.min().item(), true.max().item()), node.label
+                    assert value.norm == pytest.approx(true.double().norm().item(), rel=1e-2), node.label
+                else:
+                    assert format_block(value, 48) == format_block(true, 48), node.label
+                checked += 1
+        for step in view.steps:
+            if ".grad written" in step.title:
+                titles.append(step.title)
+                fields.extend((labels[node], text) for node, text in step.grads)
+                answers.append(step.question.answer if step.question else None)
+    assert titles == [f"{name}.grad written: {format_value(grad)}" for name, grad in plain_log]
+    assert fields == [(name, format_value(grad, 48)) for name, grad in plain_log]
+    for answer, (name, grad) in zip(answers, plain_log):
+        if grad.numel() <= 16:
+            assert answer == tuple(grad.reshape(-1).tolist()), name
+    assert checked == 2 * len(dict(model.named_parameters())) and len(titles) == 2 * len(values[0])
