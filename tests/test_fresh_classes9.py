@@ -269,3 +269,34 @@ def test_every_grad_a_step_prints_is_what_torch_held_then(kind):
         if grad.numel() <= 16:
             assert answer == tuple(grad.reshape(-1).tolist()), name
     assert checked == 2 * len(dict(model.named_parameters())) and len(titles) == 2 * len(values[0])
+
+
+# --- 5. two different values printed the same ------------------------------------------------------------------------
+# Was misleading: a hook that scales by 1 + 1e-7 (float64) read "received [1.0, 1.0] → returned [1.0, 1.0] — gradient
+# modified", the .grad step "Without the hooks it would be [1.0, 1.0]." under the title "x.grad written: [1.0, 1.0]",
+# and the table "[1.0, 1.0] | [1.0, 1.0] | differs". Fixed (format.format_apart, used by views/hook_cards.py and
+# views/steps.py): where two values differ but print the same, both are printed with the digits that tell them apart.
+
+
+def test_values_that_differ_are_never_printed_the_same():
+    from autograd_lens.views.passview import views_for
+
+    for dtype, factor in ((torch.float64, 1 + 1e-7), (torch.float64, 1 + 1e-13), (torch.float32, 1 + 2 ** -20)):
+        x = torch.tensor([1.0, 2.0], dtype=dtype, requires_grad=True)
+        with al.Lens() as lens:
+            y = x * 1
+            y.register_hook(lambda g: g * factor)
+            y.sum().backward()
+        without = torch.tensor([1.0, 1.0], dtype=dtype)
+        assert not torch.equal(x.grad, without)
+        steps = views_for(lens.passes)[0].steps
+        (hook,) = [s for s in steps if s.kind == "hook"]
+        received, returned = re.fullmatch(r"received (.*) → returned (.*) — gradient modified", hook.lines[0]).groups()
+        assert received == "[1.0, 1.0]" and returned != received
+        printed = [float(v) for v in re.findall(r"[\d.e+-]+", returned)]
+        assert printed == pytest.approx(x.grad.tolist(), rel=1e-6, abs=0) and 1.0 not in printed
+        (grad,) = [s for s in steps if s.title.startswith("x.grad written")]
+        said = re.search(r"Without the hooks it would be (.*) \(it is (.*)\)\.$", grad.lines[-1]).groups()
+        assert said == ("[1.0, 1.0]", returned)
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", views_for(lens.passes)[0].table)
+        assert cells[:4] == ["x", returned, "[1.0, 1.0]", "differs"], cells
