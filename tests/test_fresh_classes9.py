@@ -300,3 +300,43 @@ def test_values_that_differ_are_never_printed_the_same():
         assert said == ("[1.0, 1.0]", returned)
         cells = re.findall(r"<td[^>]*>(.*?)</td>", views_for(lens.passes)[0].table)
         assert cells[:4] == ["x", returned, "[1.0, 1.0]", "differs"], cells
+
+
+# --- 6. plots of a tied-weight model with hooks that change gradients, in three dtypes ------------------------------
+# True: with_without()'s bars are the norms of .grad with the hooks and of .grad in a plain run with no hooks,
+# grad_flow()'s are max and mean |.grad|, plot()'s the same norms (the Parameter shared by the embedding and the output
+# projection is one row), in float32, bfloat16 and float64.
+
+
+def _tied_run(hooks, dtype):
+    torch.manual_seed(0)
+    m = _Tied().to(dtype)
+    if hooks:
+        m.mix.register_full_backward_hook(lambda mod, gi, go: (gi[0] * 3,))
+        m.emb.weight.register_hook(lambda g: g * -2)
+    idx, target = torch.tensor([[1, 2, 2, 4]]), torch.tensor([2, 0, 1, 3])
+    nn.functional.cross_entropy(m(idx).view(-1, 5).float(), target).backward()
+    return dict(m.named_parameters())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_plot_numbers_are_torchs(dtype):
+    plain, no_hooks = _tied_run(True, dtype), _tied_run(False, dtype)
+    with al.Lens() as lens:
+        _tied_run(True, dtype)
+    norm = lambda t: t.grad.double().norm().item()  # noqa: E731
+    axis = lens.plot.with_without().axes[0]
+    names = [label.get_text()[2:] for label in axis.get_yticklabels()]
+    assert sorted(names) == sorted(plain) == ["emb.weight", "mix.bias", "mix.weight"]
+    widths = [bar.get_width() for bar in axis.patches]
+    assert widths == pytest.approx([norm(plain[n]) for n in names] + [norm(no_hooks[n]) for n in names], rel=1e-12)
+    assert widths[0] != pytest.approx(widths[3])  # the hooks changed it
+    axis = lens.plot.grad_flow().axes[0]
+    names = [label.get_text()[2:] for label in axis.get_yticklabels()]
+    magnitudes = [plain[n].grad.double().abs() for n in names]
+    assert [bar.get_width() for bar in axis.patches] == pytest.approx(
+        [g.max().item() for g in magnitudes] + [g.mean().item() for g in magnitudes], rel=1e-12)
+    axis = lens.plot().axes[0]
+    names = [label.get_text()[2:] for label in axis.get_xticklabels()]
+    assert [bar.get_height() for bar in axis.patches] == pytest.approx(
+        [norm(plain[n]) for n in names] + [norm(no_hooks[n]) for n in names], rel=1e-12)
