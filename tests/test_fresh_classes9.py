@@ -340,3 +340,56 @@ def test_plot_numbers_are_torchs(dtype):
     names = [label.get_text()[2:] for label in axis.get_xticklabels()]
     assert [bar.get_height() for bar in axis.patches] == pytest.approx(
         [norm(plain[n]) for n in names] + [norm(no_hooks[n]) for n in names], rel=1e-12)
+
+
+# --- 7. predict mode on a Linear → LayerNorm → tanh → softmax chain, three dtypes ----------------------------------
+# True: each question's answer is torch's value: what a named tensor receives is what a hook on it received in a plain
+# run, what a hook receives and passes on likewise, each leaf's .grad is torch's .grad.
+
+
+def _chain(dtype, log):
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    w = torch.randn(3, 4, dtype=dtype, requires_grad=True)
+    b = torch.randn(3, dtype=dtype, requires_grad=True)
+    g = torch.ones(3, dtype=dtype, requires_grad=True)
+    h = F.linear(torch.randn(2, 4, dtype=dtype), w, b)
+    n = F.layer_norm(h, (3,), weight=g)
+    a = torch.tanh(n)
+    s = F.softmax(a * 3, dim=-1)
+    for name, t in (("h", h), ("n", n), ("a", a), ("s", s)):
+        t.register_hook(lambda grad, name=name: log.update({name: grad.clone()}))
+    (s * torch.tensor([1.0, -2.0, 0.5], dtype=dtype)).sum().backward()
+    return {"w": w, "b": b, "g": g}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_predict_answers_on_a_layernorm_chain_are_torchs(dtype):
+    from autograd_lens.views.passview import views_for
+
+    plain: dict = {}
+    leaves = _chain(dtype, plain)
+    with al.Lens() as lens:
+        _chain(dtype, {})
+    flat = lambda t: tuple(t.reshape(-1).tolist())  # noqa: E731
+    asked = set()
+    for step in views_for(lens.passes, predict=True)[0].steps:
+        question = step.question
+        if question is None:
+            continue
+        receives = re.search(r"What does (\w+) receive\?", question.prompt)
+        hook = re.match(r"Hook <lambda> on (\w+) is about to run", question.prompt)
+        written = re.match(r"AccumulateGrad is about to write (\w+)\.grad", question.prompt)
+        if receives and receives.group(1) in plain:
+            assert question.answer == flat(plain[receives.group(1)]), question.prompt
+            asked.add("to " + receives.group(1))
+        elif receives and receives.group(1) in leaves:
+            assert question.answer == flat(leaves[receives.group(1)].grad), question.prompt
+        elif hook:
+            assert [p.answer for p in question.parts] == [flat(plain[hook.group(1)])] * 2
+            asked.add("hook " + hook.group(1))
+        elif written:
+            assert question.answer == flat(leaves[written.group(1)].grad)
+            asked.add(written.group(1))
+    assert asked == {"to s", "to a", "to n", "to h", "hook s", "hook a", "hook n", "hook h", "w", "b", "g"}
