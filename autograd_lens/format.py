@@ -73,12 +73,18 @@ def format_listed(listed: list, max_chars: int = 60) -> str:
     """:func:`format_value`'s text of a tensor of 1 to 64 numbers, from its ``tolist()`` (read when it was recorded;
     written here when it is shown).
 
-    >>> format_listed([[1.0, 2.0], [3.0, 4.5]]), format_listed([0.125] * 8, 24)
-    ('[[1.0, 2.0], [3.0, 4.5]]', '[0.125, 0.125, 0.125, 0…')
+    >>> format_listed([[1.0, 2.0], [3.0, 4.5]]), format_listed([0.125] * 8, 24), format_listed([0.5, 12345.0], 12)
+    ('[[1.0, 2.0], [3.0, 4.5]]', '[0.125, 0.125, 0.125, …', '[0.5, …')
     """
-    text = _nested(listed, max_chars)
+    return _cut(_nested(listed, max_chars), max_chars)
+
+
+def _cut(text: str, max_chars: int) -> str:
     if len(text) > max_chars:
-        return text[: max_chars - 1] + "…"
+        cut = text[: max_chars - 1]
+        if text[max_chars - 1] not in ",]":  # never a number's start alone: "1.234…" of 1.234e+04, "-1.5…" of -1.5e-05
+            cut = cut.rstrip("0123456789.e+-naifj")
+        return cut + "…"
     return text
 
 
@@ -97,3 +103,42 @@ def format_block(value: Any, max_chars: int = 60) -> str:
     if isinstance(value, torch.Tensor) and value.dim() == 2 and 1 < value.shape[0] <= 8 and value.numel() <= 64:
         return "\n".join(format_value(row, max_chars) for row in value.detach())
     return format_value(value, max_chars)
+
+
+def format_apart(first: Any, second: Any, max_chars: int = 60) -> tuple[str, str]:
+    """:func:`format_value` of two values, with more digits where the two would print the same but differ (a hook
+    that scales by 1 + 1e-7 must not read "received [1.0, 2.0] → returned [1.0, 2.0] — gradient modified").
+
+    >>> import torch
+    >>> format_apart(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0]))
+    ('[1.0, 2.0]', '[1.0, 2.0]')
+    >>> format_apart(torch.tensor([1.0, 2.0], dtype=torch.float64), torch.tensor([1.0, 2.0000001], dtype=torch.float64))
+    ('[1.0, 2.0]', '[1.0, 2.0000001]')
+    """
+    texts = format_value(first, max_chars), format_value(second, max_chars)
+    if texts[0] == texts[1]:
+        try:
+            import torch
+
+            from .model import values_equal
+
+            if not values_equal(first, second) and all(isinstance(v, (float, torch.Tensor)) for v in (first, second)):
+                lists = [v.detach().cpu().tolist() if isinstance(v, torch.Tensor) and v.numel() <= 64 else v
+                         for v in (first, second)]
+                for digits in (6, 8, 10, 13, 17):
+                    more = tuple(_cut(_with_digits(listed, digits), max_chars) for listed in lists)
+                    if more[0] != more[1]:
+                        return more
+        except Exception:  # a large tensor (no list), an unreadable one: the usual texts
+            pass
+    return texts
+
+
+def _with_digits(value: Any, digits: int) -> str:
+    """Text of a number or nested list with ``digits`` significant digits (floats keep a point or an exponent)."""
+    if isinstance(value, list):
+        return "[" + ", ".join(_with_digits(item, digits) for item in value) + "]"
+    if type(value) is not float or value != value or value in (float("inf"), float("-inf")) or value == 0:
+        return format_number(value)
+    text = f"{value:.{digits}g}"
+    return text if "e" in text or "." in text else text + ".0"

@@ -228,7 +228,9 @@ def test_long_values_are_cut_exactly_where_the_whole_text_would_be():
             tensor = tensor.round().to(torch.int64)
         for max_chars in (10, 20, 48, 60, 200):
             text = whole(tensor.tolist())
-            expected = text[: max_chars - 1] + "…" if len(text) > max_chars else text
+            expected = text[: max_chars - 1] if len(text) > max_chars else text
+            if len(text) > max_chars:  # never a part of a number before the "…" (tests/test_fresh_classes9.py)
+                expected = (expected if text[max_chars - 1] in ",]" else expected.rstrip("0123456789.e+-")) + "…"
             assert format_value(tensor, max_chars) == expected
 
 

@@ -7,7 +7,7 @@ import dataclasses
 import re
 
 from ..model import values_equal
-from ..format import format_value
+from ..format import format_apart, format_value
 from ..model import BackwardPass, HookCall, PassError
 from .context import Step, _Pass, _registration, leaf_copies
 from .questions import CHAIN_RULE_LIMIT, Question, question_about
@@ -89,7 +89,10 @@ def _hook_step(index: int, call: HookCall, context: _Pass, totals: dict, positio
                          "(its return value is ignored).")
     else:
         verdict = "gradient modified" if call.modified else "gradient unchanged"
-        lines = [f"received {format_value(call.grad_in)} → returned {returned} — {verdict}"]
+        received = format_value(call.grad_in)
+        if call.modified and returned != "None":  # changed by less than 4 digits show: more digits, never "x → x"
+            received, returned = format_apart(call.grad_in, call.grad_out)
+        lines = [f"received {received} → returned {returned} — {verdict}"]
         if call.unseen:
             lines = [f"received {format_value(call.grad_in)} → passed on {format_value(call.grad_out)} — {verdict}",
                      f"Known from the gradients around it: {call.unseen}."]

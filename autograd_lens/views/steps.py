@@ -13,7 +13,7 @@ import html
 from dataclasses import dataclass, field
 
 from ..model import values_equal
-from ..format import format_block, format_value
+from ..format import format_apart, format_block, format_value
 from ..model import BackwardPass, GradWritten, Graph, HookCall, NodeRun, PassError
 from ..capture.inventory import NODE_HOOKS_NOTE
 from .chain import chain_rule
@@ -307,7 +307,9 @@ def _grad_step(index: int, event: GradWritten, context: _Pass) -> Step:
         lines.append(f"Without the hooks: unknown, because {reason}.")
     elif without is not None and not values_equal(without, event.grad):
         # without hooks no post-accumulate hook runs after the write: what it writes is where .grad ends
-        lines.append(f"Without the hooks it would be {format_value(without)}.")
+        shown, other = format_apart(event.grad, without)
+        lines.append(f"Without the hooks it would be {other}" + (f" (it is {shown})." if shown != format_value(event.grad)
+                                                                 else "."))
     elif without is not None:
         lines.append(same_line(event, backward_pass, changed_before=context.first_change < event.step))
     before = graph.node(event.node).grad if event.node else None
@@ -384,7 +386,8 @@ def grads_table_html(backward_pass: BackwardPass) -> str:
         differs = not unknown and not values_equal(value, without)
         mark = ' class="al-differs"' if differs else ""
         flag = "differs" if differs else ("unknown: " + (reason or "not recorded") if unknown else "same")
-        cells = [name, format_value(value), "unknown" if unknown else format_value(without)]
+        cells = [name, *(format_apart(value, without) if differs else (format_value(value), format_value(without)))]
+        cells[2] = "unknown" if unknown else cells[2]
         if several:
             added = backward_pass.added.get(name)
             added_without = backward_pass.added_without_hooks.get(name)
