@@ -274,3 +274,23 @@ def renamed_leaves(observer: Any) -> str | None:
             f"{'that name' if len(moved) == 1 else 'these names'} (.grad included) is the graph's tensor, the one "
             "named so when the pass began, not what the name holds now.")
 
+
+def not_leaves(observer: Any) -> tuple:
+    """Named tensors with hooks that look like leaves but are the result of one op on an unnamed leaf
+    (``x = torch.randn(2, 2, requires_grad=True) * 10``): (name, op) each; :func:`.draft.complete` makes the notes."""
+    names = observer.ensure_names()
+    in_graph = None  # ids of the graph's nodes, once a named result with hooks is seen (most tensors are leaves)
+    found = []
+    for tensor in names.tensor_objects:
+        fn = tensor.grad_fn
+        if fn is None or tensor.retains_grad or not tensor._backward_hooks:
+            continue
+        if in_graph is None:
+            in_graph = {id(node) for node in observer.shape.nodes}
+        if id(fn) not in in_graph:
+            continue
+        inputs = [next_fn for next_fn, _ in fn.next_functions if next_fn is not None]
+        if len(inputs) == 1 and type(inputs[0]).__name__ == "AccumulateGrad" \
+                and names.tensor_name(inputs[0].variable) is None:
+            found.append((names.tensor_name(tensor), fn.name()))
+    return tuple(found)

@@ -18,7 +18,7 @@ from .observe import PassObserver
 from .records import GradRecord, HookRecord, NodeRecord
 from .rows import _VALUE
 from .snapshot import snapshot
-from .annotate import renamed_leaves
+from .annotate import not_leaves, renamed_leaves
 from .ending import LeafState, final_grad, late_change, stopped_by_hooks, untrusted_pass
 from .leafstate import changed_by_hooks, changed_off_graph, changed_since, unrecorded_passes, unrecorded_write
 from .retained import written_as_retained
@@ -93,7 +93,7 @@ def read_pass(observer: PassObserver, walk: Walk, index: int, history: dict, inv
         roots=tuple(observer.shape.root_labels),
         notes=tuple(observer.notes),
         inventory=tuple(observer.inventory),
-        not_leaves=_not_leaves(observer),
+        not_leaves=not_leaves(observer),
     )
 
 
@@ -122,27 +122,6 @@ def relabel(walk: Walk, labels: dict[str, str]) -> None:
         if node_id in labels:
             walk.labels[fn_id] = labels[node_id]
     walk.rows.relabel(labels)
-
-
-def _not_leaves(observer: PassObserver) -> tuple:
-    """Named tensors with hooks that look like leaves but are the result of one op on an unnamed leaf
-    (``x = torch.randn(2, 2, requires_grad=True) * 10``): (name, op) each; :func:`.draft.complete` makes the notes."""
-    names = observer.ensure_names()
-    in_graph = None  # ids of the graph's nodes, once a named result with hooks is seen (most tensors are leaves)
-    found = []
-    for tensor in names.tensor_objects:
-        fn = tensor.grad_fn
-        if fn is None or tensor.retains_grad or not tensor._backward_hooks:
-            continue
-        if in_graph is None:
-            in_graph = {id(node) for node in observer.shape.nodes}
-        if id(fn) not in in_graph:
-            continue
-        inputs = [next_fn for next_fn, _ in fn.next_functions if next_fn is not None]
-        if len(inputs) == 1 and type(inputs[0]).__name__ == "AccumulateGrad" \
-                and names.tensor_name(inputs[0].variable) is None:
-            found.append((names.tensor_name(tensor), fn.name()))
-    return tuple(found)
 
 
 # ----------------------------------------------------------------------------- values with and without hooks
@@ -208,7 +187,7 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
     grads, added, added_without, unknown = out["grads"], out["added"], out["added_without"], out["unknown"]
     ran, records, old_grads, active = observer.ran, observer.records, observer.old_grads, unhooked.active
     variables = observer.shape.variables()
-    unrecorded = unrecorded_passes()  # passes the Lens left alone (another thread's) that may have written .grad
+    unrecorded = unrecorded_passes(observer)  # passes the Lens left alone (another thread's) that may have written .grad
     for key, fn in observer.shape.leaves.items():
         variable = variables[key]
         real = final_grad(observer, variable)

@@ -134,12 +134,10 @@ UNRECORDED_WRITE = ("a backward pass the lens did not record ({what}) ran since,
                     "with hooks the lens did not see: what it would hold without hooks is not known")
 
 
-def unrecorded_passes() -> tuple:
-    """(the active Lens's count of passes left alone, by kind; how many of them may have written ``.grad``), read at
-    a pass's end and kept on each leaf's :class:`LeafState` (``unrecorded``)."""
-    from .tracer import _ACTIVE  # (the tracer imports this module)
-
-    counts = getattr(_ACTIVE[-1], "_untraced", None) if _ACTIVE else None
+def unrecorded_passes(observer: Any) -> tuple:
+    """(the observer's Lens's count of passes left alone, by kind; how many of them may have written ``.grad``), read
+    at a pass's end and kept on each leaf's :class:`LeafState` (``unrecorded``)."""
+    counts = getattr(observer, "untraced", None)
     if not isinstance(counts, dict):
         return (None, 0)
     return (counts, sum(counts.get(kind, 0) for kind in _GRAD_WRITERS))
@@ -169,6 +167,7 @@ def changed_by_hooks(observer: Any, walk: Any, value_index: int) -> Unknown | No
     """Why this pass's values without hooks are not known, when a hook changed a leaf's value in place during the pass
     (``x.data.mul_(10)``: no version counter sees it) — found for the leaves small enough that the walk kept their
     values before the pass; a post-accumulate hook stepping its own leaf (after the leaf's users ran) is not one."""
+    from .entry import freed_leaf
     from .records import HookRecord  # (the records import this module's neighbours)
 
     records = observer.records
@@ -181,8 +180,8 @@ def changed_by_hooks(observer: Any, walk: Any, value_index: int) -> Unknown | No
     with torch._C.DisableTorchFunction():
         for key, fn in observer.shape.leaves.items():
             value = before.get(walk.function_ids.get(key))
-            if key in stepped or not isinstance(value, torch.Tensor):
-                continue
+            if key in stepped or not isinstance(value, torch.Tensor) or freed_leaf((fn,)):
+                continue  # (a leaf FSDP2 freed at the pass's end: reading it would read freed memory)
             try:
                 now = fn.variable.detach()
                 if now.shape == value.shape and not values_equal(value, now):

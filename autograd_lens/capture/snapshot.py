@@ -82,12 +82,20 @@ def summarize(tensor: torch.Tensor, magnitudes: bool = False) -> TensorSummary:
         head = flat[:4].tolist()
         summary = _new(TensorSummary)  # TensorSummary(...) without a frozen dataclass's setattr per field
         summary.__dict__.update(shape=_shape(tensor), dtype=dtype_name(tensor.dtype), min=float(low.item()),
-                                max=float(high.item()), norm=torch.linalg.vector_norm(as_float).item(),
+                                max=float(high.item()), norm=_norm(as_float),
                                 head=tuple(head if as_float is flat else (float(item) for item in head)), kind="dense",
                                 mean_abs=as_float.abs().mean().item() if magnitudes else None)
         return summary
     except Exception:
         return TensorSummary(shape=_shape(tensor), dtype=dtype_name(tensor.dtype), kind="unreadable")
+
+
+def _norm(values: torch.Tensor) -> float:
+    """The 2-norm; of float16/bfloat16 values summed in float32 (in their own dtype the sum of squares overflows to
+    inf, or rounds, where the norm itself is finite: 5000 entries of 1000.0 in float16 have norm 70711)."""
+    if values.dtype in (torch.float16, torch.bfloat16):
+        return torch.linalg.vector_norm(values, dtype=torch.float32).item()
+    return torch.linalg.vector_norm(values).item()
 
 
 def snapshot(tensor: torch.Tensor | None, store_limit: int = DEFAULT_STORE_LIMIT, magnitudes: bool = False) -> Value:

@@ -309,7 +309,7 @@ class Lens(LensViews, DeferredPasses):
             kind="backward" if accumulate else "grad", namespace=namespace, store_limit=self.store_limit,
             memory_budget=self.memory_budget, nested=lambda: self._nested > 0,
         )
-        observer.earlier_dicts = self._invocations.dicts  # hook dicts of tensors named in earlier passes (weak)
+        observer.earlier_dicts, observer.untraced = self._invocations.dicts, self._untraced  # (weak), (left alone)
         if self.memory_budget is not None:  # the budget holds for the Lens: its earlier passes' values count
             observer.bytes_held = observer.earlier_bytes = self._earlier_bytes()
             if observer.bytes_held > self.memory_budget:

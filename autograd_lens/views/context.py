@@ -240,3 +240,17 @@ def same_line(event: GradWritten, backward_pass: BackwardPass, changed_before: b
     if after:
         return "No hook changed it yet: the same as without hooks; its post-accumulate hook runs next."
     return "No hook changed it: the same as without hooks."
+
+
+def made_by(backward_pass: BackwardPass, node: str | None) -> str:
+    """Where the node came from, as the card says it ("" when lines are not known: the start card says why)."""
+    group = backward_pass.group_of(node) if node and backward_pass.groups else None
+    inside = f"inside {group.describe()}" if group is not None else ""
+    source = backward_pass.sources.get(node) if node else None
+    if source is not None:
+        return f"Made by {source.describe()}" + (f", {inside}" if inside else "")
+    if inside:
+        return f"Made {inside}."
+    if backward_pass.sources_note or not node:
+        return ""
+    return "Made before this cell ran, so the line that made it is not known."

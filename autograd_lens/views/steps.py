@@ -12,14 +12,13 @@ import dataclasses
 import html
 from dataclasses import dataclass, field
 
-from ..model import values_equal
 from ..format import format_apart, format_block, format_value
-from ..model import BackwardPass, GradWritten, Graph, HookCall, NodeRun, PassError
+from ..model import BackwardPass, GradWritten, Graph, HookCall, NodeRun, PassError, values_equal
 from ..capture.inventory import NODE_HOOKS_NOTE
 from .chain import chain_rule
 from .operands import card_targets, input_keys, numbered_note
 from .context import BOUNDARY_TEXT, STEP_LIMIT, Step, inventory_lines, _Pass, hook_positions, hook_totals, leaf_copies
-from .context import kept_lines, same_line
+from .context import kept_lines, made_by as _made_by, same_line
 from .endcard import end_step, mark_nonfinite
 from .hook_cards import _hook_step, _sum_text, _summable
 from .questions import (CHAIN_RULE_LIMIT, Question, check_answer, check_answers, question_about, question_html,
@@ -174,20 +173,6 @@ def _start_step(backward_pass: BackwardPass) -> Step:
     lines.extend(inventory_lines(backward_pass))
     lines.append(f"(Not listed: {NODE_HOOKS_NOTE}.)")
     return Step(0, "start", None, f"Before {what}", lines=tuple(lines))
-
-
-def _made_by(backward_pass: BackwardPass, node: str | None) -> str:
-    """Where the node came from, as the card says it ("" when lines are not known: the start card says why)."""
-    group = backward_pass.group_of(node) if node and backward_pass.groups else None
-    inside = f"inside {group.describe()}" if group is not None else ""
-    source = backward_pass.sources.get(node) if node else None
-    if source is not None:
-        return f"Made by {source.describe()}" + (f", {inside}" if inside else "")
-    if inside:
-        return f"Made {inside}."
-    if backward_pass.sources_note or not node:
-        return ""
-    return "Made before this cell ran, so the line that made it is not known."
 
 
 def _computed(event: NodeRun, after: list[HookCall]):
