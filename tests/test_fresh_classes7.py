@@ -412,6 +412,36 @@ def loop_cell(run):
     return seen
 
 
+def test_a_forward_call_the_pass_did_not_reach_is_not_counted_as_if_it_were_not_there():
+    """Was false: torch gives module hooks no call index and the lens counts the calls whose hooks the pass reached, so
+    with a first call whose output the loss does not use (or one under no_grad), the second call was shown "for forward
+    call 1". Now the count says what it counts ("of the 2 this pass reached"), and a module whose hooks ran for one
+    call only gets no such clause."""
+    torch.manual_seed(0)
+    m, single = nn.Linear(2, 2), nn.Linear(2, 2)
+    seen = []
+    m.register_full_backward_hook(lambda mod, gi, go: seen.append(int(go[0][0, 0])))
+    single.register_full_backward_hook(lambda mod, gi, go: None)
+    x = torch.randn(1, 2)
+    with al.Lens() as lens:
+        with torch.no_grad():
+            m(x)  # forward call 1: no graph
+        m(x)  # forward call 2: its output is not used
+        b, c = m(x), m(x)  # forward calls 3 and 4
+        (b.sum() + 2 * c.sum() + single(x).sum()).backward()
+    assert seen == [2, 1]  # c's hook first (the later call), then b's
+    calls = [call for call in lens.hook_calls if call.target == "m"]
+    assert [(call.forward_call, call.forward_calls) for call in calls] == [(2, 2), (1, 2)]
+    titles = [step.title for view in views_for(lens.passes) for step in view.steps if step.kind == "hook"]
+    assert [t for t in titles if " on m " in t] == [
+        "hook <lambda> on m (module full hook, call 1 of 2 in this recording, for forward call 2 of the 2 this pass "
+        "reached)",
+        "hook <lambda> on m (module full hook, call 2 of 2 in this recording, for forward call 1 of the 2 this pass "
+        "reached)"]
+    assert [t for t in titles if " on single " in t] == [
+        "hook <lambda> on single (module full hook, call 1 of 1 in this recording)"]
+
+
 def test_forward_calls_of_a_module_called_in_a_loop():
     assert problems_of(loop_cell) == []
     result = run(loop_cell, "lens")
@@ -419,12 +449,12 @@ def test_forward_calls_of_a_module_called_in_a_loop():
     assert [call.forward_call for call in calls] == result.out == [4, 3, 2, 1, 1] * 2
     titles = [step.title for view in views_for(result.lens.passes) for step in view.steps if step.kind == "hook"]
     assert titles[:3] == ["hook cell_pre on Linear (module full pre hook, call 1 of 8 in this recording, for forward "
-                          "call 4)",
+                          "call 4 of the 4 this pass reached)",
                           "hook cell_full on Linear (module full hook, call 1 of 8 in this recording, for forward "
-                          "call 4)",
+                          "call 4 of the 4 this pass reached)",
                           "hook cell_pre on Linear (module full pre hook, call 2 of 8 in this recording, for forward "
-                          "call 3)"]
-    assert titles[8] == "hook other_full on Linear (module full hook, call 1 of 2 in this recording, for forward call 1)"
+                          "call 3 of the 4 this pass reached)"]
+    assert titles[8] == "hook other_full on Linear (module full hook, call 1 of 2 in this recording)"
 
 
 # --- 3. custom ops in a training loop: module hooks, hooks on their outputs, node hooks --------------------------------

@@ -516,7 +516,7 @@ def test_a_lens_cell_with_a_module_called_twice(shell):
         assert torch.equal(last.grads_without_hooks[name], truth), name
     totals = hook_totals(lens.passes)
     texts = [" | ".join([step.title] + list(step.lines)) for p in lens.passes for step in steps_for(p, totals)]
-    assert sum("pre on lin (module full pre hook, call 3 of 3 in this recording, for forward call 1)" in text
+    assert sum("pre on lin (module full pre hook, call 3 of 3 in this recording)" in text
                for text in texts) == 1
     x_cards = [text for text in texts if text.startswith("x.grad written")]
     assert len(x_cards) == 2 and all("Without the hooks it would be" in text for text in x_cards)
@@ -659,7 +659,7 @@ def test_a_module_hook_registered_again_is_a_new_hook():
         lin(x).sum().backward()
         lin(x).sum().backward()
     assert log == ["full"] * 3  # torch: the first registration once, the second twice
-    title = "hook full on lin (module full hook, call {} of {} in this recording, for forward call 1)"
+    title = "hook full on lin (module full hook, call {} of {} in this recording)"
     assert _titles(lens.passes) == [[title.format(1, 1)], [], [title.format(1, 2)], [title.format(2, 2)]]
 
 
@@ -942,10 +942,10 @@ def test_a_module_hook_that_removes_itself():
     shown_log, shown, lens, _ = program(True)
     assert shown_log == log == ["once", "other", "other", "other"] and torch.equal(shown, plain)
     assert _titles(lens.passes) == [
-        ["hook 1 of 2 on lin: once (module full hook, call 1 of 1 in this recording, for forward call 1)",
-         "hook 2 of 2 on lin: other (module full hook, call 1 of 3 in this recording, for forward call 1)"],
-        ["hook other on lin (module full hook, call 2 of 3 in this recording, for forward call 1)"],
-        ["hook other on lin (module full hook, call 3 of 3 in this recording, for forward call 1)"]]
+        ["hook 1 of 2 on lin: once (module full hook, call 1 of 1 in this recording)",
+         "hook 2 of 2 on lin: other (module full hook, call 1 of 3 in this recording)"],
+        ["hook other on lin (module full hook, call 2 of 3 in this recording)"],
+        ["hook other on lin (module full hook, call 3 of 3 in this recording)"]]
     one = lin.weight.sum(0)  # x's gradient from one pass without hooks: W^T 1
     assert torch.allclose(lens.passes[-1].grads_without_hooks["x"][0], 3 * one)
     assert torch.allclose(shown[0], 4 * one)

@@ -307,9 +307,10 @@ def _hook_event(walk: Walk, step: int, call: HookRecord, index: int, invocations
     ordinal = ordinals.get(position, 0)
     ordinals[position] = ordinal + 1
     invocation, registration = invocations.count(call, ordinal)
-    forward_call = call.wrapper_seq
+    forward_call, made = call.wrapper_seq, None
     if forward_call is not None and call.module is not None:  # its module's n-th call (draft numbers by name)
-        forward_call = forward_calls[(id(call.module), call.kind.endswith("pre"))].index(forward_call) + 1
+        made = forward_calls[(id(call.module), call.kind.endswith("pre"))]
+        forward_call = made.index(forward_call) + 1
     return HookCall(
         hook=_shown_name(call),
         kind=call.kind,
@@ -326,6 +327,7 @@ def _hook_event(walk: Walk, step: int, call: HookRecord, index: int, invocations
         context=call.context,
         error=call.error,
         forward_call=forward_call,
+        forward_calls=len(made) if made is not None else None,
         edited_in_place=call.edited_in_place,
         unseen=call.unseen,
         may_be=invocations.ambiguous.get(registration, ()),

@@ -47,7 +47,8 @@ class HookCall:
     returned_none: bool = True
     node: str | None = None  # graph node id the hook is attached to, when drawn
     step: int = -1  # position in the pass's events
-    forward_call: int | None = None  # for module hooks: which forward call (1-based) this belongs to
+    forward_call: int | None = None  # for module hooks: which forward call (1-based) this belongs to, among
+    forward_calls: int | None = None  # the forward calls of its module whose hooks this pass reached
     context: Values = None  # e.g. grad_output for module full hooks
     error: str | None = None  # the exception the hook raised, if any
     edited_in_place: bool = False  # it changed the tensor it received (whatever it returned)

@@ -28,8 +28,8 @@ def _call_number(call: HookCall, totals: dict) -> str:
 def _hook_step(index: int, call: HookCall, context: _Pass, totals: dict, position: tuple[int, int] = (1, 1)) -> Step:
     graph = context.graph
     where = _call_number(call, totals) + _nested_calls(call, context.backward_pass)
-    if call.forward_call:
-        where += f", for forward call {call.forward_call}"
+    if call.forward_call and (call.forward_calls or 0) > 1:  # (a call whose hooks this pass did not reach: uncounted)
+        where += f", for forward call {call.forward_call} of the {call.forward_calls} this pass reached"
     place, count = position
     which = f"hook {place} of {count} on {call.target}: {call.hook}" if count > 1 else f"hook {call.hook} on {call.target}"
     title = f"{which} ({call.kind_label} hook, {where})"
