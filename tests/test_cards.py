@@ -175,6 +175,28 @@ def test_the_autograd_grad_start_card_says_which_grads_it_writes_as_torch_does()
         == ["autograd.grad returns gradients for a and writes no leaf's .grad."]
 
 
+def test_a_second_inputs_pass_is_said_to_write_because_of_inputs():
+    """backward(inputs=[y]) writes a non-leaf y's .grad whether or not y retains it already (torch calls retain_grad()
+    on it in the first such pass). Was false: the second pass's card said "without retain_grad() its .grad would stay
+    None", though inputs= alone writes it. A later pass without inputs= writes it because y now retains its grad."""
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    with al.Lens() as lens:
+        y = x * 3
+        z = (y * y).sum()
+        z.backward(inputs=[y], retain_graph=True)
+        z.backward(inputs=[y], retain_graph=True)
+        z.backward()
+    assert y.grad.tolist() == [18.0, 36.0] and x.grad.tolist() == [18.0, 36.0]  # (x: the third pass only)
+    cards = [[s for s in steps_for(p) if s.kind == "grad" and s.title.startswith("y.grad")] for p in lens.passes]
+    assert [[c.title for c in pass_cards] for pass_cards in cards] == [
+        ["y.grad written: [6.0, 12.0]"], ["y.grad written: [12.0, 24.0]"], ["y.grad written: [18.0, 36.0]"]]
+    assert [c[0].lines[1] for c in cards] == [
+        "y is not a leaf: for inputs= torch called y.retain_grad(), so later passes add to y.grad too.",
+        "y is not a leaf: for inputs= torch called y.retain_grad(), so later passes add to y.grad too.",
+        "y is not a leaf: without retain_grad() its .grad would stay None."]
+    assert cards[1][0].lines[0].startswith("backward(inputs=[…]) adds the gradient [6.0, 12.0] that reached y")
+
+
 def test_reductions_and_products_card_numbers_match_autograd_on_random_shapes():
     torch.manual_seed(1)
     for rows, cols in ((1, 1), (2, 5), (4, 3)):

@@ -30,8 +30,11 @@ def written_as_retained(walk: Any, observer: Any) -> dict[int, list[tuple]]:
     names = observer.ensure_names()
     for index, tensor in enumerate(inputs):
         fn_id, output_nr = id(tensor.grad_fn), tensor.output_nr
-        if any(entry[0] == output_nr for entry in found.get(fn_id, ())):
-            continue  # it retained its gradient before the pass: written as any retained tensor's
+        entries = found.get(fn_id, [])
+        same = [i for i, entry in enumerate(entries) if entry[0] == output_nr]
+        if same:  # it retained its gradient before the pass (an earlier inputs= did that too): inputs= writes it anyway
+            entries[same[0]] = entries[same[0]][:4] + ("inputs",)
+            continue
         node_id = walk.tensor_ids.get((fn_id, output_nr))
         name = walk.rows.label(node_id) if node_id is not None else (names.tensor_name(tensor) or f"input {index}")
         grad = snapshot(tensor.grad, observer.store_limit) if tensor.grad is not None else None
