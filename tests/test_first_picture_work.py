@@ -57,7 +57,8 @@ def test_each_size_of_rounded_box_is_written_once(monkeypatch):
     monkeypatch.setattr(svgslim, "_box_tail", counted)
     assert svgslim.slim_svg(svg) == expected
     boxes = svg.count('stroke="black" d="M')
-    assert boxes > 40 and len(sizes) == len(set(sizes)) < boxes / 2, (len(sizes), boxes)  # 53 of 121 here
+    # 68 of 121 here (value texts cut after a whole number: widths vary more than when cut at a fixed width)
+    assert boxes > 40 and len(sizes) == len(set(sizes)) < boxes * 0.6, (len(sizes), boxes)
 
 
 def test_the_pictures_width_is_read_with_patterns_compiled_with_its_module(monkeypatch):
