@@ -385,6 +385,58 @@ def test_a_hook_on_one_of_several_equal_summed_gradients():
         "split[1]"]
 
 
+def pre_after_equal_sums(returns: bool):
+    """split's outputs 0 and 1 get equal sums (2 and 1 + 1), a hook on output 1 (no name here) observes or scales,
+    then a node pre-hook of split doubles output 1's gradient: what split received no longer tells the outputs apart."""
+    def program(run):
+        x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        a, b, c = (x * 1).split(1)
+        if run.hooked:
+            b.register_hook(run.H("b", (lambda g: g * 5) if returns else (lambda g: None), target="split[1]"))
+            a.grad_fn.register_prehook(run.H("pre", lambda go: (go[0], go[1] * 2, go[2])))
+        run.backward(a.sum() * 2 + b.sum() + b.sum() + c.sum() * 4)
+        run.record({"x": x.grad})
+    return program
+
+
+@pytest.mark.parametrize("returns", [False, True])
+def test_a_hook_whose_output_a_node_pre_hook_hides_is_not_placed_by_guess(returns):
+    """Was false (before 2026-11-28 noon): matched by what it passed on against what split received *after* its
+    pre-hook, the hook was shown on split[0] (it is on split[1]); when it scaled the gradient, a call of a hook written
+    in C was invented on split[1] to explain the change. Now (placing.py, unexplained.py) which output it was is said
+    to be not known, and no call is invented; every other statement is checked as before."""
+    assert problems_of(pre_after_equal_sums(returns)) == [
+        "b: shown on an output of split (which one is not known: its outputs received equal gradients), it is on "
+        "split[1]"]
+
+
+def raising_on_one_output(kind: str, weights: tuple):
+    def program(run):
+        x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        a, b, c = (x * 1).split(1) if kind == "split" else (x * 1).unbind()
+        if run.hooked:
+            b.register_hook(run.H("b", lambda g: (_ for _ in ()).throw(ValueError("no")), target=f"{kind}[1]"))
+        try:
+            run.backward(a.sum() * weights[0] + b.sum() * weights[1] + c.sum() * weights[2])
+        except ValueError as error:
+            return str(error)
+        return None
+    return program
+
+
+@pytest.mark.parametrize("kind", ["split", "unbind"])
+@pytest.mark.parametrize("weights", [(1.0, 2.0, 3.0), (2.0, 2.0, 2.0)])
+def test_a_hook_that_raises_on_one_output_of_several_is_placed_there(kind, weights):
+    """Was false: the pass stopped at split before it ran, so no gradients were passed to place the call by, and the
+    hook was shown on split[0]. Now it is placed by the very copy it received (or said to be not known)."""
+    program = raising_on_one_output(kind, weights)
+    problems = problems_of(program)
+    assert problems == ["0 passes recorded, 0 ran"] or problems == ["1 passes recorded, 0 ran"], problems
+    lens = lens_of(program)
+    assert [(call.hook, call.target) for call in lens.hook_calls] == [("b", f"{kind}[1]")]
+    assert lens.passes[0].error is not None and lens.passes[0].error.message == "no"
+
+
 # --- 2. "for forward call k" of a module hook, beside another module shown under the same name ------------------------
 # Was false: torch gives module hooks no call index, and the lens numbered their calls per name shown: two modules with
 # no name here (``Lens()`` around a function that builds them) are both "Linear", so a cell called 4 times after

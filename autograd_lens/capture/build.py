@@ -297,7 +297,7 @@ def _hook_event(walk: Walk, step: int, call: HookRecord, index: int, invocations
         if call.kind in ("tensor", "post_accumulate_grad"):
             call.target = walk.output_label(call.node_fn, call.output_nr) if call.output_nr is not None else \
                 f"an output of {walk.labels.get(id(call.node_fn), call.node_fn.name())} (which one is not known: " \
-                "its outputs received equal gradients)"
+                f"{call.unplaced or 'its outputs received equal gradients'})"
         else:
             call.target = walk.labels.get(id(call.node_fn), call.node_fn.name())
     # The same function registered twice on one tensor is two hooks: within a pass, the n-th call of it at one

@@ -17,6 +17,8 @@ from .structure import gradient_edge
 class HookPlacing:
     """Part of :class:`~autograd_lens.capture.observe.PassObserver`: what each hook call is attached to."""
 
+    placing_now: Any = ()  # the calls being placed at the node that runs now (the node pre-hooks among them)
+
     def place(self, call: HookRecord, fn: Any, grad_outputs: tuple) -> None:
         """Decide what a hook call is attached to (tensor name, node, output index).
 
@@ -66,25 +68,30 @@ class HookPlacing:
         very gradient that output's one user sent, or the one the hook placed just before on ``fn`` passed on (a
         later hook of the same tensor); else by value: what that output's users sent, added up, or what that hook
         passed on; else by what it passed on, which is what the node received there when no node pre-hook changed it
-        since."""
-        if len(grad_outputs) < 2:
+        since.  None (``call.unplaced`` says why) when nothing recorded tells which output it was."""
+        outputs = len(grad_outputs) or _outputs_of(fn)
+        if outputs < 2:
             return 0  # one output (or none): that one, whatever the values (no copy of it to compare)
         chains = self.__dict__.setdefault("_unnamed_chains", {})  # id(fn) -> (output, what its last hook passed on)
         previous = chains.get(id(fn))
         received = call.grad_in
         # the very copy it received: the one its one user sent there, or the one the hook before it passed on (the
         # observer reuses the copy of a tensor while it is the same object, unchanged)
-        found = [output for output in range(len(grad_outputs))
+        found = [output for output in range(outputs)
                  if received is not None and self._sent_as_is(fn, output) is received]
         if previous is not None and received is not None and previous[1] is received and previous[0] not in found:
             found.append(previous[0])
         if len(found) != 1:  # else by value
             found = [previous[0]] if previous is not None and previous[0] is not None \
                 and _known_equal(previous[1], received) else []
-            found += [output for output in range(len(grad_outputs)) if output not in found
+            found += [output for output in range(outputs) if output not in found
                       and _known_equal(self.unhooked.input_of(fn, output, hooked=True), received)]
         if len(found) != 1:
-            output = _output_by_result(call, grad_outputs, self.store_limit, found)
+            # what the hook passed on is what the node received there only when nothing ran between the two that could
+            # change it: a node pre-hook that returned gradients, a hook written in C
+            trusted = grad_outputs and id(fn) not in self.c_nodes and not any(
+                other.kind == "node_pre" and not other.returned_none for other in self.placing_now)
+            output = _output_by_result(call, grad_outputs if trusted else (), self.store_limit, found)
         else:
             output = found[0]
         chains[id(fn)] = (output, call.grad_out)
@@ -116,10 +123,9 @@ def _known_equal(first: Any, second: Any) -> bool:
 
 
 def _output_by_result(call: HookRecord, grad_outputs: tuple, limit: int, among: list) -> int | None:
-    """The output (of ``among``, when it names several) whose gradient, as the node received it, equals what the hook
-    passed on; None when several outputs matched what it received and several match what it passed on (equal
-    gradients, none of them the very copy it received: which output it was on is not known); else the first of
-    ``among``, or 0."""
+    """The output (of ``among``, when it names several) whose gradient, as the node received it (``grad_outputs``;
+    empty when that is not what the hook passed on), equals what the hook passed on; None when that does not single
+    one out (``call.unplaced`` then says why: nothing the lens kept tells which output it was)."""
     produced = call.grad_out
     matched = []
     for index, value in enumerate(grad_outputs):
@@ -130,6 +136,17 @@ def _output_by_result(call: HookRecord, grad_outputs: tuple, limit: int, among: 
                 matched.append(index)
     if len(matched) == 1 or (matched and len(among) < 2):
         return matched[0]
-    if len(matched) > 1:
-        return None
-    return among[0] if among else 0
+    call.unplaced = UNPLACED_EQUAL if len(among) > 1 or len(matched) > 1 else UNPLACED
+    return None
+
+
+UNPLACED_EQUAL = "its outputs received equal gradients"
+UNPLACED = "no gradient the lens kept of its outputs is the one the hook received"
+
+
+def _outputs_of(fn: Any) -> int:
+    """How many outputs the forward call of node ``fn`` made (what its backward receives), 1 when not known."""
+    try:
+        return len(fn._input_metadata)
+    except Exception:  # noqa: BLE001  (a node without metadata: treated as one output, as before)
+        return 1

@@ -68,6 +68,7 @@ class HookRecord:
     key: Any = None  # its registration's key in its hook dict (the handle's id), when known: tensor and node hooks
     marks_in: Any = None  # received kept as a summary: its tensors' ids and versions as the call started (livecheck)
     shown: str | None = None  # its name, when only its code is known and its name is not the code's (registrations)
+    unplaced: str | None = None  # a hook on an unnamed output of a node of several: why which one is not known
     # post-accumulate hooks: the leaf's value and version as the call started; after it, the value when the hook
     # changed it (an optimizer step fused into backward), and whether it set .grad to None
     leaf_before: Any = None

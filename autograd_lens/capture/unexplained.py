@@ -36,6 +36,8 @@ class UnexplainedChanges:
         hooked: Any = ()  # outputs with a hook seen on them (none, the usual case)
         if before:
             hooked = {_output_of_call(call) for call in before}
+            if any(call.kind == "tensor" and call.output_nr is None for call in before):
+                return found  # a hook on an output not known (placing.py) may have made any change seen here
             pre = next((call for call in before if call.kind == "node_pre"), None)
             if pre is not None:  # what reached the node's pre-hooks is what the tensor hooks passed on
                 if pre.unseen or not isinstance(pre.grad_in, tuple) or len(pre.grad_in) != len(arrived):
