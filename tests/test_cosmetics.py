@@ -226,6 +226,24 @@ def test_why_names_what_the_local_derivatives_are_never_a_blank_column():
     assert x.grad.item() == 3.0 + 2.0 + 2.0 and "<td>7.0</td>" in shown
 
 
+def test_why_names_the_root_gradient_among_the_factors_when_it_is_not_one():
+    """backward(gradient=2.) makes 2.0 the first factor of every path: the column said "local derivatives" of it
+    (before 2026-11-28 noon); it now says "root gradient × local derivatives", and only then."""
+    from autograd_lens.debug.why import Why
+
+    headers = {}
+    for seed in (None, 2.0):
+        x = torch.tensor(2.0, requires_grad=True)
+        with al.Lens(names={"x": x}, why=True) as lens:
+            (x * 3 + x * x).backward(None if seed is None else torch.tensor(seed))
+        shown = Why(lens, "x")._repr_html_()
+        headers[seed] = shown
+        assert x.grad.item() == (seed or 1.0) * 7.0 and f"<td>{x.grad.item()}</td>" in shown
+    assert "<th>local derivatives</th>" in headers[None] and "root gradient" not in headers[None]
+    assert "<th>root gradient × local derivatives</th>" in headers[2.0]
+    assert "<td>2.0 × 1.0 × 3.0</td><td>6.0</td>" in headers[2.0]
+
+
 def _why_paths(lens, name):
     """The rows of the --why paths table: [cell, ...] per row, the header left out."""
     import re

@@ -72,6 +72,7 @@ class PathSet:
     count: int = 0  # how many paths there are
     unknown: str = ""  # why the paths are not known (then ``paths`` is empty)
     hooks: str = ""  # when the pass's hooks changed what the leaf received: what it received, said as a line
+    seeded: bool = False  # the gradient given to a root is not 1: the first factor of each path is that gradient
 
     @property
     def known(self) -> bool:
@@ -123,11 +124,13 @@ class _Walker:
         self.unknown: dict[int, str] = {}
         self.calls = 0
         self.locals: dict[tuple[int, int], Any] = {}  # (id(fn), input slot) -> local derivative (scalars)
+        self.seeded = False  # a root was given a one-element gradient other than 1 (the first factor of its paths)
 
     def start(self, fn: Any, output_nr: int, seed: torch.Tensor) -> None:
         scalar = seed.numel() == 1
         # the gradient given to the root, written first among the factors when it is not 1 (backward(gradient=2.))
         given = (float(seed.reshape(-1)[0]),) if scalar and float(seed.reshape(-1)[0]) != 1.0 else ()
+        self.seeded = self.seeded or bool(given)
         if id(fn) in self.labels:  # the root is a leaf itself
             factors = (given or (1.0,)) if scalar else None
             self.found.setdefault(id(fn), []).append(((self.labels[id(fn)],), seed, factors, ()))
@@ -234,7 +237,7 @@ class _Walker:
                 for value in rest[1:]:
                     summed = summed + value
                 paths.append(Path(("rest",), snapshot(summed), rest=len(rest)))
-            sets[label] = PathSet(label, tuple(paths), snapshot(total), len(found))
+            sets[label] = PathSet(label, tuple(paths), snapshot(total), len(found), seeded=self.seeded)
         return sets
 
 

@@ -65,7 +65,8 @@ class Why:
         else:
             paths.append((f"sum over {path_set.count} path{'s' if path_set.count != 1 else ''}", "",
                           _value(path_set.total)))
-        return {"stopped": stopped, "nonfinite": nonfinite, "paths": paths, "hooks": path_set.hooks}
+        return {"stopped": stopped, "nonfinite": nonfinite, "paths": paths, "hooks": path_set.hooks,
+                "seeded": path_set.seeded}
 
     def __repr__(self) -> str:
         try:
@@ -111,11 +112,16 @@ class Why:
                  "<p><b>Where NaN or inf started</b></p>",
                  _table(("pass", "first step", "received", "passed on", "line"), rows["nonfinite"]),
                  f"<p><b>Which paths it took</b> (the chain rule without hooks{factors_note})</p>",
-                 _table(("path", "from the root", *(("local derivatives",) if factored else ()), "contribution"),
+                 _table(("path", "from the root", *((FACTORS[rows.get("seeded", False)],) if factored else ()),
+                         "contribution"),
                         numbered),
                  f"<p>{html.escape(rows['hooks'])}</p>" if rows["hooks"] else "",
                  paths_drawing(self.lens.passes, self.name)]
         return "".join(parts)
+
+
+# the factors column: the gradient given to the root comes first when it is not 1 (backward(gradient=2.))
+FACTORS = {False: "local derivatives", True: "root gradient × local derivatives"}
 
 
 def _no_factors(number: str, route: str, rows: list[tuple[str, ...]]) -> str:
