@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from ..model import values_equal
-from .snapshot import plain_or_none
+from ..model import TensorSummary, values_equal
+from .snapshot import plain_or_none, summarize
 from .unhooked import LeafHistory, Unknown
 
 
@@ -166,7 +166,9 @@ CHANGED_BY_HOOK = ("a hook changed {names} itself during this pass (not a gradie
 def changed_by_hooks(observer: Any, walk: Any, value_index: int) -> Unknown | None:
     """Why this pass's values without hooks are not known, when a hook changed a leaf's value in place during the pass
     (``x.data.mul_(10)``: no version counter sees it) — found for the leaves small enough that the walk kept their
-    values before the pass; a post-accumulate hook stepping its own leaf (after the leaf's users ran) is not one."""
+    values before the pass, and for larger ones when their summaries differ (a drawing of up to 200 functions keeps
+    min, max, norm and first entries: a change that keeps all four is not seen); a post-accumulate hook stepping its
+    own leaf (after the leaf's users ran) is not one."""
     from .entry import freed_leaf
     from .records import HookRecord  # (the records import this module's neighbours)
 
@@ -180,12 +182,23 @@ def changed_by_hooks(observer: Any, walk: Any, value_index: int) -> Unknown | No
     with torch._C.DisableTorchFunction():
         for key, fn in observer.shape.leaves.items():
             value = before.get(walk.function_ids.get(key))
-            if key in stepped or not isinstance(value, torch.Tensor) or freed_leaf((fn,)):
+            if key in stepped or not (isinstance(value, torch.Tensor) or _compared(value)) or freed_leaf((fn,)):
                 continue  # (a leaf FSDP2 freed at the pass's end: reading it would read freed memory)
             try:
                 now = fn.variable.detach()
-                if now.shape == value.shape and not values_equal(value, now):
+                if isinstance(value, TensorSummary):  # a large leaf: its summary (min, max, norm, first entries)
+                    now = summarize(now)
+                    if _compared(now) and now.shape == value.shape and now != value:
+                        names.append(observer.shape.leaf_labels.get(key, "a leaf"))
+                elif now.shape == value.shape and not values_equal(value, now):
                     names.append(observer.shape.leaf_labels.get(key, "a leaf"))
             except Exception:  # noqa: BLE001  (a value that cannot be compared: not one the lens says changed)
                 continue
     return Unknown(CHANGED_BY_HOOK.format(names=", ".join(names))) if names else None
+
+
+def _compared(summary: Any) -> bool:
+    """A summary two of which tell values apart when they differ: dense, with its statistics, none of them NaN (a
+    NaN never equals itself: two summaries of one tensor holding NaN would differ)."""
+    return isinstance(summary, TensorSummary) and summary.kind == "dense" and summary.norm is not None \
+        and all(item == item for item in (summary.min, summary.max, summary.norm, *summary.head))
