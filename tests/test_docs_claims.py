@@ -1,0 +1,512 @@
+"""The statements of README.md and docs/*.md that tests/test_readme.py (which runs their Python blocks) and
+tests/test_layout.py (module map, import circles, module sizes) do not check: what the text says a snippet shows,
+the magics' options and defaults as the docs use them, the guarantees against plain torch (each with an
+adversarial program), the torch behaviour the docs state, and the direction of imports docs/architecture.md gives."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+import autograd_lens as al
+from autograd_lens.model import TensorSummary
+from conftest import Double
+from test_layout import _imports, _modules
+from test_readme import GUIDE, README, ROOT, lines_outside_fences, read
+
+GUARANTEES = os.path.join(ROOT, "docs", "guarantees.md")
+ARCHITECTURE = os.path.join(ROOT, "docs", "architecture.md")
+DOCS = [README, *(os.path.join(ROOT, "docs", page) for page in
+                  ("guide.md", "guarantees.md", "instructors.md", "course.md", "architecture.md")),
+        os.path.join(ROOT, "notebooks", "README.md")]
+
+HOOK_CELL = """%%lens --no-show
+x = torch.tensor(2.0, requires_grad=True)
+y = x ** 2
+y.register_hook(lambda g: g * 0.5)
+out = y * 3 + y * 2
+out.backward()
+"""
+
+
+# --- what the README's and the guide's snippets say they show ---------------------------------------------------
+
+
+def test_the_hook_example_shows_what_the_text_says(shell):
+    """README/guide: the HookCall repr in the comment, grads without hooks 20, the card naming cell line 5,
+    and `%lens_graph out`: 'x, y, z, w, out with values, MulBackward0 …, the constants 3 and 2'."""
+    assert shell.run_cell(HOOK_CELL).success
+    lens = shell.user_ns["_lens"]
+    shown = repr(lens.hook_calls[0])
+    for part in ("HookCall(hook='<lambda>', kind='tensor', target='y', ", "grad_in=tensor(5.), grad_out=tensor(2.5000), "
+                 "modified=True, "):
+        assert part in shown
+    assert repr(lens.passes[0].grads_without_hooks["x"]) == "tensor(20.)"
+    page = lens.to_html()
+    assert "Made by cell line 5: out = y * 3 + y * 2" in page
+    assert page.index("add → out (AddBackward0) runs") < page.index("Made by cell line 5")
+    shell.run_cell("x = torch.tensor(2.0, requires_grad=True)\ny = x ** 2\nz = y * 3\nw = y * 2\nout = z + w")
+    dot = shell.run_cell("%lens_graph out --dot").success and shell.user_ns["out"]
+    assert dot is not None
+    text = al.graph(shell.user_ns["out"], names=shell.user_ns).to_dot()
+    for label in ('"x|data 2.0', '"y|data 4.0', '"z|data 12.0', '"w|data 8.0', '"out|data 20.0', "MulBackward0",
+                  "label=3 ", "label=2 "):
+        assert label in text, label
+
+
+def _options(magic) -> dict[str, object]:
+    parser = magic.parser
+    return {option: action.default for action in parser._actions for option in action.option_strings}
+
+
+def test_every_option_the_docs_use_is_a_magic_option_with_the_default_they_give(shell):
+    magics = shell.magics_manager.registry["LensMagics"]
+    cell, line = _options(magics.lens), _options(magics.lens_graph)
+    used: dict[str, set[str]] = {"%%lens": set(), "%lens_graph": set()}
+    for path in DOCS:
+        for text in lines_outside_fences(read(path)):
+            for magic, rest in re.findall(r"`(%%lens|%lens_graph)\b([^`]*)`", text):
+                used[magic].update(re.findall(r"(--[a-z][a-z-]*)", rest))
+    assert used["%%lens"] >= {"--modules", "--predict", "--plot", "--why"} and "--expand" in used["%lens_graph"]
+    assert used["%%lens"] - set(cell) == set() and used["%lens_graph"] - set(line) == set()
+    # options named alone (`--as NAME`, `--no-fold`) in the README and the guide: a magic's, or python -m autograd_lens's
+    alone = {option for path in (README, GUIDE) for option in re.findall(r"`(--[a-z][a-z-]*)[^`]*`", read(path))}
+    assert alone >= {"--as", "--no-fold"} and alone - set(cell) - set(line) == set(), alone - set(cell) - set(line)
+    # the documented defaults, in the magics, the Lens and the help texts
+    import inspect
+
+    lens = inspect.signature(al.Lens).parameters
+    assert (cell["--store-limit"], cell["--max-elements"], cell["--max-nodes"], cell["--as"]) == (4096, 16, 300, "_lens")
+    assert (lens["store_limit"].default, lens["max_elements"].default, lens["max_nodes"].default) == (4096, 16, 300)
+    assert lens["memory_budget"].default == 256 * 2**20 and not lens["modules"].default and not lens["why"].default
+    assert "elements (default 4096)" in read(GUARANTEES) and "(default 256 MiB)" in read(GUARANTEES)
+    assert set(cell) >= {"--plot"} and "flow|timeline|before-after|with-without" in read(GUIDE)
+    plot = next(a for a in magics.lens.parser._actions if "--plot" in a.option_strings)
+    assert tuple(plot.choices) == ("flow", "timeline", "before-after", "with-without")
+    assert {"--direction", "--legend", "--no-saved", "--dot"} <= set(line)
+
+
+BAD_LINES = {  # what the line says, and what the message tells the user to do instead
+    "--as 1x": "e.g. --as trace", "--as print": "e.g. --as trace", "--as class": "e.g. --as trace",
+    "--max-nodes 0": "e.g. --max-nodes 300", "--max-elements -1": "e.g. --max-elements 16",
+    "--store-limit -5": "e.g. --store-limit 4096", "--plot bogus": "choose from 'flow'",
+    "--max-nodes abc": "invalid int value", "--bogus": "unrecognized arguments: --bogus",
+    "--why": "expected one argument",
+}
+
+
+def test_bad_magic_input_says_what_to_do_and_leaves_the_kernel_usable(shell, capsys):
+    engine = torch.autograd._engine_run_backward
+    body = "\nx = torch.tensor(2.0, requires_grad=True)\n(x * x).backward()\nran = True\n"
+    for line, advice in BAD_LINES.items():
+        shell.user_ns.pop("ran", None)
+        result = shell.run_cell(f"%%lens {line}{body}", store_history=False)
+        said = capsys.readouterr()
+        message = said.out + said.err + str(result.error_in_exec or "")
+        assert advice in message, (line, message)
+        assert "ran" not in shell.user_ns and torch.autograd._engine_run_backward is engine, line
+        assert "Traceback" not in message, line
+    for line, said_text in (("%lens_graph nothere", "could not evaluate 'nothere': NameError"),
+                            ("%lens_graph 1+", "could not evaluate '1+': SyntaxError"),
+                            ("%lens_graph out --max-nodes 0", "e.g. --max-nodes 300")):
+        shell.run_cell("out = (torch.ones(2, requires_grad=True) * 2).sum()", store_history=False)
+        assert shell.run_cell(line, store_history=False).success
+        assert said_text in capsys.readouterr().out, line
+    assert shell.run_cell(HOOK_CELL).success  # the kernel records as before
+    (call,) = shell.user_ns["_lens"].hook_calls
+    assert float(call.grad_out) == 2.5 and float(shell.user_ns["x"].grad) == 10.0
+
+
+def test_recipes_guide_claims(shell):
+    """Kinds, built-in hooks, 'all entries or none', errors that say what to do, the stepper's hook name."""
+    from autograd_lens import RecipeError
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    with pytest.raises(RecipeError, match=r"registered: clip, log_norm, nan_guard, scale, zero"):
+        al.Recipe().add("0.weight", "tensor", "nope").apply(model)
+    with pytest.raises(RecipeError, match="kind must be one of tensor, post_accumulate_grad, module_full, "
+                                          "module_full_pre"):
+        al.Recipe().add("0.weight", "bogus", "clip", max=1.0).apply(model)
+    with pytest.raises(RecipeError, match="the model has no parameter 'nothere'"):  # all or none: the first is off
+        al.Recipe().add("0.bias", "tensor", "zero").add("nothere", "tensor", "clip", max=1.0).apply(model)
+    assert not model[0].bias._backward_hooks
+    recipe = al.Recipe().add("0.weight", "tensor", "clip", max=0.5).add("2", "module_full", "scale", factor=2.0)
+    handles = recipe.apply(model)
+    with al.Lens(names={"model": model}) as lens:
+        model(torch.randn(2, 3)).sum().backward()
+    assert {(c.hook, c.kind) for c in lens.hook_calls} == {("clip(max=0.5)", "tensor"), ("scale(factor=2.0)", "module_full")}
+    assert "clip(max=0.5)" in lens.to_html()
+    assert float(model[0].weight.grad.abs().max()) <= 0.5
+    handles.remove()
+    assert not model[0].weight._backward_hooks
+
+
+# --- guarantees, each against plain torch ---------------------------------------------------------------------
+
+
+def _adversarial(lens_cls=None):
+    """Hooks that edit in place (leaking into a sibling branch), keep references, read a non-leaf's .grad (a
+    warning), a complex leaf whose gradient torch adopts lazily conjugated, a saved-tensor unpack hook counting, a
+    retained second pass whose hook raises.  Returns everything a user could see."""
+    seen: dict = {"calls": [], "unpacks": 0, "kept": []}
+    torch.manual_seed(0)
+    a = torch.randn(3, requires_grad=True)
+    c = torch.randn(3, dtype=torch.complex64, requires_grad=True)
+
+    def unpack(t):
+        seen["unpacks"] += 1
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, unpack):
+        h = a * 2
+        left, right = h * 3, h.exp()
+    zc = (c * 2).conj()
+
+    def edit(g):
+        seen["calls"].append(("edit", g.clone()))
+        g.mul_(2)  # in place: AddBackward0 hands the same tensor to the sibling
+
+    def keep(g):
+        seen["kept"].append(g)
+        _ = h.grad  # a non-leaf's .grad: torch warns
+        if len(seen["calls"]) > 1:
+            raise ValueError("second pass refused")
+        seen["calls"].append(("keep", g.clone()))
+        return g * 0.5
+
+    left.register_hook(edit)
+    h.register_hook(keep)
+    loss = ((left + right) ** 2).sum() + zc.real.sum()
+    errors = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if lens_cls is None:
+            loss.backward(retain_graph=True)
+            try:
+                loss.backward()
+            except ValueError as error:
+                errors.append(str(error))
+        else:
+            with lens_cls() as lens:
+                loss.backward(retain_graph=True)
+                try:
+                    loss.backward()
+                except ValueError as error:
+                    errors.append(str(error))
+            seen["lens"] = lens
+    seen["warnings"] = [(w.category, str(w.message)) for w in caught if "autograd_lens" not in str(w.message)]
+    seen.update(a=a, c=c, errors=errors, grads=(a.grad.clone(), c.grad.clone()), conj=c.grad.is_conj())
+    return seen
+
+
+def test_it_changes_nothing_it_observes_on_an_adversarial_program():
+    plain, traced = _adversarial(), _adversarial(al.Lens)
+    assert [(k, v.tolist()) for k, v in plain["calls"]] == [(k, v.tolist()) for k, v in traced["calls"]]
+    assert plain["unpacks"] == traced["unpacks"] and plain["errors"] == traced["errors"] == ["second pass refused"]
+    assert all(torch.equal(p, q) for p, q in zip(plain["grads"], traced["grads"]))
+    assert plain["conj"] == traced["conj"]
+    assert plain["warnings"] == traced["warnings"] and plain["warnings"]
+    assert [g.tolist() for g in plain["kept"]] == [g.tolist() for g in traced["kept"]]
+    # and what it shows of it is what torch did
+    lens = traced["lens"]
+    first = [c for c in lens.passes[0].hook_calls]
+    assert [c.hook for c in first] == ["edit", "keep"] and first[0].edited_in_place
+    assert lens.passes[1].error is not None and "second pass refused" in str(lens.passes[1].error)
+
+
+@pytest.mark.parametrize("method", ["_record_node", "_sent", "_begin", "_end"])
+def test_no_exception_of_the_lens_reaches_backward(monkeypatch, method):
+    """'a failure to record becomes a note on the pass ("recording incomplete at …"), shown on the stepper's first
+    step': the lens made to fail at its second call of `method`, inside the engine, with a modifying hook."""
+    from autograd_lens.capture import observe
+
+    def program():
+        torch.manual_seed(1)
+        w, b = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+        h = w * 2 + b
+        h.register_hook(lambda g: g * 3)
+        b.register_hook(lambda g: g.clamp(-0.5, 0.5))
+        return w, b, (h.tanh() * h).sum()
+
+    w0, b0, loss = program()
+    loss.backward()
+    with al.Lens():  # the once-per-process self-check, before anything is broken
+        program()[2].backward()
+    original, count = getattr(observe.PassObserver, method), [0]
+
+    def broken(self, *args, **kwargs):
+        count[0] += 1
+        if count[0] == 2:
+            raise RuntimeError(f"lens bug in {method}")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(observe.PassObserver, method, broken)
+    w, b, loss = program()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with al.Lens() as lens:
+            loss.backward()
+        notes = [str(n) for n in lens.passes[0].notes]
+    assert count[0] >= 2
+    assert torch.equal(w.grad, w0.grad) and torch.equal(b.grad, b0.grad)
+    assert any(n.startswith("recording incomplete at ") and f"lens bug in {method}" in n for n in notes), notes
+    assert f"lens bug in {method}" in lens.to_html()
+    assert len([x for x in caught if "autograd_lens" in str(x.message)]) <= 1
+
+
+def test_it_leaves_nothing_behind_on_keyboard_interrupt():
+    engine = torch.autograd._engine_run_backward
+    globals_before = [len(getattr(torch.nn.modules.module, name)) for name in
+                      ("_global_backward_hooks", "_global_backward_pre_hooks", "_global_forward_hooks")]
+    x = torch.tensor(3.0, requires_grad=True)
+    interrupt = KeyboardInterrupt("user pressed stop")
+
+    def stop(g):
+        raise interrupt
+
+    y = x * x
+    y.register_hook(stop)
+    with pytest.raises(KeyboardInterrupt) as raised:
+        with al.Lens():
+            y.backward()
+    assert raised.value is interrupt and torch.autograd._engine_run_backward is engine
+    assert [len(getattr(torch.nn.modules.module, name)) for name in
+            ("_global_backward_hooks", "_global_backward_pre_hooks", "_global_forward_hooks")] == globals_before
+    z = x * 4
+    fn = z.grad_fn
+    with al.Lens():
+        z.backward(retain_graph=True)
+    assert z.grad_fn is fn and fn.next_functions[0][0].name() == "torch::autograd::AccumulateGrad"
+    calls = []
+    fn.register_hook(lambda gi, go: calls.append(1))
+    z.backward()  # no hook of the lens is left to fire: only the user's
+    assert calls == [1] and float(x.grad) == 8.0
+
+
+def test_bounded_memory_keeps_summaries_past_the_budget():
+    """guarantees.md: past memory_budget the values kept are summaries (shape, dtype, min, max, norm, first
+    values), and lens.passes.clear() lets them go; store_limit makes a summary of a larger gradient."""
+    w = torch.randn(100, requires_grad=True)
+    with al.Lens(memory_budget=1000) as lens:
+        for _ in range(3):
+            w.grad = None
+            (w * 2).sum().backward()
+    first, *later = lens.passes
+    assert first.kept_bytes > 1000 and all(p.kept_bytes == 0 for p in later)
+    run = later[-1].node_runs[-1]
+    assert isinstance(run.grad_out[0], TensorSummary)
+    assert (run.grad_out[0].shape, run.grad_out[0].min, run.grad_out[0].max) == ((100,), 2.0, 2.0)
+    assert any("memory_budget" in str(n) and "summaries" in str(n) for n in later[0].notes)
+    lens.passes.clear()
+    with lens:
+        w.grad = None
+        (w * 2).sum().backward()
+    assert lens.passes[0].kept_bytes > 1000 and isinstance(lens.passes[0].node_runs[-1].grad_out[0], torch.Tensor)
+    text = " ".join(read(GUARANTEES).split())
+    assert "only shapes" not in text and "shapes only" not in text and "summaries (shape, dtype, min, max, norm" in text
+    big = torch.randn(4097, requires_grad=True)
+    with al.Lens() as lens:
+        (big * 2).sum().backward()
+    assert isinstance(lens.passes[0].leaf_grads["big"], TensorSummary)
+
+
+def _bytes_reachable(lens) -> int:
+    seen, total = set(), 0
+
+    def walk(value):
+        nonlocal total
+        if isinstance(value, torch.Tensor) and value.layout == torch.strided:
+            if value.untyped_storage().data_ptr() not in seen:
+                seen.add(value.untyped_storage().data_ptr())
+                total += value.untyped_storage().nbytes()
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item)
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+
+    for p in lens.passes:
+        for field in ("leaf_grads", "grads_without_hooks", "added", "added_without_hooks"):
+            walk(getattr(p, field))
+        for record in (*p.node_runs, *p.hook_calls):
+            walk(record.grad_in)
+            walk(record.grad_out)
+    return total
+
+
+@pytest.mark.xfail(strict=True, reason="past memory_budget each pass still copies every leaf's final .grad "
+                   "(capture/finalgrad.py: final_grad's observer.copied, a summary once observer.over_budget) and "
+                   "what each hook call received and returned (capture/calls.py, speed8's: through the budget as "
+                   "nodes.py's _keep does); a loop of 40 passes holds twice the tensor bytes of 20")
+def test_a_training_loop_stops_adding_copies_once_the_budget_is_reached():
+    held = []
+    for passes in (20, 40):
+        w = torch.randn(4000, requires_grad=True)
+        with al.Lens(memory_budget=100_000) as lens:
+            for _ in range(passes):
+                w.grad = None
+                y = w * 2
+                y.register_hook(lambda g: g * 2)
+                y.sum().backward()
+        held.append(_bytes_reachable(lens))
+    assert held[1] <= held[0] * 1.1, held
+
+
+def test_without_hooks_is_unknown_with_why_past_a_python_backward():
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    y = Double.apply(x)
+    y.register_hook(lambda g: g * 10)
+    with al.Lens() as lens:
+        (y * 3).sum().backward()
+    p = lens.passes[0]
+    assert torch.equal(x.grad, torch.tensor([60.0, 60.0]))
+    assert p.grads_without_hooks["x"] is None and "Python" in p.unknown["x"]
+
+
+def test_output_is_deterministic_and_import_loads_no_renderer():
+    def page():
+        x = torch.tensor([1.0, -2.0], requires_grad=True)
+        y = x * x
+        y.register_hook(lambda g: g.clamp(-1, 1))
+        with al.Lens() as lens:
+            y.sum().backward()
+        return lens.to_html(), al.graph(y.sum(), names={"x": x, "y": y}).to_dot()
+
+    assert page() == page()
+    # guide.md: %load_ext loads the first picture's renderer and modules; "a plain import autograd_lens loads none of it"
+    code = ("import sys, autograd_lens, autograd_lens.views.display as d; "
+            "print(d._WARMED, [m for m in d.WARM_MODULES + ('wasmfast',) if 'autograd_lens.views.' + m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": ROOT}).stdout
+    assert out.split() == ["[]", "[]"], out
+
+
+# --- what the docs say torch does (torch 2.13) --------------------------------------------------------------------
+
+
+def test_torch_runs_the_hooks_a_dict_held_when_its_hooks_started():
+    """guarantees.md: a hook that removes a later one on the same tensor, or adds one there, changes the next pass
+    only; with the lens, the calls are the same."""
+    def program(lens):
+        x = torch.tensor(2.0, requires_grad=True)
+        y = x * 3
+        calls, later = [], []
+
+        def first(g):
+            calls.append("first")
+            later[0].remove()
+            y.register_hook(lambda g: calls.append("added"))
+
+        y.register_hook(first)
+        later.append(y.register_hook(lambda g: calls.append("later")))
+        out = y * y
+        if lens:
+            with al.Lens() as traced:
+                out.backward(retain_graph=True)
+                calls.append("|")
+                out.backward()
+            return calls, [c.hook for c in traced.hook_calls]
+        out.backward(retain_graph=True)
+        calls.append("|")
+        out.backward()
+        return calls, None
+
+    plain, (traced, shown) = program(False), program(True)
+    assert plain[0] == traced == ["first", "later", "|", "first", "added"]
+    assert shown == ["first", "<lambda>", "first", "<lambda>"]
+
+
+def test_torch_facts_the_docs_state():
+    # a node post-hook registered while its node runs (from an unpack hook) receives () as the node's inputs
+    got = []
+
+    def unpack(t):
+        if not got:
+            torch._C._current_autograd_node().register_hook(lambda gi, go: got.append(go))
+            got.append("registered")
+        return t
+
+    x = torch.tensor(2.0, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, unpack):
+        y = x * x
+    with al.Lens():
+        y.backward()
+    assert got == ["registered", ()]
+    # clip_grad_norm_ writes every .grad, also when it leaves the values as they are
+    p = torch.nn.Parameter(torch.ones(3))
+    p.grad = torch.full((3,), 0.1)
+    version = p.grad._version
+    torch.nn.utils.clip_grad_norm_([p], 100.0)
+    assert p.grad._version > version and torch.equal(p.grad, torch.full((3,), 0.1))
+    # a module backward hook changes MultiheadAttention's forward: it no longer sees q is k is v
+    import torch.nn.modules.activation as activation
+
+    seen, original = [], activation.F.multi_head_attention_forward
+
+    def spy(q, k, v, *args, **kwargs):
+        seen.append(q is k is v)
+        return original(q, k, v, *args, **kwargs)
+
+    attention, inputs = torch.nn.MultiheadAttention(4, 1, batch_first=True), torch.randn(1, 3, 4, requires_grad=True)
+    activation.F.multi_head_attention_forward = spy
+    try:
+        attention(inputs, inputs, inputs)
+        attention.register_full_backward_hook(lambda *args: None)
+        attention(inputs, inputs, inputs)
+    finally:
+        activation.F.multi_head_attention_forward = original
+    assert seen == [True, False]
+    # hooks are not in a state_dict, and torch.load refuses a pickled hook object by default
+    import io
+    import pickle
+
+    layer = torch.nn.Linear(2, 2)
+    layer.weight.register_hook(lambda g: g)
+    assert set(layer.state_dict()) == {"weight", "bias"}
+    buffer = io.BytesIO()
+    torch.save({"hook": al.Recipe()}, buffer)
+    buffer.seek(0)
+    with pytest.raises(pickle.UnpicklingError, match="weights_only"):
+        torch.load(buffer)
+
+
+# --- docs/architecture.md: who imports whom -----------------------------------------------------------------------
+
+
+def _cross_imports() -> dict[tuple[str, str], set[str]]:
+    modules = _modules()
+
+    def part(name: str) -> str:
+        pieces = name.split(".")
+        return pieces[1] if len(pieces) > 1 else "autograd_lens"
+
+    found: dict[tuple[str, str], set[str]] = {}
+    for name, path in modules.items():
+        for other in _imports(name, path, modules):
+            if part(name) != part(other):
+                found.setdefault((part(name), part(other)), set()).add(f"{name[14:]} -> {other[14:]}")
+    return found
+
+
+def test_the_import_directions_architecture_md_gives():
+    text = read(ARCHITECTURE)
+    edges = _cross_imports()
+    assert "## Imports" in text
+    # model/ holds plain records: it imports numbers.py only, nothing of capture/, views/, debug/
+    assert {to for (frm, to) in edges if frm == "model"} == {"numbers"}
+    # views/ reads two things of capture/: entry.py's collector pause and inventory.py's note text
+    assert edges[("views", "capture")] == {"views.display -> capture.entry", "views.fold -> capture.entry",
+                                           "views.steps -> capture.inventory"}
+    # capture/ reaches views/ only from showing.py (how a Lens shows itself, imported when it is shown)
+    assert {edge.split(" -> ")[0] for edge in edges[("capture", "views")]} == {"capture.showing"}
+    assert {edge.split(" -> ")[0] for edge in edges[("capture", "debug")]} == {"capture.showing", "capture.tracer"}
+    for sentence in ("model/ imports nothing of the package but numbers.py",
+                     "views/ imports two things of capture/", "capture/ imports views/ only in showing.py"):
+        assert sentence in " ".join(text.split()), sentence
