@@ -77,7 +77,9 @@ def test_every_option_the_docs_use_is_a_magic_option_with_the_default_they_give(
     assert used["%%lens"] - set(cell) == set() and used["%lens_graph"] - set(line) == set()
     # options named alone (`--as NAME`, `--no-fold`) in the README and the guide: a magic's, or python -m autograd_lens's
     alone = {option for path in (README, GUIDE) for option in re.findall(r"`(--[a-z][a-z-]*)[^`]*`", read(path))}
-    assert alone >= {"--as", "--no-fold"} and alone - set(cell) - set(line) == set(), alone - set(cell) - set(line)
+    command_line = {"--output", "--modules", "--help"}  # python -m autograd_lens's (argparse adds --help)
+    assert all(f'"{option}"' in read(os.path.join(ROOT, "autograd_lens", "__main__.py")) for option in command_line - {"--help"})
+    assert alone >= {"--as", "--no-fold"} and alone - set(cell) - set(line) - command_line == set(), alone
     # the documented defaults, in the magics, the Lens and the help texts
     import inspect
 
@@ -510,3 +512,89 @@ def test_the_import_directions_architecture_md_gives():
     for sentence in ("model/ imports nothing of the package but numbers.py",
                      "views/ imports two things of capture/", "capture/ imports views/ only in showing.py"):
         assert sentence in " ".join(text.split()), sentence
+
+
+# --- the guide's tables: note codes, hook kinds, what is recorded ---------------------------------------------------
+
+
+def test_the_guides_tables_name_what_the_code_has():
+    import dataclasses
+
+    from autograd_lens.model import BackwardPass, HookCall
+    from autograd_lens.model.passes import HOOK_KINDS
+    from autograd_lens.notes import MESSAGES
+
+    guide = read(GUIDE)
+    notes_table = guide[guide.index("## Notes on classic mistakes"):guide.index("## What is recorded")]
+    assert sorted(re.findall(r"^\| `(\w+)` \|", notes_table, re.M)) == sorted(MESSAGES)
+    kinds = guide[guide.index("Hook kinds: "):guide.index("Hooks registered before the Lens started")]
+    named = re.findall(r"`(\w+)`", kinds)
+    assert [k for k in HOOK_KINDS if not k.startswith("global_module_")] == named
+    assert "the three `global_module_*`" in kinds and sum(k.startswith("global_module_") for k in HOOK_KINDS) == 3
+    listed = guide[guide.index("lens.passes                        # [BackwardPass]"):guide.index("lens.hook_calls    ")]
+    fields = {f.name for f in dataclasses.fields(BackwardPass)} | set(dir(BackwardPass))
+    words = re.findall(r"\b([a-z_]+)\b(?![^(]*\))", listed.split("#", 1)[1])
+    assert {w for w in words if "_" in w or w in ("graph", "events", "added", "unknown", "notes", "sources", "groups")} \
+        <= fields
+    record = guide[guide.index("| `HookCall` |"):guide.index("| `GradWritten` |")]
+    assert set(re.findall(r"`(\w+)`", record)) - {"HookCall"} <= {f.name for f in dataclasses.fields(HookCall)}
+    # an untraced kind of pass, as the table says: torch's own result, a note counting it
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    with al.Lens() as lens:
+        got = torch.func.grad(lambda t: (t * t).sum())(x)
+    assert torch.equal(got, torch.tensor([2.0, 4.0])) and [n.code for n in lens.notes] == ["untraced_pass"]
+    assert "torch.func transform" in lens.notes[0].message and "once" in lens.notes[0].message
+
+
+def test_the_why_answers_have_the_fields_the_guide_names():
+    b = torch.tensor([1.0, 2.0], requires_grad=True)
+    v = torch.tensor([1.0, 2.0], requires_grad=True)
+    with al.Lens(why=True) as lens:
+        ((b * v.detach()).sum() + (b * b).sum()).backward()
+        torch.log(b * 0).sum().backward()
+    reason = lens.passes[0].unreached["v"]
+    assert reason.code == "detached" and ".detach()" in reason.text and reason.at
+    assert lens.passes[0].first_nonfinite is None and lens.passes[1].first_nonfinite.name == "LogBackward0"
+    paths = lens.paths_to("b", 0)
+    assert paths.hooks == "" and all(path.nodes[-1] == "b" for path in paths.paths)
+    assert len(paths.paths) == 3  # b * v, and b * b twice (each of its operands)
+    assert torch.equal(sum(path.contribution for path in paths.paths), torch.tensor([3.0, 6.0]))
+    b.grad = None
+    with al.Lens(why=True) as lens:  # "where the pass's hooks changed what the leaf received, PathSet.hooks ... say so"
+        h = b * 3
+        h.register_hook(lambda g: g * 2)
+        h.sum().backward()
+    paths = lens.paths_to("b")
+    assert torch.equal(paths.total, torch.tensor([3.0, 3.0])) and "gave b [6.0, 6.0]" in paths.hooks
+    assert paths.text().rstrip().splitlines()[-1].endswith(paths.hooks)
+
+
+# --- python -m autograd_lens: "Arguments after the script are passed on to it" -----------------------------------
+
+
+def test_the_command_line_passes_the_scripts_own_options_on(tmp_path, monkeypatch, capsys):
+    """README/guide: `python -m autograd_lens train.py -o trace.html` (the lens's options right after the script),
+    and its help: 'Arguments after the script are passed on to it'.  Before the fix, a script's `--out x.txt` was
+    taken for the lens's --output (argparse's abbreviations: the page overwrote x.txt), its `--help` printed the
+    lens's help and never ran the script, and `--` reached it as an argument."""
+    from autograd_lens.__main__ import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(
+        "import sys, torch\nprint('ARGS', sys.argv[1:])\nx = torch.tensor(2.0, requires_grad=True)\n"
+        "(x * x).backward()\n")
+
+    def run(*argv):
+        assert main(["train.py", *argv]) == 0
+        return capsys.readouterr().out
+
+    said = run("-o", "page.html", "--lr", "3")
+    assert "ARGS ['--lr', '3']" in said and (tmp_path / "page.html").exists()
+    said = run("--out", "x.txt", "--modules")
+    assert "ARGS ['--out', 'x.txt', '--modules']" in said and not (tmp_path / "x.txt").exists()
+    assert "ARGS ['--help']" in run("--help") and "ARGS ['-o', 'mine']" in run("--", "-o", "mine")
+    assert "ARGS ['--lr', '3', '-o', 'y.html']" in run("--lr", "3", "-o", "y.html")
+    assert main(["--output", "z.html", "--modules", "train.py", "--", "-o", "w"]) == 0
+    assert "ARGS ['-o', 'w']" in capsys.readouterr().out and (tmp_path / "z.html").exists()
+    assert main(["train.py", "--modules", "--output=v.html", "x"]) == 0
+    assert "ARGS ['x']" in capsys.readouterr().out and (tmp_path / "v.html").exists()
