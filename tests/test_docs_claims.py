@@ -112,6 +112,7 @@ def test_bad_magic_input_says_what_to_do_and_leaves_the_kernel_usable(shell, cap
         said = capsys.readouterr()
         message = said.out + said.err + str(result.error_in_exec or "")
         assert advice in message, (line, message)
+        assert not result.success, line  # the cell did not run: it fails, as IPython's own option errors do
         assert "ran" not in shell.user_ns and torch.autograd._engine_run_backward is engine, line
         assert "Traceback" not in message, line
     for line, said_text in (("%lens_graph nothere", "could not evaluate 'nothere': NameError"),
@@ -598,3 +599,58 @@ def test_the_command_line_passes_the_scripts_own_options_on(tmp_path, monkeypatc
     assert "ARGS ['-o', 'w']" in capsys.readouterr().out and (tmp_path / "z.html").exists()
     assert main(["train.py", "--modules", "--output=v.html", "x"]) == 0
     assert "ARGS ['x']" in capsys.readouterr().out and (tmp_path / "v.html").exists()
+
+
+def test_without_hooks_leaves_out_hooks_registered_before_the_lens():
+    """BackwardPass's docstring said 'had no hook been registered since the Lens started'; the guarantee (and the
+    code) is 'had no hook run': a hook registered before the Lens is left out too."""
+    from autograd_lens.model import BackwardPass
+
+    x = torch.tensor(2.0, requires_grad=True)
+    y = x**2
+    y.register_hook(lambda g: g * 0.5)
+    out = y * 3 + y * 2
+    with al.Lens() as lens:
+        out.backward()
+    assert float(x.grad) == 10.0 and float(lens.passes[0].grads_without_hooks["x"]) == 20.0
+    assert "had no hook run since the ``Lens`` started (hooks\n    registered before it included" in BackwardPass.__doc__
+
+
+def test_collector_renderer_and_module_hooks_as_the_docs_say(monkeypatch):
+    import gc
+
+    from torch.nn.modules import module as torch_module
+
+    # "The garbage collector is as you left it wherever your code runs"
+    x = torch.tensor(2.0, requires_grad=True)
+    seen = []
+    try:
+        for enabled in (False, True):
+            (gc.enable if enabled else gc.disable)()
+            y = x * x
+            y.register_hook(lambda g: seen.append(gc.isenabled()))
+            with al.Lens():
+                y.backward()
+            assert seen[-1] is enabled and gc.isenabled() is enabled
+    finally:
+        gc.enable()
+    # "a bad AUTOGRAD_LENS_RENDERER ... a readable fallback and one line naming the cause"; render() raises
+    # GraphvizUnavailableError with the install commands
+    graph = al.graph(x * 3, names={"x": x})
+    monkeypatch.setenv("AUTOGRAD_LENS_RENDERER", "bogus")
+    html = graph._repr_mimebundle_()["text/html"]
+    assert "AUTOGRAD_LENS_RENDERER must be one of" in html and "not &#x27;bogus&#x27;" in html
+    monkeypatch.setenv("AUTOGRAD_LENS_RENDERER", "none")
+    with pytest.raises(al.GraphvizUnavailableError, match=r"(?s)switched off.*pip install .*apt-get install graphviz"):
+        graph.render("never.svg")
+    # --modules: "two global forward hooks for the length of the cell (returning None ...)", none after it
+    before = (len(torch_module._global_forward_hooks), len(torch_module._global_forward_pre_hooks))
+    during = []
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Tanh())
+    with al.Lens(modules=True) as lens:
+        during.append((len(torch_module._global_forward_hooks), len(torch_module._global_forward_pre_hooks)))
+        model(torch.ones(1, 2)).sum().backward()
+    assert sum(during[0]) - sum(before) == 2
+    assert (len(torch_module._global_forward_hooks), len(torch_module._global_forward_pre_hooks)) == before
+    assert not torch_module._global_backward_hooks and not torch_module._global_backward_pre_hooks
+    assert {(g.path, g.kind) for g in lens.passes[0].groups} >= {("model.0", "Linear"), ("model.1", "Tanh")}
