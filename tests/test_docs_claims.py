@@ -654,3 +654,29 @@ def test_collector_renderer_and_module_hooks_as_the_docs_say(monkeypatch):
     assert (len(torch_module._global_forward_hooks), len(torch_module._global_forward_pre_hooks)) == before
     assert not torch_module._global_backward_hooks and not torch_module._global_backward_pre_hooks
     assert {(g.path, g.kind) for g in lens.passes[0].groups} >= {("model.0", "Linear"), ("model.1", "Tanh")}
+
+
+def test_exercises_and_stepper_as_the_course_pages_say(capsys, tmp_path):
+    """notebooks/README.md: check() says 'Right' or 'Not quite' and the rule, never the value (also for answers of
+    the wrong form); docs/course.md: predict mode in the static page; guide.md: the widget's step and pass_index."""
+    from autograd_lens.exercises import Exercise
+
+    exercise = Exercise("x.grad?", program="x = torch.tensor([1.5, 2.5], requires_grad=True)\n(x ** 2).sum().backward()",
+                        value="x.grad", rule="The derivative of x² is 2x.")
+    for answer in (None, 3, "RuntimeError", torch.tensor([3.0, 5.5]), torch.tensor([[3.0, 5.0]]), "3, 5", True,
+                   float("nan"), [3, 5], (3.0, 5.0)):
+        exercise.check(answer)
+        said = capsys.readouterr().out
+        assert said.startswith(("Right.", "Not quite.")) and said.rstrip().endswith("The derivative of x² is 2x.")
+        assert said.startswith("Right.") == isinstance(answer, (list, tuple)), (answer, said)
+        assert "5.0" not in said and "3.0" not in said and "[3" not in said, said
+    x = torch.tensor(2.0, requires_grad=True)
+    with al.Lens() as lens:
+        (x * 3).backward()
+        (x * 4).backward()
+    page = lens.to_html(str(tmp_path / "p.html"), predict=True)
+    assert (tmp_path / "p.html").read_text(encoding="utf-8") == page and "predict" in page
+    stepper = lens.stepper()
+    assert isinstance(stepper, al.Stepper) and {"step", "pass_index"} <= set(stepper.trait_names())
+    stepper.pass_index, stepper.step = 1, 1
+    assert stepper.current_step.title == "mul (MulBackward0) runs"
