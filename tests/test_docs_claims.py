@@ -721,3 +721,15 @@ def test_without_hooks_is_unknown_with_why_in_the_readmes_cases():
         (u * 3).sum().backward()
     assert lens.passes[0].grads_without_hooks["v"] is None
     assert "stopped at ValueError: refused after hooks ran" in lens.passes[0].unknown["v"]
+
+
+def test_the_keys_the_readme_and_guide_give_are_the_steppers():
+    """README said '← → (or j k)', pairing ← with j; the stepper's j is next (as the guide and its button say)."""
+    source = read(os.path.join(ROOT, "autograd_lens", "views", "stepper.js"))
+    actions = dict(re.findall(r'"?([\w+=\-]+)"?: "([\w-]+)"', source[source.index("const actions = {"):][:400]))
+    assert {key: actions[key] for key in ("ArrowRight", "j", "ArrowLeft", "k", "Home", "End", "0", "r", "Escape")} == {
+        "ArrowRight": "next", "j": "next", "ArrowLeft": "prev", "k": "prev", "Home": "first", "End": "last",
+        "0": "fit", "r": "root", "Escape": "unselect"}
+    assert "→ or j next, ← or k back, Home, End; + − 0 zoom" in read(README)
+    assert "→ or j next step, ← or k previous, Home and End the\nfirst and last, + and − zoom, 0 fits the drawing, r " \
+           "shows the root, Escape clears a selection" in read(GUIDE)
