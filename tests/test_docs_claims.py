@@ -733,3 +733,18 @@ def test_the_keys_the_readme_and_guide_give_are_the_steppers():
     assert "→ or j next, ← or k back, Home, End; + − 0 zoom" in read(README)
     assert "→ or j next step, ← or k previous, Home and End the\nfirst and last, + and − zoom, 0 fits the drawing, r " \
            "shows the root, Escape clears a selection" in read(GUIDE)
+
+
+def test_the_limits_the_docs_give_are_the_codes():
+    from autograd_lens.capture import annotate, modules, observe
+    from autograd_lens.views import context, fold, passview, static_html
+
+    guide, guarantees = " ".join(read(GUIDE).split()), " ".join(read(GUARANTEES).split())
+    assert fold.FOLD_OVER == passview.COLLAPSE_OVER == annotate.GROUP_HINT_OVER == 60
+    assert "Past 60 boxes, `%lens_graph` / `graph()` outlines" in guide and "Past 60 boxes the groups start" in guide
+    assert (fold.VARIANT_LAYOUTS, fold.VARIANT_BOXES) == (8, 300) and "At most 8 such drawings (300 boxes in all)" in guide
+    assert context.STEP_LIMIT == 1000 and "more than 1,000 events shows its first 1,000 as steps" in guarantees
+    assert modules.MAX_CALLS == 200_000 and "at most 200,000 calls per cell" in guarantees
+    assert observe.DEEP_GRAPH == 30_000 and "deeper than 30,000 functions" in guarantees
+    assert static_html.PICTURE_INLINE_LIMIT == 100_000 and "larger than 100 KB" in guarantees
+    assert static_html.OVERVIEW_BOXES == 150 and "(past ~150 nodes)" in guide
