@@ -17,7 +17,7 @@ import torch
 import autograd_lens as al
 from autograd_lens.model import TensorSummary
 from conftest import Double
-from test_layout import _imports, _modules
+from test_layout import PACKAGE, _imports, _map_block, _modules
 from test_readme import GUIDE, README, ROOT, lines_outside_fences, read
 
 GUARANTEES = os.path.join(ROOT, "docs", "guarantees.md")
@@ -748,3 +748,35 @@ def test_the_limits_the_docs_give_are_the_codes():
     assert observe.DEEP_GRAPH == 30_000 and "deeper than 30,000 functions" in guarantees
     assert static_html.PICTURE_INLINE_LIMIT == 100_000 and "larger than 100 KB" in guarantees
     assert static_html.OVERVIEW_BOXES == 150 and "(past ~150 nodes)" in guide
+
+
+def test_module_groups_are_labelled_as_the_guide_shows(shell):
+    """guide.md: outlines labelled 'model.3 · Linear', 'shared · Linear (call 2 of 2)'; cards 'Made by cell line 4:
+    out = model(x), inside model.3 · Linear'."""
+    assert shell.run_cell("""%%lens --modules --no-show
+shared = torch.nn.Linear(2, 2)
+model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Tanh(), torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+out = model(shared(shared(torch.ones(1, 2))))
+out.sum().backward()
+""").success
+    page = shell.user_ns["_lens"].to_html()
+    for text in ("model.3 · Linear", "shared · Linear (call 1 of 2)", "shared · Linear (call 2 of 2)",
+                 "Made by cell line 4: out = model(shared(shared(torch.ones(1, 2)))), inside model.3 · Linear",
+                 "Made by cell line 4: out = model(shared(shared(torch.ones(1, 2)))), inside shared · Linear (call 2 of 2)"):
+        assert text in page, text
+
+
+def test_the_module_map_puts_each_module_in_its_folder():
+    """test_layout checks that the map names every module; here, that each is named under its own folder's line
+    (a module of views/ described under capture/ would be a false map)."""
+    files = {path.name: path.relative_to(PACKAGE) for path in PACKAGE.rglob("*") if path.suffix in (".py", ".js")}
+    section, misplaced = "autograd_lens", []
+    for line in _map_block().splitlines():
+        folder = re.match(r"^  (\w+)/", line)
+        if folder or re.match(r"^  \S", line):
+            section = folder.group(1) if folder else "autograd_lens"
+        for name in re.findall(r"\b(\w+\.(?:py|js))\b", line):
+            where = files[name].parts[0] if len(files[name].parts) > 1 else "autograd_lens"
+            if name != "__init__.py" and where != section:
+                misplaced.append((name, section, str(files[name])))
+    assert misplaced == []
