@@ -780,3 +780,15 @@ def test_the_module_map_puts_each_module_in_its_folder():
             if name != "__init__.py" and where != section:
                 misplaced.append((name, section, str(files[name])))
     assert misplaced == []
+
+
+def test_why_records_forward_ops_with_a_mode_only_for_the_block():
+    """%%lens --why's help and Lens's docstring: 'Records forward ops for the length of the cell (a
+    TorchFunctionMode)'; without why=True no mode is pushed."""
+    from torch.overrides import _get_current_function_mode_stack as modes
+
+    with al.Lens(why=True):
+        inside = [isinstance(mode, torch.overrides.TorchFunctionMode) for mode in modes()]
+    with al.Lens():
+        plain = list(modes())
+    assert inside == [True] and plain == [] and modes() == []
