@@ -792,3 +792,15 @@ def test_why_records_forward_ops_with_a_mode_only_for_the_block():
     with al.Lens():
         plain = list(modes())
     assert inside == [True] and plain == [] and modes() == []
+
+
+def test_max_elements_shows_values_up_to_it():
+    """'Tensors with at most max_elements entries show their values' (graph()'s docstring, the magics' help)."""
+    a, b = torch.arange(4.0, requires_grad=True), torch.arange(5.0, requires_grad=True)
+    dot = al.graph((a * 2).sum() + (b * 2).sum(), names={"a": a, "b": b}, max_elements=4).to_dot()
+    assert 'label="a [4]|data [0.0, 1.0, 2.0, 3.0]|grad None"' in dot
+    assert 'label="b [5]|data [5 float32] min 0.0 max 4.0 norm 5.477|grad None"' in dot
+    with al.Lens(names={"a": a, "b": b}, max_elements=4) as lens:
+        ((a * 2).sum() + (b * 2).sum()).backward()
+    values = {node.label: node.value for node in lens.passes[0].graph.nodes if node.label in ("a", "b")}
+    assert torch.equal(values["a"], a.detach()) and isinstance(values["b"], TensorSummary)
