@@ -804,3 +804,30 @@ def test_max_elements_shows_values_up_to_it():
         ((a * 2).sum() + (b * 2).sum()).backward()
     values = {node.label: node.value for node in lens.passes[0].graph.nodes if node.label in ("a", "b")}
     assert torch.equal(values["a"], a.detach()) and isinstance(values["b"], TensorSummary)
+
+
+def test_it_adds_no_node_and_leaves_the_graph_as_it_was():
+    """guarantees.md: 'It adds no node to your graph'; its hooks are removed at the end of each pass: every
+    backward function's links, metadata and the user's tensor hooks are as in a plain run, and a second pass
+    over the retained graph gives the same .grad."""
+    def program(lens_cls):
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        y = x * 3
+        y.register_hook(lambda g: g * 2)
+        z = (y * y).sum()
+        functions, stack = [], [z.grad_fn]
+        while stack:
+            fn = stack.pop()
+            functions.append(fn)
+            stack += [next_fn for next_fn, _ in fn.next_functions if next_fn is not None]
+        for _ in range(2):
+            if lens_cls is None:
+                z.backward(retain_graph=True)
+            else:
+                with lens_cls():
+                    z.backward(retain_graph=True)
+        links = [(fn.name(), dict(fn.metadata), [n.name() if n else None for n, _ in fn.next_functions])
+                 for fn in functions]
+        return links, len(y._backward_hooks), x.grad.tolist()
+
+    assert program(None) == program(al.Lens)
