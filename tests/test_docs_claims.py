@@ -831,3 +831,26 @@ def test_it_adds_no_node_and_leaves_the_graph_as_it_was():
         return links, len(y._backward_hooks), x.grad.tolist()
 
     assert program(None) == program(al.Lens)
+
+
+OLD_TORCH = """
+import sys, torch
+torch.__version__ = "2.12.0"
+try:
+    import autograd_lens
+except ImportError as error:
+    print("import:", error)
+print([name for name in sys.modules if name.startswith("autograd_lens.")])
+from IPython.core.interactiveshell import InteractiveShell
+result = InteractiveShell.instance().run_cell("%load_ext autograd_lens")
+print("load_ext:", result.success, result.error_in_exec)
+"""
+
+
+def test_below_the_supported_torch_one_line_says_what_to_install():
+    """README/guide: below 2.13 `import autograd_lens` raises, and `%load_ext` prints, one line naming the version
+    needed, and nothing else is loaded."""
+    out = subprocess.run([sys.executable, "-c", OLD_TORCH], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": ROOT}).stdout.splitlines()
+    line = 'autograd_lens needs torch >= 2.13.0; this is torch 2.12.0: nothing was loaded (pip install "torch>=2.13,<2.16")'
+    assert out == [f"import: {line}", "['autograd_lens.compat']", f"load_ext: False {line}"], out
