@@ -520,6 +520,9 @@ def test_the_import_directions_architecture_md_gives():
     # capture/ reaches views/ only from showing.py (how a Lens shows itself, imported when it is shown)
     assert {edge.split(" -> ")[0] for edge in edges[("capture", "views")]} == {"capture.showing"}
     assert {edge.split(" -> ")[0] for edge in edges[("capture", "debug")]} == {"capture.showing", "capture.tracer"}
+    assert {edge.split(" -> ")[0] for edge in edges[("views", "debug")]} == {"views.marks"}
+    assert {edge.split(" -> ")[1] for edge in edges[("debug", "capture")]} <= {"capture.walk", "capture.saved",
+                                                                              "capture.snapshot"}
     for sentence in ("model/ imports nothing of the package but numbers.py",
                      "views/ imports two things of capture/", "capture/ imports views/ only in showing.py"):
         assert sentence in " ".join(text.split()), sentence
