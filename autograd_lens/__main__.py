@@ -28,15 +28,18 @@ def main(argv: list[str] | None = None) -> int:
         usage="%(prog)s [-h] [-o OUTPUT] [--modules] [script [args ...]]",
         description="Run a Python script under autograd_lens and write a step-through of every backward pass "
         "as a standalone HTML page (no server, no network needed to view it).",
-        epilog="Arguments after the script are passed on to it (its sys.argv[1:]).",
+        epilog="Arguments after the script are passed on to it (its sys.argv[1:]), except -o/--output FILE and "
+               "--modules right after it, which are the lens's (python -m autograd_lens train.py -o trace.html); "
+               "put -- before the script's own -o.",
+        allow_abbrev=False,
     )
     parser.add_argument("script", nargs="?", help="the script to run (default: a built-in demo)")
     parser.add_argument("-o", "--output", default="trace.html", help="where to write the page (default: trace.html)")
     parser.add_argument("--modules", action="store_true",
                         help="group the nodes by the nn.Module call that made them (adds two global forward hooks "
                              "while the script runs; torch.compile(module) then warns that global hooks exist)")
-    # anything else on the line is passed on to the script, as sys.argv[1:]
-    options, script_args = parser.parse_known_args(argv)
+    own, script_args = _split(sys.argv[1:] if argv is None else list(argv))
+    options = parser.parse_args(own)
 
     problem = _unwritable(options.output)
     if problem:  # say so before running a script that may take long
@@ -80,6 +83,30 @@ def main(argv: list[str] | None = None) -> int:
         return code
     print(f"autograd_lens: {done}")
     return 0
+
+
+def _split(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The lens's part of the command line, and the script's arguments: the options before the
+    script, and -o/--output FILE and --modules (spelled in full) right after it, up to a ``--`` or the first other
+    argument; everything after that is the script's, its ``--help`` and ``-o`` included."""
+    lens, index = [], 0
+    while index < len(argv) and argv[index].startswith("-") and argv[index] != "--":
+        takes_value = argv[index] in ("-o", "--output")
+        lens.extend(argv[index:index + 1 + takes_value])
+        index += 1 + takes_value
+    if index < len(argv) and argv[index] == "--":
+        index += 1
+    if index >= len(argv):
+        return lens, []
+    lens.append(argv[index])  # the script
+    rest, index = argv[index + 1:], 0
+    while index < len(rest) and (rest[index] in ("-o", "--output", "--modules") or rest[index].startswith("--output=")):
+        takes_value = rest[index] in ("-o", "--output")
+        lens.extend(rest[index:index + 1 + takes_value])
+        index += 1 + takes_value
+    if index < len(rest) and rest[index] == "--":
+        index += 1
+    return lens, rest[index:]
 
 
 def _print_traceback(error: BaseException, script: str | None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
@@ -93,20 +94,21 @@ class LensMagics(Magics):
 
         from .capture.tracer import Lens
 
+        # a bad line fails the cell as IPython's own option errors do (UsageError: one line, no traceback), so
+        # that Run All and nbval stop at it rather than at the next cell's NameError
         args = parse_argstring(self.lens, line)
         if not args.name.isidentifier() or keyword.iskeyword(args.name):
-            print(f"%%lens: --as needs a Python name, e.g. --as trace, not {args.name!r}; the cell did not run")
-            return None
+            raise UsageError(f"%%lens: --as needs a Python name, e.g. --as trace, not {args.name!r}; "
+                             "the cell did not run")
         if hasattr(builtins, args.name):
-            print(f"%%lens: --as {args.name} would hide Python's built-in {args.name}; choose another name, "
-                  "e.g. --as trace; the cell did not run")
-            return None
+            raise UsageError(f"%%lens: --as {args.name} would hide Python's built-in {args.name}; choose another "
+                             "name, e.g. --as trace; the cell did not run")
         for option, value, lowest, example in (("--max-nodes", args.max_nodes, 1, 300),
                                                ("--max-elements", args.max_elements, 0, 16),
                                                ("--store-limit", args.store_limit, 0, 4096)):
             if value < lowest:
-                print(f"%%lens: {option} must be at least {lowest}, e.g. {option} {example}; the cell did not run")
-                return None
+                raise UsageError(f"%%lens: {option} must be at least {lowest}, e.g. {option} {example}; "
+                                 "the cell did not run")
         lens = Lens(
             names=self.shell.user_ns,
             store_limit=args.store_limit,

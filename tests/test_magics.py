@@ -93,8 +93,10 @@ def test_lens_help_documents_options(shell):
 
 
 def test_lens_rejects_a_bad_name(shell, capsys):
-    shell.run_cell("%%lens --as 3x\npass\n")
-    assert "--as needs a Python name" in capsys.readouterr().out
+    result = shell.run_cell("%%lens --as 3x\npass\n")
+    assert not result.success  # the cell did not run: Run All stops here
+    said = capsys.readouterr()
+    assert "--as needs a Python name" in said.out + said.err and "Traceback" not in said.out + said.err
 
 
 def test_unload_removes_the_magics(shell):

@@ -146,8 +146,8 @@ class BackwardPass:
     """One call of ``backward()`` / ``torch.autograd.backward`` / ``torch.autograd.grad``.
 
     ``leaf_grads`` is each leaf's ``.grad`` after the pass.  ``grads_without_hooks``
-    is what ``.grad`` would hold had no hook been registered since the ``Lens``
-    started (for ``autograd.grad``: what it would have returned, per input);
+    is what ``.grad`` would hold had no hook run since the ``Lens`` started (hooks
+    registered before it included; for ``autograd.grad``: what it would have returned, per input);
     ``added`` and ``added_without_hooks`` are this pass's own contribution to
     ``.grad``, with and without hooks.  A value is ``None`` where it cannot be
     known without running user code again, and ``unknown[name]`` says why.
