@@ -329,10 +329,8 @@ class NodeRecorder(UnexplainedChanges, HookPlacing):
         else:
             if pending:
                 self.pending = []
-                self.placing_now = pending  # (what ran there beside each call: placing._output_of)
                 for call in pending:
-                    self.place(call, fn, grad_outputs)
-                self.placing_now = ()
+                    self.place(call, fn, grad_outputs, pending)
                 before = [call for call in pending if call.kind in BEFORE_NODE]
                 after = [call for call in pending if call.kind not in BEFORE_NODE]
             else:  # no hook ran since the last node: the usual case

@@ -17,13 +17,12 @@ from .structure import gradient_edge
 class HookPlacing:
     """Part of :class:`~autograd_lens.capture.observe.PassObserver`: what each hook call is attached to."""
 
-    placing_now: Any = ()  # the calls being placed at the node that runs now (the node pre-hooks among them)
-
-    def place(self, call: HookRecord, fn: Any, grad_outputs: tuple) -> None:
+    def place(self, call: HookRecord, fn: Any, grad_outputs: tuple, beside: list | tuple = ()) -> None:
         """Decide what a hook call is attached to (tensor name, node, output index).
 
         The engine says which node it runs a hook for (``current_fn``); ``fn`` is the node whose
-        post-hook is placing the call (the next to run), the fallback when the engine said nothing."""
+        post-hook is placing the call (the next to run), the fallback when the engine said nothing; ``beside``: the
+        calls placed there with it (its node pre-hooks among them)."""
         if call.current_fn is not None and call.kind != "multi_grad":
             if call.current_fn is not fn:
                 grad_outputs = ()  # fired for another node (an input of autograd.grad): no outputs to match
@@ -54,7 +53,7 @@ class HookPlacing:
                 call.target = "an unnamed tensor"
                 return
             call.node_fn = fn
-            call.output_nr = self._output_of(call, fn, grad_outputs)
+            call.output_nr = self._output_of(call, fn, grad_outputs, beside)
             return  # target: the output's label, known once the model is built
         call.node_fn = fn
         if call.module is not None:
@@ -63,7 +62,7 @@ class HookPlacing:
                 call.wrapper_seq = fn._sequence_nr()
         # node hooks: the target is the node's label, known once the model is built
 
-    def _output_of(self, call: HookRecord, fn: Any, grad_outputs: tuple) -> int | None:
+    def _output_of(self, call: HookRecord, fn: Any, grad_outputs: tuple, beside: list | tuple = ()) -> int | None:
         """Which output of a multi-output node ``fn`` an unnamed tensor hook belonged to.  By what it received: the
         very gradient that output's one user sent, or the one the hook placed just before on ``fn`` passed on (a
         later hook of the same tensor); else by value: what that output's users sent, added up, or what that hook
@@ -90,7 +89,7 @@ class HookPlacing:
             # what the hook passed on is what the node received there only when nothing ran between the two that could
             # change it: a node pre-hook that returned gradients, a hook written in C
             trusted = grad_outputs and id(fn) not in self.c_nodes and not any(
-                other.kind == "node_pre" and not other.returned_none for other in self.placing_now)
+                other.kind == "node_pre" and not other.returned_none for other in beside)
             output = _output_by_result(call, grad_outputs if trusted else (), self.store_limit, found)
         else:
             output = found[0]
