@@ -44,13 +44,27 @@ def named(program) -> al.Lens:
     return lens
 
 
+def numbers(text: str) -> list[float]:
+    """The whole numbers a value text prints, in order (a text cut short ends in "…": its last part is dropped)."""
+    return [float(v) for v in re.findall(r"-?(?:\d+\.?\d*(?:e[+-]\d+)?|inf|nan)(?=[,\])]|$)", text.split("…")[0])]
+
+
+def says(text: str, value) -> bool:
+    """Whether ``text`` prints ``value`` (to the digits it prints: 4 significant ones, or more)."""
+    if text == format_value(value):
+        return True
+    printed, true = numbers(text), value.detach().double().reshape(-1).tolist()
+    return bool(printed) and len(printed) <= len(true) and printed == pytest.approx(true[:len(printed)], rel=1e-3,
+                                                                                    abs=1e-12, nan_ok=True)
+
+
 def statements(program) -> tuple[list[str], al.Lens, object]:
-    """What the steps and the drawing say that is not torch's: each node card's "It received"/"It sends" and the
-    result of each chain-rule line, each .grad card's title, "added" and "without the hooks" values, and each leaf's
-    grad field in the drawing at the pass's end.  Returns (problems, the lens, the plain run)."""
-    plain, lensed, unhooked = run(program, "plain"), run(program, "lens"), run(program, "nohook")
-    problems = []
-    for index, (view, p) in enumerate(zip(views_for(lensed.lens.passes), lensed.lens.passes)):
+    """What the steps say that is not torch's: each node card's "It received", the result of each chain-rule line,
+    each .grad card's title (what .grad held after the write), what it says AccumulateGrad added and what .grad
+    would be without the hooks.  Returns (problems, the named lens, the plain run)."""
+    plain, unhooked, lens = run(program, "plain"), run(program, "nohook"), named(program)
+    problems, checked = [], 0
+    for index, (view, p) in enumerate(zip(views_for(lens.passes), lens.passes)):
         for number, step in enumerate(view.steps):
             event = p.events[number - 1] if 0 < number <= len(p.events) else None
             text = " ".join(step.lines)
@@ -64,17 +78,26 @@ def statements(program) -> tuple[list[str], al.Lens, object]:
                         shown = [format_value(v) for v in event.grad_out if v is not None]
                         if said.group(2) not in shown:
                             problems.append(f"pass {index + 1}: {step.title}: {line!r}; it sent {shown}")
-            if isinstance(event, GradWritten) and event.by == "AccumulateGrad":
-                truth = plain.per[index].get(event.name)
-                if truth is not None and step.title != f"{event.name}.grad written: {format_value(truth)}" \
-                        and not p.hook_calls:
-                    problems.append(f"pass {index + 1}: {step.title}; .grad is {format_value(truth)}")
-                without = unhooked.per[index].get(event.name) if index < len(unhooked.per) else None
-                said = re.search(r"Without the hooks it would be (.*?)(?: \(it is .*\))?\.$", text)
-                if said and without is not None and said.group(1) != format_value(without) \
-                        and not said.group(1).startswith("["):  # (format_apart may print more digits)
-                    problems.append(f"pass {index + 1}: {step.title}: {said.group(0)}; it is {format_value(without)}")
-    return problems, lensed.lens, plain
+            if not (isinstance(event, GradWritten) and event.by == "AccumulateGrad" and event.name in plain.per[index]):
+                continue
+            truth, without = plain.per[index][event.name], unhooked.per[index][event.name]
+            after = [c for c in p.hook_calls if c.kind == "post_accumulate_grad" and c.node == event.node]
+            if not after and not says(step.title.split(": ", 1)[1], truth):
+                problems.append(f"pass {index + 1}: {step.title}; .grad is {format_value(truth)}")
+            held = re.match(r".*\.grad already held (.*): backward\(\) adds", step.note or "")
+            before = plain.per[index - 1][event.name] if held and index else None
+            added = re.match(r"AccumulateGrad added this pass's gradient (.*) to ", step.lines[0])
+            if added and not after and not says(added.group(1), truth - before if before is not None else truth):
+                problems.append(f"pass {index + 1}: {step.lines[0]}; .grad went from {before} to {truth}")
+            said = re.search(r"Without the hooks it would be (.*?)(?: \(it is .*\))?\.$", text)
+            stepped = any("changed since pass" in note for note in p.notes)
+            if said and without is not None and not stepped and event.name not in p.unknown \
+                    and not says(said.group(1), without):
+                problems.append(f"pass {index + 1}: {step.title}: {said.group(0)}; it is {format_value(without)}")
+            checked += 1
+    if not checked:
+        problems.append("no .grad card was compared")
+    return problems, lens, plain
 
 
 def drawn_grads(lens: al.Lens, index: int = -1) -> dict[str, str]:
@@ -92,9 +115,8 @@ def check(program, unreached: dict | None = None) -> tuple[al.Lens, object]:
     the end of each pass is torch's .grad, and the named tensors that got no gradient are ``unreached`` (name -> the
     reason's code), in every pass.  Returns the named lens and the plain run, for the program's own assertions."""
     assert problems_of(program) == []
-    problems, _, plain = statements(program)
+    problems, lens, plain = statements(program)
     assert problems == []
-    lens = named(program)
     assert len(lens.passes) == len(plain.per)
     for index, (p, grads) in enumerate(zip(lens.passes, plain.per)):
         drawn = drawn_grads(lens, index)
