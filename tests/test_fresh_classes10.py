@@ -200,18 +200,29 @@ def test_embedding_bags_against_torch():
 # --- 2. mixture of experts: top-k gating, experts never chosen, capacity dropping, a load-balancing loss -------------
 
 class MoE(nn.Module):
-    def __init__(self, d=3, experts=4, k=2, capacity=2):
+    def __init__(self, d=3, experts=4, k=2, capacity=2, per_token=False):
         super().__init__()
         self.gate = nn.Linear(d, experts)
         self.experts = nn.ModuleList(nn.Linear(d, d) for _ in range(experts))
-        self.k, self.capacity = k, capacity
+        self.k, self.capacity, self.per_token = k, capacity, per_token
 
     def forward(self, x):
         probs = F.softmax(self.gate(x), dim=-1)
         top, chosen = probs.topk(self.k, dim=-1)
         top = top / top.sum(-1, keepdim=True)
         out = torch.zeros_like(x)
-        for e, expert in enumerate(self.experts):
+        if self.per_token:  # one call per token routed to an expert, up to its capacity: calls vary per expert
+            rows, used = [], [0] * len(self.experts)
+            for t in range(x.shape[0]):
+                mixed = 0
+                for slot in range(self.k):
+                    e = int(chosen[t, slot])
+                    if used[e] < self.capacity:
+                        used[e] += 1
+                        mixed = mixed + self.experts[e](x[t]) * top[t, slot]
+                rows.append(mixed if isinstance(mixed, torch.Tensor) else torch.zeros_like(x[t]))
+            out = torch.stack(rows)
+        for e, expert in enumerate(self.experts if not self.per_token else ()):
             rows, slot = (chosen == e).nonzero(as_tuple=True)
             if rows.numel() == 0:
                 continue  # never chosen: its parameters get no gradient (None), not zeros
@@ -222,9 +233,12 @@ class MoE(nn.Module):
         return out, aux
 
 
-def mixture(run):
+def mixture(run, per_token=False, tags=None):
+    """``tags``: a list to which each expert's backward adds (expert, which forward call of the pass, the gradient
+    of that call's output), from a tensor hook put on each call's output by a forward hook (the truth of "for
+    forward call k")."""
     torch.manual_seed(3)
-    moe = MoE()
+    moe = MoE(capacity=3, per_token=True) if per_token else MoE()
     with torch.no_grad():  # expert 3 is never chosen
         moe.gate.bias.copy_(torch.tensor([2.0, 1.5, 1.0, -9.0]))
     x = torch.randn(5, 3, requires_grad=True)
@@ -236,8 +250,16 @@ def mixture(run):
             expert.register_full_backward_pre_hook(run.H(f"expert{e}_pre", lambda m, go: (go[0] * 0.5,),
                                                          lambda a: a[1]))
         moe.gate.weight.register_hook(run.H("gate_w", lambda g: g.clamp(-0.1, 0.1)))
+    calls = [0] * 4
+    if tags is not None:
+        def tag(module, args, output, e):
+            calls[e] += 1
+            output.register_hook(lambda g, k=calls[e]: tags.append((e, k, g.clone())))
+        for e, expert in enumerate(moe.experts):
+            expert.register_forward_hook(lambda m, a, o, e=e: tag(m, a, o, e))
     for _ in range(2):
         opt.zero_grad()
+        calls[:] = [0] * 4
         out, aux = moe(x)
         run.backward(out.pow(2).sum() + 0.01 * aux)
         run.record(dict({f"moe.{n}": p.grad for n, p in moe.named_parameters()}, x=x.grad))
@@ -248,6 +270,17 @@ def mixture(run):
 def test_mixture_of_experts_against_torch():
     never = {"moe.experts.3.weight": "not_on_path", "moe.experts.3.bias": "not_on_path"}
     lens, plain = check(mixture, never)
+    per_token = lambda run: mixture(run, per_token=True)  # noqa: E731
+    lens, plain = check(per_token, never)
+    tags: list = []
+    mixture(Run("plain"), per_token=True, tags=tags)  # which forward call each full hook's grad_output belongs to
+    for p in lens.passes:
+        full = [c for c in p.hook_calls if c.kind == "module_full"]
+        assert len(full) == 8 and p.hook_calls[-1].hook == "gate_w"
+        for call in full:
+            e = int(call.hook[len("expert"):])
+            (k,) = {k for tagged, k, g in tags if tagged == e and torch.equal(g, call.context[0])}
+            assert (call.forward_call, call.forward_calls) == (k, 3 if e < 2 else 2), call
     for p, grads in zip(lens.passes, plain.per):
         assert grads["moe.experts.3.weight"] is None  # never chosen
         counts = {call.hook: call.forward_calls for call in p.hook_calls if call.hook.startswith("expert")}
