@@ -65,6 +65,7 @@ def statements(program) -> tuple[list[str], al.Lens, object]:
     plain, unhooked, lens = run(program, "plain"), run(program, "nohook"), named(program)
     problems, checked = [], 0
     for index, (view, p) in enumerate(zip(views_for(lens.passes), lens.passes)):
+        accumulated, stepped = set(), any("changed since pass" in note for note in p.notes)
         for number, step in enumerate(view.steps):
             event = p.events[number - 1] if 0 < number <= len(p.events) else None
             text = " ".join(step.lines)
@@ -86,14 +87,24 @@ def statements(program) -> tuple[list[str], al.Lens, object]:
                 problems.append(f"pass {index + 1}: {step.title}; .grad is {format_value(truth)}")
             held = re.match(r".*\.grad already held (.*): backward\(\) adds", step.note or "")
             before = plain.per[index - 1][event.name] if held and index else None
+            if held:
+                accumulated.add(event.name)
             added = re.match(r"AccumulateGrad added this pass's gradient (.*) to ", step.lines[0])
             if added and not after and not says(added.group(1), truth - before if before is not None else truth):
                 problems.append(f"pass {index + 1}: {step.lines[0]}; .grad went from {before} to {truth}")
             said = re.search(r"Without the hooks it would be (.*?)(?: \(it is .*\))?\.$", text)
-            stepped = any("changed since pass" in note for note in p.notes)
             if said and without is not None and not stepped and event.name not in p.unknown \
                     and not says(said.group(1), without):
                 problems.append(f"pass {index + 1}: {step.title}: {said.group(0)}; it is {format_value(without)}")
+            checked += 1
+        for name, value in p.added_without_hooks.items():  # the table's "this pass without hooks"
+            if value is None or stepped or name in p.unknown or name not in unhooked.per[index]:
+                continue
+            truth = unhooked.per[index][name]
+            if name in accumulated:
+                truth = truth - unhooked.per[index - 1][name]
+            if not torch.allclose(value, truth, rtol=1e-5, atol=1e-7):
+                problems.append(f"pass {index + 1}: {name} added without hooks {value}; it is {truth}")
             checked += 1
     if not checked:
         problems.append("no .grad card was compared")
