@@ -138,7 +138,7 @@ def check(program, unreached: dict | None = None) -> tuple[al.Lens, object]:
     return lens, plain
 
 
-# --- 1. graph neural nets: index_add_, scatter_reduce (sum, mean, amax/amin with ties), gather, embedding_bag ----------
+# --- 1. graph neural nets: index_add_, scatter_reduce (sum, mean, amax/amin with ties), gather, embedding_bag -------
 
 SRC, DST = torch.tensor([0, 1, 2, 3, 0, 0]), torch.tensor([1, 2, 1, 0, 3, 3])  # node 4 sends and receives nothing;
 # edges 4 and 5 carry the same message to node 3 (a tie for amax/amin)
@@ -149,7 +149,8 @@ def message_passing(reduce: str):
         torch.manual_seed(0)
         x = torch.randn(5, 3, requires_grad=True)
         lin, att = nn.Linear(3, 3), nn.Parameter(torch.ones(6))
-        name(run, x=x, lin=lin, att=att)
+        prior = torch.zeros(5, 3, requires_grad=True)  # ties with the messages of rows 0 where they are 0 after relu
+        name(run, x=x, lin=lin, att=att, prior=prior)
         opt = torch.optim.SGD([*lin.parameters(), att], lr=0.1)
         if run.hooked:
             lin.register_full_backward_hook(run.H("lin_full", lambda m, gi, go: None, lambda a: a[1]))
@@ -157,30 +158,39 @@ def message_passing(reduce: str):
             opt.zero_grad()
             h = lin(x)
             msg = h.index_select(0, SRC) * att[:, None]
+            if reduce.endswith("_self"):
+                msg = torch.relu(msg)
             if run.hooked:
-                msg.register_hook(run.H("msg", lambda g: g * 2, target="mul"))
+                target = "relu" if reduce.endswith("_self") else "mul"
+                msg.register_hook(run.H("msg", lambda g: g * 2, target=target))
             if reduce == "index_add_":
                 agg = torch.zeros(5, 3)
                 agg.index_add_(0, DST, msg)
             elif reduce == "scatter_add":
                 agg = torch.zeros(5, 3).scatter_add(0, DST[:, None].expand(-1, 3), msg)
+            elif reduce.endswith("_self"):  # include_self: the running value (a leaf) ties with messages too
+                agg = prior.scatter_reduce(0, DST[:, None].expand(-1, 3), msg, reduce=reduce[:-len("_self")])
             else:
                 agg = torch.zeros(5, 3).scatter_reduce(0, DST[:, None].expand(-1, 3), msg, reduce=reduce,
                                                        include_self=False)
             if run.hooked:
-                agg.register_hook(run.H("agg", lambda g: g.clamp(-1, 1), target={"index_add_": "indexadd", "scatter_add": "scatteradd"}.get(reduce, "scatterreduce")))
+                target = {"index_add_": "indexadd", "scatter_add": "scatteradd"}.get(reduce, "scatterreduce")
+                agg.register_hook(run.H("agg", lambda g: g.clamp(-1, 1), target=target))
             picked = agg.gather(1, torch.tensor([[0], [2], [1], [1], [0]]))
             loss = (torch.tanh(agg) * torch.arange(15.0).view(5, 3)).sum() + picked.pow(2).sum()
             run.backward(loss)
-            run.record({"x": x.grad, "lin.weight": lin.weight.grad, "lin.bias": lin.bias.grad, "att": att.grad})
+            run.record({"x": x.grad, "lin.weight": lin.weight.grad, "lin.bias": lin.bias.grad, "att": att.grad,
+                        "prior": prior.grad})
             opt.step()
         return [p.detach().clone() for p in (*lin.parameters(), att)]
     return program
 
 
-@pytest.mark.parametrize("reduce", ["index_add_", "scatter_add", "mean", "amax", "amin", "prod"])
+@pytest.mark.parametrize("reduce", ["index_add_", "scatter_add", "mean", "amax", "amin", "prod", "amax_self",
+                                    "mean_self"])
 def test_message_passing_against_torch(reduce):
-    lens, plain = check(message_passing(reduce))  # node 4 is never a source: zeros, and no note says "no gradient"
+    # node 4 is never a source: zeros, and no note says it got no gradient
+    lens, plain = check(message_passing(reduce), None if reduce.endswith("_self") else {"prior": "not_on_path"})
     assert all(not grads["x"][4].any() for grads in plain.per)
 
 
@@ -478,8 +488,13 @@ def quantized(kind: str):
         torch.manual_seed(0)
         lin = nn.Linear(4, 3)
         x = torch.tensor([[-2.0, -1.0, 0.0, 1.0], [0.25, 0.5, 1.5, 3.0]], requires_grad=True)  # 1.0: a clamp edge
-        name(run, lin=lin, x=x)
-        opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+        scale, zero = nn.Parameter(torch.tensor([0.05])), nn.Parameter(torch.tensor([0.0]))
+        fq = torch.ao.quantization.FakeQuantize(quant_min=-4, quant_max=3, dtype=torch.qint8,
+                                                qscheme=torch.per_tensor_symmetric)
+        name(run, lin=lin, x=x, scale=scale, zero=zero)
+        opt = torch.optim.SGD([*lin.parameters(), scale, zero], lr=0.1)
+        if run.hooked:
+            scale.register_hook(run.H("scale", lambda g: g * 0.1))
         if run.hooked:
             lin.weight.register_hook(run.H("w", lambda g: g * 0.5))
         for _ in range(2):
@@ -491,21 +506,26 @@ def quantized(kind: str):
             elif kind == "detach_trick":
                 w = w + ((w * 8).round() / 8 - w).detach()
                 xq = x + (x.clamp(-1.0, 1.0) - x).detach()
+            elif kind == "learnable":  # LSQ: the scale and zero point learn too (a backward with three outputs)
+                w = torch._fake_quantize_learnable_per_tensor_affine(w, scale, zero, -8, 7, 1.0)
+                xq = fq(x)  # torch.ao's FakeQuantize: its observer updates buffers at each forward
             else:
                 w = RoundSTE.apply(w * 8) / 8
                 xq = x.clamp(-1.0, 1.0)  # at exactly -1.0 and 1.0 the gradient passes
             if run.hooked:
                 xq.register_hook(run.H("xq", lambda g: g + 1))
             run.backward(F.linear(xq, w, lin.bias).pow(2).sum())
-            run.record({"x": x.grad, "lin.weight": lin.weight.grad, "lin.bias": lin.bias.grad})
+            run.record({"x": x.grad, "lin.weight": lin.weight.grad, "lin.bias": lin.bias.grad, "scale": scale.grad,
+                        "zero": zero.grad})
             opt.step()
-        return [p.detach().clone() for p in lin.parameters()]
+        return [p.detach().clone() for p in (*lin.parameters(), scale, zero, *fq.buffers())]
     return program
 
 
-@pytest.mark.parametrize("kind", ["fake_quantize", "detach_trick", "ste_function"])
+@pytest.mark.parametrize("kind", ["fake_quantize", "detach_trick", "ste_function", "learnable"])
 def test_quantization_against_torch(kind):
-    check(quantized(kind))
+    unused = {} if kind == "learnable" else {"scale": "not_on_path", "zero": "not_on_path"}
+    check(quantized(kind), unused)
 
 
 # --- 7. losses with masks: ignore_index, label_smoothing, reduction='none' then weighted, NLL with class weights ----
