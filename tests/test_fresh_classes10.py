@@ -36,12 +36,47 @@ def name(run, **tensors) -> None:
 
 
 def named(program) -> al.Lens:
-    """``program`` under ``Lens(names=..., why=True)``, with the names it gives through :func:`name`."""
+    """``program`` under ``Lens(names=..., why=True)``, with the names it gives through :func:`name`
+    (``lens.given``: those names)."""
     result = Run("lens")
     result.names = {}
     with al.Lens(names=result.names, why=True) as lens:
         result.out = program(result)
+    lens.given = result.names
     return lens
+
+
+def drawing_problems(lens: al.Lens, plain, static: bool) -> list[str]:
+    """Each named leaf's box in each pass's DOT drawing: its grad field prints torch's .grad of that pass (or of the
+    pass before, when .grad held it when the pass began: the drawing is laid out at the widest text), and, for a
+    program whose leaves never change (``static``), its data field prints the leaf's value."""
+    leaves = {}
+    for key, value in lens.given.items():
+        if isinstance(value, torch.Tensor):
+            leaves[key] = value
+        for owner in (value.values() if isinstance(value, dict) else [value]):
+            if isinstance(owner, nn.Module):
+                prefix = key if owner is value else f"{key}['{next(k for k, v in value.items() if v is owner)}']"
+                leaves.update({f"{prefix}.{n}": p for n, p in owner.named_parameters()})
+    problems, compared = [], 0
+    for index, view in enumerate(views_for(lens.passes)):
+        for label in re.findall(r'label="\{?([^"]*?\|data[^"]*?)\}?"', view.dot):
+            name, data, grad = re.match(r"(.+?) \[[\dx]*\](?: \(use \d+ of \d+\))?\|data(?:\\n)?(.*?)\|grad (.*?)"
+                                        r"(?:\|\[.*)?$", label).groups()
+            data = re.sub(r"\]\\n\[", "], [", data).strip()
+            summary = re.fullmatch(r"\[[\dx]+ \w+\] min (\S+) max (\S+) norm (\S+)", data)
+            if static and name in leaves and summary:
+                value = leaves[name].detach().double()
+                if [float(v) for v in summary.groups()] != pytest.approx(
+                        [value.min().item(), value.max().item(), value.norm().item()], rel=1e-3):
+                    problems.append(f"pass {index + 1}: {name} drawn with data {data}; it is {leaves[name]}")
+            elif static and name in leaves and not says(data, leaves[name]):
+                problems.append(f"pass {index + 1}: {name} drawn with data {data}; it is {leaves[name]}")
+            truths = [per[name] for per in plain.per[max(index - 1, 0):index + 1] if per.get(name) is not None]
+            if name in plain.per[index] and not any(says(grad, truth) for truth in truths):
+                problems.append(f"pass {index + 1}: {name} drawn with grad {grad}; torch: {truths}")
+            compared += name in leaves
+    return problems + ([] if compared else ["no leaf box was compared"])
 
 
 def numbers(text: str) -> list[float]:
@@ -121,13 +156,14 @@ def drawn_grads(lens: al.Lens, index: int = -1) -> dict[str, str]:
     return {labels[node]: text for node, text in last.grads.items() if node in labels}
 
 
-def check(program, unreached: dict | None = None) -> tuple[al.Lens, object]:
+def check(program, unreached: dict | None = None, static: bool = False) -> tuple[al.Lens, object]:
     """Both comparisons, empty; then the program under a Lens that knows its names: each named leaf's grad field at
     the end of each pass is torch's .grad, and the named tensors that got no gradient are ``unreached`` (name -> the
     reason's code), in every pass.  Returns the named lens and the plain run, for the program's own assertions."""
     assert problems_of(program) == []
     problems, lens, plain = statements(program)
     assert problems == []
+    assert drawing_problems(lens, plain, static) == []
     assert len(lens.passes) == len(plain.per)
     for index, (p, grads) in enumerate(zip(lens.passes, plain.per)):
         drawn = drawn_grads(lens, index)
@@ -211,7 +247,7 @@ def embedding_bags(run):
 
 
 def test_embedding_bags_against_torch():
-    lens, plain = check(embedding_bags)
+    lens, plain = check(embedding_bags, static=True)
     (p,) = lens.passes
     for mode in ("sum", "mean", "max"):  # padding_idx 5 and unused tokens 3, 4: rows of zeros
         assert not plain.per[0][f"bags['{mode}'].weight"][3:].any()
@@ -345,7 +381,7 @@ def attention(kind: str):
 def test_attention_against_torch(kind):
     unused = dict.fromkeys(["mha.in_proj_weight", "mha.in_proj_bias", "mha.out_proj.weight", "mha.out_proj.bias"],
                            "not_on_path")  # (MultiheadAttention is called in one program only)
-    check(attention(kind), None if kind == "mha_padding" else unused)
+    check(attention(kind), None if kind == "mha_padding" else unused, static=True)
 
 
 def masked_rows(kind: str):
@@ -468,7 +504,7 @@ def probabilistic(kind: str):
 
 @pytest.mark.parametrize("kind", ["rsample", "reinforce", "gumbel"])
 def test_probabilistic_against_torch(kind):
-    check(probabilistic(kind), {"logits": "not_on_path"} if kind == "rsample" else None)
+    check(probabilistic(kind), {"logits": "not_on_path"} if kind == "rsample" else None, static=True)
 
 
 # --- 6. quantization-aware training: fake_quantize, x + (q - x).detach(), a custom STE Function, clamp edges --------
@@ -552,7 +588,7 @@ def masked_losses(run):
 
 
 def test_masked_losses_against_torch():
-    lens, plain = check(masked_losses)
+    lens, plain = check(masked_losses, static=True)
 
 
 # --- 8. the start card of a pass through a module with no name here --------------------------------------------------
