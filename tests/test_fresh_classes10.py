@@ -628,8 +628,9 @@ def test_the_start_card_never_denies_a_hook_of_a_module_with_no_name(remove):
 # lens noted "The backward hook on moe.experts.3 never fired: no backward pass here went through that module. Was the
 # output computed by another copy of the model (e.g. before reloading)? Recompute it with this one." The passes went
 # through moe (every other expert's and the gate's .grad was written): the output did come from this model, and
-# recomputing it changes nothing. Fixed in capture/annotate.py and notes.py: where a pass wrote the .grad of another
-# parameter of a module containing it, the note ("unused_module_hook") says the module was not used for that output.
+# recomputing it changes nothing. The same note was given for an encoder called under torch.no_grad() before a head
+# that trains. Fixed in capture/annotate.py and notes.py: where a pass wrote the .grad of another parameter of a module
+# containing it, the note ("unused_module_hook") says the module was not used, through autograd, for that output.
 
 
 def test_a_hook_on_an_expert_never_chosen_is_not_blamed_on_another_copy():
@@ -642,6 +643,20 @@ def test_a_hook_on_an_expert_never_chosen_is_not_blamed_on_another_copy():
     assert found.message.startswith("The backward hook on moe.experts.3 never fired: no backward pass here went "
                                     "through that module, though passes went through moe.experts, which contains it")
     assert "another copy" not in found.message and "Recompute" not in found.message
+
+
+def test_a_hook_on_an_encoder_called_under_no_grad_is_not_blamed_on_another_copy():
+    torch.manual_seed(0)
+    model = nn.ModuleDict({"encoder": nn.Linear(2, 2), "head": nn.Linear(2, 1)})
+    fired = []
+    with al.Lens(names={"model": model}) as lens:
+        model["encoder"].register_full_backward_hook(lambda m, gi, go: fired.append(1))
+        with torch.no_grad():  # a frozen feature extractor, as in fine-tuning a head
+            feats = model["encoder"](torch.ones(1, 2))
+        model["head"](feats).sum().backward()
+    assert fired == [] and model["encoder"].weight.grad is None and model["head"].weight.grad is not None
+    assert [n.code for n in lens.notes] == ["unused_module_hook"]
+    assert "a call under torch.no_grad() or detached" in lens.notes[0].message
 
 
 def test_a_hook_on_a_copy_of_the_model_is_still_blamed_on_the_copy():
