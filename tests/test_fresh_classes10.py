@@ -223,7 +223,7 @@ def message_passing(reduce: str):
 
 
 @pytest.mark.parametrize("reduce", ["index_add_", "scatter_add", "mean", "amax", "amin", "prod", "amax_self",
-                                    "mean_self"])
+                                    "prod_self", "mean_self"])
 def test_message_passing_against_torch(reduce):
     # node 4 is never a source: zeros, and no note says it got no gradient
     lens, plain = check(message_passing(reduce), None if reduce.endswith("_self") else {"prior": "not_on_path"})
