@@ -60,6 +60,12 @@ MESSAGES = {
         "{what} ran a backward pass here {times}, of a kind the lens leaves alone: what it computed is torch's own, "
         "but its steps and any hook calls in it are not shown, and a hook's \"call i of n\" counts the recorded "
         "passes only.", JACOBIANS),
+    "unused_module_hook": (
+        "The backward hook on {target} never fired: no backward pass here went through that module, though passes "
+        "went through {whole}, which contains it: its forward was not called for the output the pass started from, "
+        "or what it returned did not reach that output through autograd (an expert the router did not choose, a "
+        "branch not taken, a call under torch.no_grad() or detached, a submodule replaced after that forward). torch "
+        "calls a module's backward hooks only for the forward calls whose outputs the pass differentiates.", MODULES),
     "late_module_hook": (
         "The backward hook on {target} never fired, though a backward pass here wrote the .grad of its parameters: "
         "torch attaches a module's backward hooks when the module's forward runs, so a hook registered after the "

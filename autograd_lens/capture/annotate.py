@@ -101,13 +101,27 @@ def unfired_module_hook_notes(added: set, passes: Any, notes: list, namespace: d
         if name in fired or any(n.code.endswith("_hook") and name in n.message for n in notes + found):
             continue
         late = any(written_name.startswith(name + ".") for written_name in written)  # its parameters' .grad
-        if late or (name in trainable and not unsure):
+        whole = _used_whole(name, written) if not late else None
+        if whole and name in trainable and not unsure:  # the model it is part of was used: this part was not
+            found.append(note("unused_module_hook", target=name, whole=whole))
+        elif late or (name in trainable and not unsure):
             found.append(note("late_module_hook" if late else "old_model_hook", target=name))
         else:
             why = "a pass here used autograd.grad or inputs=, which write no .grad of its parameters" if unsure else \
                 "it has no parameter that requires grad, whose .grad a pass through it would write"
             found.append(note("unsure_module_hook", target=name, why=why))
     return found
+
+
+def _used_whole(name: str, written: set) -> str | None:
+    """The innermost module containing module ``name`` (``moe`` for ``moe.experts.3``) of which a pass wrote another
+    parameter's .grad: the output came from that model, not from another copy of it."""
+    parts = name.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        whole = ".".join(parts[:end])
+        if any(leaf.startswith(whole + ".") and not leaf.startswith(name + ".") for leaf in written):
+            return whole
+    return None
 
 
 def leaves_may_move(earlier: Any) -> tuple[bool, bool, bool] | None:

@@ -172,7 +172,10 @@ def inventory_lines(backward_pass: BackwardPass) -> list[str]:
         lines.extend("• " + text for text in kept)
     unlisted = _unlisted_boundaries(entries, boundaries)
     if not kept:
-        lines.append("No hook on a named tensor or on a module is attached to this graph" + (" now." if unlisted else "."))
+        # with boundaries of modules it cannot list (no name here, or hooks removed since the forward) it cannot say
+        # that no module has hooks now: an unnamed module's hooks are not listed, yet attached, and fire
+        lines.append("No hook on a named tensor or on a named module is attached to this graph now." if unlisted
+                     else "No hook on a named tensor or on a module is attached to this graph.")
     if unlisted:  # torch copied the module's hooks at the forward: they run at its boundaries, even if removed since
         lines.append(f"({', '.join(unlisted)}: this graph goes through {'its' if len(unlisted) == 1 else 'their'} "
                      "module hook boundaries, made at the forward: the module backward hooks attached then run there, "
