@@ -617,3 +617,36 @@ def test_the_gradient_given_to_the_root_is_among_the_factors():
         for path in path_set.paths:
             product = math.prod(path.factors)
             assert product == pytest.approx(float(path.contribution), rel=1e-4), path.text()
+
+
+@pytest.mark.parametrize("hooked_input", [False, True])
+def test_paths_go_through_the_wrappers_of_full_module_hooks(hooked_input):
+    """Before 2026-11-28 noon: any model with a full module backward hook (register_full_backward_hook / _pre_hook)
+    had every path 'unknown: BackwardHookFunctionBackward could not be run alone (TypeError)'; the node is torch's
+    identity wrapper, now followed as one (its backward returns its arguments). The sums over paths are the gradients
+    of a run with no hook, and the hook that doubles the first Linear's input gradient is said to have changed x."""
+    def model_and_input():
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+        return model, torch.randn(2, 3, requires_grad=hooked_input)
+
+    plain, x0 = model_and_input()
+    plain(x0).sum().backward()
+    model, x = model_and_input()
+    model[0].register_full_backward_hook(lambda m, gi, go: (gi[0] * 2,) if gi[0] is not None else None)
+    model[2].register_full_backward_pre_hook(lambda m, go: None)
+    named = {"x": x, "w0": model[0].weight, "b0": model[0].bias, "w2": model[2].weight}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (no input requiring grad: torch warns that the full hook fires anyway)
+        with al.Lens(names=named, why=True) as lens:
+            model(x).sum().backward()
+    truth = {"x": x0.grad, "w0": plain[0].weight.grad, "b0": plain[0].bias.grad, "w2": plain[2].weight.grad}
+    for name, without in truth.items():
+        if without is None:
+            continue
+        path_set = lens.paths_to(name)
+        assert path_set.known, (name, path_set.unknown)
+        assert torch.allclose(path_set.total, without, rtol=1e-6, atol=1e-7), name
+        assert ("hooks changed it" in path_set.hooks) == (name == "x"), (name, path_set.hooks)
+    if hooked_input:
+        assert torch.equal(x.grad, x0.grad * 2)

@@ -181,6 +181,8 @@ class _Walker:
         count = len(getattr(fn, "_input_metadata", ()) or ()) or 1
         grads = [None] * count
         grads[output_nr] = grad
+        if _module_hook_wrapper(fn):  # its backward returns what it got; the module's hooks are the engine's to run
+            return tuple(grads)
         try:
             outs = fn(*grads)
         except Exception as problem:
@@ -258,6 +260,16 @@ def _fit(grad: torch.Tensor, fn: Any, output_nr: int) -> torch.Tensor:
     if grad.dtype != dtype:
         grad = grad.to(dtype)
     return grad
+
+
+def _module_hook_wrapper(fn: Any) -> bool:
+    """``fn`` is the node of torch's ``BackwardHookFunction`` (full module backward hooks wrap a module's inputs and
+    outputs in it): an identity whose ``backward`` returns its arguments (torch/nn/modules/_functions.py)."""
+    try:
+        from torch.nn.modules._functions import BackwardHookFunction
+    except ImportError:  # (moved in another torch: its node is then run as any other Python backward is, or refused)
+        return False
+    return getattr(fn, "_forward_cls", None) is BackwardHookFunction
 
 
 def _product(seed: torch.Tensor, factors: tuple, value: torch.Tensor) -> torch.Tensor:
