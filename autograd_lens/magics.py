@@ -30,17 +30,17 @@ class LensMagics(Magics):
         """
         from .api import graph
 
+        # bad input fails the cell as IPython's own option errors do (UsageError: one line, no traceback), as %%lens
         args = parse_argstring(self.lens_graph, line)
         if args.max_nodes < 1 or args.max_elements < 0:
-            print("%lens_graph: --max-nodes must be at least 1 and --max-elements at least 0, e.g. --max-nodes 300")
-            return None
+            raise UsageError("%lens_graph: --max-nodes must be at least 1 and --max-elements at least 0, e.g. "
+                             "--max-nodes 300")
         namespace = self.shell.user_ns
         source = " ".join(args.expression)
         try:
             value = eval(source, namespace)
         except Exception as error:
-            print(f"%lens_graph: could not evaluate {source!r}: {type(error).__name__}: {error}")
-            return None
+            raise UsageError(f"%lens_graph: could not evaluate {source!r}: {type(error).__name__}: {error}") from None
         roots = value if isinstance(value, (tuple, list)) else (value,)
         try:
             result = graph(
@@ -55,8 +55,7 @@ class LensMagics(Magics):
                 expand=args.expand,
             )
         except (TypeError, ValueError) as error:
-            print(f"%lens_graph: {error}")
-            return None
+            raise UsageError(f"%lens_graph: {error}") from None
         if args.dot:
             print(result.to_dot())
             return None

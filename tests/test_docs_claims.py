@@ -119,8 +119,10 @@ def test_bad_magic_input_says_what_to_do_and_leaves_the_kernel_usable(shell, cap
                             ("%lens_graph 1+", "could not evaluate '1+': SyntaxError"),
                             ("%lens_graph out --max-nodes 0", "e.g. --max-nodes 300")):
         shell.run_cell("out = (torch.ones(2, requires_grad=True) * 2).sum()", store_history=False)
-        assert shell.run_cell(line, store_history=False).success
-        assert said_text in capsys.readouterr().out, line
+        result = shell.run_cell(line, store_history=False)
+        said = capsys.readouterr()
+        assert not result.success, line  # fails the cell, as %%lens's bad lines do
+        assert said_text in said.out + said.err + str(result.error_in_exec or ""), line
     assert shell.run_cell(HOOK_CELL).success  # the kernel records as before
     (call,) = shell.user_ns["_lens"].hook_calls
     assert float(call.grad_out) == 2.5 and float(shell.user_ns["x"].grad) == 10.0

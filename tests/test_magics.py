@@ -37,12 +37,18 @@ def test_lens_graph_dot_option_prints(shell, capsys):
 
 
 def test_lens_graph_bad_expression_is_a_message_not_a_traceback(shell, capsys):
+    """Bad input fails the cell with one line and no traceback (a UsageError, as %%lens's): Run All stops there, not
+    at a later cell that uses what the line did not draw."""
     result = shell.run_cell("%lens_graph not_defined_anywhere")
-    printed = capsys.readouterr().out
-    assert result.success and "could not evaluate" in printed and "NameError" in printed
+    said = capsys.readouterr()
+    shown = said.out + said.err + str(result.error_in_exec or "")
+    assert not result.success and "could not evaluate" in shown and "NameError" in shown and "Traceback" not in shown
     shell.run_cell("import torch\nplain = torch.ones(2)")
-    shell.run_cell("%lens_graph plain")
-    assert "does not require grad" in capsys.readouterr().out
+    result = shell.run_cell("g = %lens_graph plain")
+    said = capsys.readouterr()
+    assert not result.success and "does not require grad" in said.out + said.err + str(result.error_in_exec)
+    assert "g" not in shell.user_ns
+    assert shell.run_cell("x = torch.ones(2, requires_grad=True)\ng = %lens_graph (x * 2).sum()").success
 
 
 def test_lens_graph_help_documents_options(shell):
