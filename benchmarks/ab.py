@@ -31,8 +31,7 @@ h = b.measure_hooked(rounds=rounds)
 t = b.measure_teaching(rounds=rounds * 3)
 
 
-def block(model, loss_of, lens_of, rounds):
-    """Median seconds of a plain backward() and of a whole ``with Lens(): backward()`` block (its set-up and end)."""
+def block(model, loss_of, lens_of, rounds):  # medians (s): a plain backward(), a whole `with Lens(): backward()`
     def one(lens):
         model.zero_grad(set_to_none=True)
         loss = loss_of()
