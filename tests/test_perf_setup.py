@@ -93,3 +93,41 @@ def test_block_reads_parameters_only_for_its_passes():
         hook = model[0].register_full_backward_hook(lambda *args: None)  # after the forward: never fires
     hook.remove()
     assert [n.code for n in lens.notes if "module" in n.code] == ["late_module_hook"]
+
+
+class _Key:
+    """A dict key of the user's whose repr is counted (the lens must never call user code)."""
+
+    reprs = 0
+
+    def __repr__(self) -> str:
+        _Key.reprs += 1
+        return "_Key()"
+
+
+def test_containers_make_labels_only_for_tensors_and_modules():
+    """Before: every item of a list, tuple or dict (up to 64) got its label made, the repr of a dict's key included
+    (a user's ``__repr__`` called at each pass and block start); now only items that are tensors or modules do.
+    The names are the same."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 2))
+    w = torch.ones(2, requires_grad=True)
+    head = nn.Linear(2, 1)
+    key = _Key()
+    namespace = {"losses": [0.5, 0.25, w], "log": {key: 1.0, "w": w, 3: head}, "pairs": ((1, 2), model[0]),
+                 "model": model}
+    _Key.reprs = 0
+    names = names_from(namespace)
+    modules = modules_from(namespace)
+    assert _Key.reprs == 0
+    assert names.tensors[id(w)] == "losses[2]"
+    assert names.modules == {id(model): "model", id(model[0]): "model.0", id(head): "log[3]"} == modules.modules
+    assert names.tensor_name(head.weight) == "log[3].weight" and names.tensor_name(model[0].bias) == "model.0.bias"
+    v = torch.zeros(2, requires_grad=True)
+    namespace["log"] = {key: v}
+    assert names_from(namespace).tensors[id(v)] == "log[_Key()]" and _Key.reprs == 1  # a tensor's key: its name
+    x = torch.randn(3, 2)
+    with al.Lens(names={"run": {key: 0.1, "model": model}, "x": x}) as lens:
+        model(x).sum().backward()
+    assert _Key.reprs == 1
+    assert "run['model'].0.weight" in lens.passes[0].grads

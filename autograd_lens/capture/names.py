@@ -245,10 +245,13 @@ def _collect(names: Names, namespace: Mapping[str, Any]) -> None:
                 break
             if attributes and (not _is(key, str) or key.startswith("_")):
                 continue
+            tensor = _is(item, torch.Tensor)
+            if not tensor and not _is(item, torch.nn.Module):
+                continue  # (no label made: a list of numbers has no name to give, a key's repr may be user code)
             label = f"{name}.{key}" if attributes else f"{name}[{key!r}]" if _is(value, dict) else f"{name}[{key}]"
-            if _is(item, torch.Tensor):
+            if tensor:
                 names.add_tensor(label, item)
-            elif _is(item, torch.nn.Module):
+            else:
                 names.add_module(label, item)
 
 
