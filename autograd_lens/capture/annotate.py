@@ -14,7 +14,7 @@ from ..model import GradWritten, TensorSummary, values_equal
 from ..notes import note
 from .lines import CellLines
 from .modules import ModuleCalls, groups_for
-from .names import names_from
+from .names import modules_from, names_from
 
 
 def _sources(rows: Any, cell_lines: CellLines | None) -> dict:
@@ -76,12 +76,15 @@ def _name_output_boundaries(graph: Any, groups: tuple, names: Any) -> dict:
 
 
 def _module_hooks(namespace: dict) -> set[tuple[str, int]]:
-    """(module name, hook id) of every backward hook on the named modules of ``namespace``."""
-    names = names_from(namespace)
+    """(module name, hook id) of every backward hook on the named modules of ``namespace`` (read as a Lens block
+    starts and ends: the modules alone, not their parameters)."""
+    names = modules_from(namespace)
     found = set()
     for module in names.module_objects:
-        for hooks in (module._backward_hooks, module._backward_pre_hooks):
-            found.update((names.module_name(module), key) for key in hooks)
+        backward, pre = module._backward_hooks, module._backward_pre_hooks
+        if backward or pre:  # (most modules have neither)
+            name = names.module_name(module)
+            found.update((name, key) for hooks in (backward, pre) for key in hooks)
     return found
 
 

@@ -83,13 +83,7 @@ class Names:
             return
         tensors, keep, module_objects = self.tensors, self._keep, self.module_objects
         tensor_objects, outputs, leaves, owners = self.tensor_objects, self.outputs, self.leaves, self.owners
-        stack = [(printable(name), module)]
-        while stack:  # iterative, in the order named_modules() would give
-            prefix, current = stack.pop()
-            key = id(current)
-            if key in modules:
-                continue
-            modules[key] = prefix
+        for prefix, current in _walk_modules(name, module, modules):  # in the order named_modules() would give
             keep.append(current)
             module_objects.append(current)
             for attribute, param in current._parameters.items():
@@ -110,10 +104,6 @@ class Names:
                 elif param.requires_grad:
                     leaves.setdefault(id(param), label)
                     owners[id(param)] = (current, attribute)
-            children = current._modules
-            if children:
-                stack.extend([(f"{prefix}.{attribute}", child) for attribute, child in reversed(children.items())
-                              if child is not None])
 
     def module_badges(self) -> dict[int, tuple[str, ...]]:
         """``id(parameter)`` → badges for the backward hooks of the module that owns it."""
@@ -186,6 +176,54 @@ def names_from(namespace: Mapping[str, Any] | None) -> Names:
     return names
 
 
+def _walk_modules(name: str, module: torch.nn.Module, modules: dict[int, str]) -> Any:
+    """(name, module) of ``module`` and of its submodules not yet in ``modules`` (``id(module)`` -> name), iteratively
+    (a deep model must not hit the recursion limit), in the order ``named_modules()`` gives; each is put in
+    ``modules`` as it is given."""
+    stack = [(printable(name), module)]
+    while stack:
+        prefix, current = stack.pop()
+        key = id(current)
+        if key in modules:
+            continue
+        modules[key] = prefix
+        yield prefix, current
+        children = current._modules
+        if children:
+            stack.extend([(f"{prefix}.{attribute}", child) for attribute, child in reversed(children.items())
+                          if child is not None])
+
+
+class ModuleNames:
+    """The modules ``names_from`` names, with the same names (the same walk of the namespace: ``_collect``), without
+    naming any tensor or parameter: what ``annotate._module_hooks`` reads as a Lens block starts and ends.
+    tests/test_perf_setup.py compares it with ``names_from``."""
+
+    def __init__(self) -> None:
+        self.modules: dict[int, str] = {}  # id(module) -> name
+        self.module_objects: list[torch.nn.Module] = []  # in naming order (kept: the ids stay theirs)
+
+    def add_tensor(self, name: str, tensor: torch.Tensor) -> None:
+        return None
+
+    def add_module(self, name: str, module: torch.nn.Module) -> None:
+        """``Names.add_module``'s walk (``model.0``, in the order of ``named_modules()``), its parameters left out."""
+        if id(module) not in self.modules:
+            self.module_objects.extend(current for _, current in _walk_modules(name, module, self.modules))
+
+    def module_name(self, module: Any) -> str | None:
+        return self.modules.get(id(module))
+
+
+def modules_from(namespace: Mapping[str, Any] | None) -> ModuleNames:
+    """The named modules of a namespace, as ``names_from(namespace)`` names them (its ``modules``)."""
+    found = ModuleNames()
+    if namespace:
+        with torch._C.DisableTorchFunction():
+            _collect(found, namespace)  # type: ignore[arg-type]
+    return found
+
+
 def _collect(names: Names, namespace: Mapping[str, Any]) -> None:
     """(Types read with type(), not isinstance: a proxy's ``__class__`` is the user's code, which the lens never calls.)"""
     containers = []
@@ -207,10 +245,13 @@ def _collect(names: Names, namespace: Mapping[str, Any]) -> None:
                 break
             if attributes and (not _is(key, str) or key.startswith("_")):
                 continue
+            tensor = _is(item, torch.Tensor)
+            if not tensor and not _is(item, torch.nn.Module):
+                continue  # (no label made: a list of numbers has no name to give, a key's repr may be user code)
             label = f"{name}.{key}" if attributes else f"{name}[{key!r}]" if _is(value, dict) else f"{name}[{key}]"
-            if _is(item, torch.Tensor):
+            if tensor:
                 names.add_tensor(label, item)
-            elif _is(item, torch.nn.Module):
+            else:
                 names.add_module(label, item)
 
 

@@ -166,7 +166,7 @@ class Lens(LensViews, DeferredPasses):
         try:
             if exc is not None:
                 self.saw_error(exc)
-            self._check_module_hooks(self._namespace(sys._getframe(1)))
+            self._check_module_hooks(sys._getframe(1))
         except Exception as problem:  # notes are advice: never a reason to fail
             self._recording_notes.append(f"notes incomplete ({type(problem).__name__}: {problem})")
 
@@ -193,11 +193,12 @@ class Lens(LensViews, DeferredPasses):
     def _namespace(self, frame: Any) -> dict:
         return dict(self.names) if self.names is not None else caller_namespace(user_frame(frame))
 
-    def _check_module_hooks(self, namespace: dict) -> None:
-        """Module backward hooks registered in this block on a named module that no pass went through."""
+    def _check_module_hooks(self, frame: Any) -> None:
+        """Module backward hooks registered in this block on a named module that no pass went through (``frame``: the
+        block's, its namespace copied only when a pass ran)."""
         if not self._count() or self._hooks_before is None:
             return
-        added = _module_hooks(namespace) - self._hooks_before
+        added = _module_hooks(namespace := self._namespace(frame)) - self._hooks_before
         if not added:  # (the usual case: no pass's calls are read, however many passes the Lens holds)
             return
         self._notes += unfired_module_hook_notes(added, self.passes, self._notes, namespace)
