@@ -71,12 +71,11 @@ class Lens(LensViews, DeferredPasses):
     >>> float(lens.passes[0].grads_without_hooks["x"])
     20.0
 
-    ``names`` is the namespace used for labels (default: the namespace of the
-    code that calls ``backward()``).  Gradients with more than ``store_limit``
-    elements are kept as summaries; past ``memory_budget`` bytes of kept values
-    (all of the Lens's passes together), only shapes are kept.  ``modules=True`` groups each pass's nodes
-    by the ``nn.Module`` call that made them (``BackwardPass.groups``; drawn as
-    outlines): it adds two global forward hooks for the length of the block,
+    ``names`` is the namespace used for labels (default: the namespace of the code that calls ``backward()``).
+    Gradients with more than ``store_limit`` elements are kept as summaries, as are later node values past
+    ``memory_budget`` bytes of kept values (all of the Lens's passes together).  ``modules=True`` groups each pass's
+    nodes by the ``nn.Module`` call that made them (``BackwardPass.groups``; drawn as outlines): it adds two global
+    forward hooks for the length of the block,
     which ``torch.compile(module)`` warns about (see ``capture.modules``).  ``why=True`` records the block's
     forward ops with a ``TorchFunctionMode`` (what tells a ``.detach()`` from a ``no_grad`` block in
     ``passes[i].unreached``) and follows every path of each pass for ``paths_to`` (see ``autograd_lens.debug``);
