@@ -76,3 +76,48 @@ def test_grad_cam_against_torch(kind):
     for index, p in enumerate(lens.passes):  # one call a pass: a new hook each forward, or one module hook
         (call,) = [c for c in p.hook_calls if c.hook == "save_grad"]
         assert call.invocation == (index + 1 if kind == "full" else 1)
+
+
+# --- 2. guided backprop, deconvnet, saliency maps --------------------------------------------------------------------
+
+def guided(kind: str):
+    """Hooks on every ReLU of a small CNN: guided backprop (clamp grad_input at 0), deconvnet (clamp grad_output at
+    0, ignoring the ReLU's mask), pytorch-cnn-visualizations' version (a forward hook keeps each ReLU's output, the
+    backward hook multiplies the clamped gradient by (output > 0)), written with full hooks or legacy ones; the
+    saliency map is x.grad.abs().max over channels, for two images, one pass each."""
+    def program(run):
+        model = small_cnn()
+        outputs = []
+        name(run, model=model)
+        relus = [m for m in model if isinstance(m, nn.ReLU)]
+        for number, relu in enumerate(relus):
+            if kind == "guided":
+                hook = lambda m, gi, go: (torch.clamp(gi[0], min=0.0),)  # noqa: E731
+            elif kind == "deconvnet":
+                hook = lambda m, gi, go: (torch.clamp(go[0], min=0.0),)  # noqa: E731
+            else:  # "visualizations" (full) or "legacy" (register_backward_hook), a forward hook keeping outputs
+                relu.register_forward_hook(lambda m, a, o: outputs.append(o))
+                hook = lambda m, gi, go: (outputs.pop() .gt(0).float() * torch.clamp(gi[0], min=0.0),)  # noqa: E731
+            if run.hooked:
+                register = relu.register_backward_hook if kind == "legacy" else relu.register_full_backward_hook
+                register(run.H(f"relu{number}", hook, lambda a: a[1]))
+        maps = []
+        for seed in (1, 2):
+            torch.manual_seed(seed)
+            x = torch.randn(1, 1, 5, 5).requires_grad_()
+            name(run, x=x)
+            model.zero_grad()
+            outputs.clear()
+            scores = model(x)
+            run.backward(scores[0, scores.argmax()])
+            run.record(dict({f"model.{n}": p.grad for n, p in model.named_parameters()}, x=x.grad))
+            maps.append(x.grad.abs().amax(dim=1))
+        return maps
+    return program
+
+
+@pytest.mark.parametrize("kind", ["guided", "deconvnet", "visualizations", "legacy"])
+def test_guided_backprop_against_torch(kind):
+    lens, plain = check(guided(kind))
+    for index, p in enumerate(lens.passes):  # the later ReLU first, each its pass's call
+        assert [(c.hook, c.invocation) for c in p.hook_calls] == [("relu1", index + 1), ("relu0", index + 1)]
