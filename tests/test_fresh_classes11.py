@@ -121,3 +121,85 @@ def test_guided_backprop_against_torch(kind):
     lens, plain = check(guided(kind))
     for index, p in enumerate(lens.passes):  # the later ReLU first, each its pass's call
         assert [(c.hook, c.invocation) for c in p.hook_calls] == [("relu1", index + 1), ("relu0", index + 1)]
+
+
+# --- 3. Opacus-style per-sample gradients --------------------------------------------------------------------------
+
+def per_sample(kind: str):
+    """Opacus' way: a forward hook keeps each trainable module's input, a full backward hook computes per-sample
+    gradients from it and grad_output with einsum into ``p.grad_sample`` (conv: through ``unfold``); then DP-SGD
+    clips each sample's gradient, sums them into ``p.grad`` (no noise) and steps.  ``twice``: one Linear called on two
+    inputs in one forward (Opacus keeps a list of activations, pops the last for the first backward call)."""
+    def program(run):
+        torch.manual_seed(0)
+        if kind == "conv":
+            model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8, 2))
+            x = torch.randn(4, 1, 4, 4)
+        else:
+            model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+            x = torch.randn(4, 3)
+        y = torch.tensor([0, 1, 1, 0])
+        name(run, model=model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        trainable = [m for m in model if isinstance(m, (nn.Linear, nn.Conv2d))]
+
+        def capture(module, args, output):
+            module.__dict__.setdefault("activations", []).append(args[0].detach())
+
+        def compute(module, grad_input, grad_output):
+            a, b = module.activations.pop(), grad_output[0].detach()
+            if isinstance(module, nn.Conv2d):
+                a = F.unfold(a, module.kernel_size)  # (n, c*k*k, L)
+                b = b.flatten(2)  # (n, out, L)
+                ws = torch.einsum("noL,niL->noi", b, a).view(-1, *module.weight.shape)
+                bs = b.sum(2)
+            else:
+                ws, bs = torch.einsum("n...i,n...j->nij", b, a), b.reshape(b.shape[0], -1, b.shape[-1]).sum(1)
+            for p, g in ((module.weight, ws), (module.bias, bs)):
+                p.grad_sample = p.grad_sample + g if getattr(p, "grad_sample", None) is not None else g
+
+        for number, module in enumerate(trainable):
+            module.register_forward_hook(capture)
+            if run.hooked:
+                module.register_full_backward_hook(run.H(f"per_sample{number}", compute, lambda a: a[1]))
+        kept = []  # each pass: name -> (the per-sample gradients, torch's .grad)
+        for _ in range(2):
+            opt.zero_grad()
+            for p in model.parameters():
+                p.grad_sample = None
+            for m in trainable:
+                m.activations = []
+            out = model(x) if kind != "twice" else model[2](model[1](model[0](x))) + model[2](x[:, :1].expand(4, 4))
+            run.backward(F.cross_entropy(out, y, reduction="sum"))
+            record = {f"model.{n}": p.grad for n, p in model.named_parameters()}
+            if not run.hooked:  # the same per-sample gradients, one sample at a time (the lens sees no such pass)
+                forward = model if kind != "twice" else \
+                    (lambda v: model[2](model[1](model[0](v))) + model[2](v[:, :1].expand(1, 4)))
+                samples = [torch.autograd.grad(F.cross_entropy(forward(x[i:i + 1]), y[i:i + 1], reduction="sum"),
+                                               list(model.parameters())) for i in range(len(x))]
+                for p, per in zip(model.parameters(), zip(*samples)):
+                    p.grad_sample = torch.stack(per)
+            # each sample's gradient clipped at norm 1, added up: DP-SGD's .grad (no noise)
+            norms = torch.stack([p.grad_sample.flatten(1).norm(dim=1) for p in model.parameters()]).norm(dim=0)
+            scale = (1.0 / (norms + 1e-6)).clamp(max=1.0)
+            kept.append({n: (p.grad_sample, p.grad.clone()) for n, p in model.named_parameters()})
+            for p in model.parameters():
+                p.grad = torch.einsum("n,n...->...", scale, p.grad_sample)
+            run.record(record)
+            opt.step()
+        return [p.detach().clone() for p in model.parameters()], kept
+    return program
+
+
+@pytest.mark.parametrize("kind", ["linear", "conv", "twice"])
+def test_per_sample_gradients_against_torch(kind):
+    lens, plain = check(per_sample(kind))
+    for kept in plain.out[1]:  # the per-sample gradients add up to torch's .grad (before the clipping)
+        for samples, grad in kept.values():
+            assert torch.allclose(samples.sum(0), grad, atol=1e-5)
+    for index, p in enumerate(lens.passes):  # twice: the Linear's second call first, each "call k of 2"
+        expected = [("per_sample1", index + 1), ("per_sample0", index + 1)] if kind != "twice" else \
+            [("per_sample1", 2 * index + 1), ("per_sample1", 2 * index + 2), ("per_sample0", index + 1)]
+        assert [(c.hook, c.invocation) for c in p.hook_calls] == expected
+        if kind == "twice":
+            assert [(c.forward_call, c.forward_calls) for c in p.hook_calls[:2]] == [(2, 2), (1, 2)]
