@@ -137,8 +137,14 @@ def _sent_none(backward_pass: BackwardPass, name: str) -> str:
 
 
 def _zeroed_by_hook(backward_pass: BackwardPass, name: str, value: Any) -> Reason | None:
-    """A leaf that received only zeros where a hook on its way turned a non-zero gradient into zeros."""
+    """A leaf that received only zeros where a hook on its way turned a non-zero gradient into zeros, and that would
+    not have received only zeros without the hooks (a dead ReLU after the hook zeroes it anyway: not the hook's
+    doing)."""
     if not _all_zero(value):
+        return None
+    without = (backward_pass.grads_without_hooks if backward_pass.kind == "grad"
+               else backward_pass.added_without_hooks).get(name)
+    if without is not None and _all_zero(without):
         return None
     upstream = _upstream_nodes(backward_pass, name)
     for call in backward_pass.hook_calls:
