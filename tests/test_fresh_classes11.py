@@ -480,3 +480,52 @@ def test_optimizer_in_backward_against_torch():
     for p in lens.passes:
         assert [c.hook for c in p.hook_calls] == ["step3", "step2", "step1", "step0"]
         assert all(value is None for value in p.leaf_grads.values()) and len(p.leaf_grads) == 4
+
+
+def noisy_training(run):
+    """Gradient noise (annealed Gaussian noise added by a hook on every parameter, drawn from torch's generator),
+    dropout in the model, and feature visualization: the input image is a parameter optimized with Adam to excite one
+    channel, read by a forward hook.  The lens must not draw random numbers: every value depends on the generator."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 6), nn.Dropout(0.5), nn.ReLU(), nn.Linear(6, 3))
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    image = nn.Parameter(torch.zeros(1, 4))
+    name(run, model=model, image=image)
+    opt, seen = torch.optim.SGD(model.parameters(), lr=0.1), {}
+    for number, p in enumerate(model.parameters()):
+        if run.hooked:
+            p.register_hook(run.H(f"noise{number}", lambda g: g + 0.01 * torch.randn_like(g)))
+    model[2].register_forward_hook(lambda m, a, o: seen.__setitem__("act", o))
+    for _ in range(2):
+        opt.zero_grad()
+        run.backward(F.cross_entropy(model(x), y))
+        run.record(dict({f"model.{n}": p.grad for n, p in model.named_parameters()}, image=image.grad))
+        opt.step()
+    model.eval()
+    model.requires_grad_(False)
+    dream = torch.optim.Adam([image], lr=0.1)
+    for _ in range(2):
+        dream.zero_grad()
+        model(image)
+        run.backward(-seen["act"][0, 1])
+        run.record(dict({f"model.{n}": p.grad for n, p in model.named_parameters()}, image=image.grad))
+        dream.step()
+    return [p.detach().clone() for p in (*model.parameters(), image)], torch.rand(1)
+
+
+def test_noise_dropout_and_feature_visualization_against_torch():
+    assert problems_of(noisy_training) == []  # (its answers without hooks: only where a note says what they mean)
+
+
+@pytest.mark.xfail(strict=True, reason="capture/annotate.py moved_leaves (and the leaf values tracer.py keeps): a "
+                   "note for parameters that were leaves of an earlier pass whose hooks changed gradients, changed "
+                   "since, and are frozen now (not leaves of this pass, but constants its graph may use)")
+def test_without_hooks_after_training_with_hooks_then_freezing():
+    """False: after two training passes whose noise hooks changed the gradients the optimizer used, the model is
+    frozen (requires_grad_(False)) and the input image optimized (feature visualization).  In passes 3 and 4 the lens
+    gives image's gradient "without hooks" as [[0.1879, -0.1474, -0.0105, -0.4227]], with no note; but a run that
+    never had the hooks (its definition: what .grad would hold had no hook run since the Lens started) gives
+    [[0.1873, -0.1453, -0.0047, -0.4188]]: the frozen weights it uses came from the hooks' gradients.  Pass 2 says
+    so ("changed since pass 1, whose hooks changed gradients"): the weights are leaves there; frozen, they are not,
+    and no note is made."""
+    assert statements(noisy_training)[0] == []
