@@ -265,9 +265,10 @@ def test_gradient_reversal_against_torch(kind):
         assert [c.hook for c in p.hook_calls] == ([] if kind == "function" else ["reverse"])
 
 
-def dead_relu(alive: bool):
+def dead_relu(alive: bool, grad: bool = False):
     """A hook returning zeros (GRL's lambda at step 0) on a copy of a ReLU's output; the ReLU is dead (all its outputs
-    0, ``alive`` False) or not: the first Linear gets zeros either way, but only the live one because of the hook."""
+    0, ``alive`` False) or not: the first Linear gets zeros either way, but only the live one because of the hook.
+    ``grad``: by torch.autograd.grad."""
     def program(run):
         torch.manual_seed(0)
         lin = nn.Linear(4, 3)
@@ -277,9 +278,19 @@ def dead_relu(alive: bool):
         h = torch.relu(lin(torch.randn(6, 4))).clone()
         if run.hooked:
             h.register_hook(run.H("reverse", lambda g: -0.0 * g, target="clone"))
-        run.backward(h.sum())
-        run.record({f"lin.{n}": p.grad for n, p in lin.named_parameters()})
+        if grad:
+            run.record(dict(zip(["lin.weight", "lin.bias"], run.grad(h.sum(), list(lin.parameters())))))
+        else:
+            run.backward(h.sum())
+            run.record({f"lin.{n}": p.grad for n, p in lin.named_parameters()})
     return program
+
+
+@pytest.mark.parametrize("alive", [False, True])
+def test_a_hook_returning_zeros_is_not_blamed_for_a_dead_relu_by_autograd_grad(alive):
+    lens, plain = check_grad_only(dead_relu(alive, grad=True))
+    assert {name: reason.code for name, reason in lens.passes[0].unreached.items()} == \
+        ({"lin.weight": "hook_zeros", "lin.bias": "hook_zeros"} if alive else {})
 
 
 @pytest.mark.parametrize("alive", [False, True])
