@@ -540,3 +540,40 @@ def test_without_hooks_after_training_with_hooks_then_freezing():
     so ("changed since pass 1, whose hooks changed gradients"): the weights are leaves there; frozen, they are not,
     and no note is made."""
     assert statements(noisy_training)[0] == []
+
+
+def sam(run):
+    """Sharpness-aware minimization: a first backward, the weights moved by rho * g / ||g|| under no_grad, a second
+    backward at the moved weights, the move undone, then SGD steps with the second gradient; a hook clamps one
+    weight's gradient, a full backward pre-hook scales what reaches the first Linear."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+    x, y = torch.randn(6, 3), torch.randn(6, 1)
+    name(run, model=model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    if run.hooked:
+        model[2].weight.register_hook(run.H("clamp", lambda g: g.clamp(-0.2, 0.2)))
+        model[0].register_full_backward_pre_hook(run.H("scale", lambda m, go: (go[0] * 3,), lambda a: a[1]))
+    record = lambda: run.record({f"model.{n}": p.grad for n, p in model.named_parameters()})  # noqa: E731
+    for _ in range(2):
+        opt.zero_grad()
+        run.backward(F.mse_loss(model(x), y))
+        record()
+        with torch.no_grad():
+            norm = torch.stack([p.grad.norm() for p in model.parameters()]).norm()
+            moves = [0.05 * p.grad / (norm + 1e-12) for p in model.parameters()]
+            for p, e in zip(model.parameters(), moves):
+                p.add_(e)
+        opt.zero_grad()
+        run.backward(F.mse_loss(model(x), y))
+        record()
+        with torch.no_grad():
+            for p, e in zip(model.parameters(), moves):
+                p.sub_(e)
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def test_sharpness_aware_minimization_against_torch():
+    lens, plain = check(sam)
+    assert [[c.hook for c in p.hook_calls] for p in lens.passes] == [["clamp", "scale"]] * 4
