@@ -125,6 +125,8 @@ class LensMagics(Magics):
             from .capture.ledger import inheritable
 
             pending = inheritable(earlier, self.shell.user_ns)
+            if pending is not None:  # its leaves, for the passes of this cell that have them no more (frozen)
+                lens._ledger.seed(pending[3])
         self._earlier_lens = lens
         self.shell.user_ns[args.name] = lens
         result = self._run_quietly(lens, cell)

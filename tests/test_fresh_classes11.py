@@ -528,9 +528,6 @@ def test_noise_dropout_and_feature_visualization_against_torch():
     assert problems_of(noisy_training) == []  # (its answers without hooks: only where a note says what they mean)
 
 
-@pytest.mark.xfail(strict=True, reason="capture/annotate.py moved_leaves (and the leaf values tracer.py keeps): a "
-                   "note for parameters that were leaves of an earlier pass whose hooks changed gradients, changed "
-                   "since, and are frozen now (not leaves of this pass, but constants its graph may use)")
 def test_without_hooks_after_training_with_hooks_then_freezing():
     """False: after two training passes whose noise hooks changed the gradients the optimizer used, the model is
     frozen (requires_grad_(False)) and the input image optimized (feature visualization).  In passes 3 and 4 the lens

@@ -157,12 +157,17 @@ _SEEN: dict[int, tuple[Any, LeafTensor]] = {}
 _PRUNE_OVER = [4096]  # entries at which the dead ones are dropped (doubled when most are alive)
 
 
-def leaf_ids(shape: Any) -> dict:
+def leaf_ids(shape: Any, seen: dict | None = None, register: bool = False) -> dict:
     """``{"leaf_ids": {label: LeafTensor}}`` for the pass whose graph ``shape`` is (``structure.Structure``, its
     leaves labelled), read while the pass runs.  A label two tensors have in one pass gets none (which one is which
-    is not known), nor a tensor that takes no weak reference."""
+    is not known), nor a tensor that takes no weak reference.  ``seen`` (``Ledger.leaves``: LeafTensor -> (weak
+    reference, label), the leaves of the Lens's passes whose hooks may have changed gradients) gets this pass's
+    when ``register``; those of them that are alive and not leaves of this pass (frozen since: constants its graph
+    may use) are summed up as they are now, under ``"absent_leaves"`` (LeafTensor -> (label, summary or None: not
+    summed up, past ``ABSENT_LIMIT`` of them)), for :func:`moved_leaves`."""
     found: dict[str, Any] = {}
     variables = shape.variables()
+    present = set()
     for key in shape.leaves:
         label = shape.leaf_labels.get(key)
         try:
@@ -171,11 +176,37 @@ def leaf_ids(shape: Any) -> dict:
             same = None
         if label is not None:
             found[label] = same if label not in found or found[label] is same else None
+        if seen is not None and same is not None:
+            present.add(same)
+            if register and (label is not None or same not in seen):
+                seen[same] = (_SEEN[id(variables[key])][0], label)
     if len(_SEEN) > _PRUNE_OVER[0]:
         for dead in [key for key, (ref, _) in _SEEN.items() if ref() is None]:
             del _SEEN[dead]
         _PRUNE_OVER[0] = max(4096, 2 * len(_SEEN))
-    return {"leaf_ids": {label: same for label, same in found.items() if same is not None}}
+    ids = {"leaf_ids": {label: same for label, same in found.items() if same is not None}}
+    if seen and any(same not in present for same in seen):  # a leaf of an earlier pass is not one of this pass
+        return {**ids, "absent_leaves": _absent(seen, present)}
+    return ids
+
+
+ABSENT_LIMIT = 1024  # summaries of absent leaves made per pass at most (the rest: whether they changed is not known)
+
+
+def _absent(seen: dict, present: set) -> dict:
+    """The summaries of ``seen``'s tensors that are alive and not in ``present`` (the dead ones are forgotten)."""
+    from .snapshot import summarize
+
+    absent: dict = {}
+    for same, (ref, label) in list(seen.items()):
+        if same in present:
+            continue
+        tensor = ref()
+        if tensor is None:
+            del seen[same]
+        elif label is not None and isinstance(tensor, torch.Tensor):
+            absent[same] = (label, summarize(tensor) if len(absent) < ABSENT_LIMIT else None)
+    return absent
 
 
 def _leaf_tensor(tensor: Any) -> LeafTensor:
@@ -203,7 +234,8 @@ def _like(value: Any, drawn: Any) -> Any:
     return summarize(value) if isinstance(value, torch.Tensor) and isinstance(drawn, TensorSummary) else value
 
 
-def moved_leaves(moving: tuple[Any, tuple[bool, bool, bool]] | None, built: Any, ids: dict | None = None) -> dict:
+def moved_leaves(moving: tuple[Any, tuple[bool, bool, bool]] | None, built: Any, ids: dict | None = None,
+                 absent: dict | None = None) -> dict:
     """A note when leaves (parameters) hold other values than in an earlier pass whose hooks changed gradients
     (an optimizer step used them): "without hooks" is then this pass's graph with its hooks removed, on the values
     the leaves hold now, not what a run that never had the hooks would reach (its leaves would differ).  Only leaves
@@ -212,7 +244,9 @@ def moved_leaves(moving: tuple[Any, tuple[bool, bool, bool]] | None, built: Any,
     values came from those gradients (``w = w - lr * w.grad``) is not known; where either pass does not know which
     tensor a label was, or the leaf has no name ("leaf", "leaf_2": labels by place), nothing is said of it.
     ``moving`` is the first earlier pass for which :func:`leaves_may_move` says something, with what it says (the
-    Lens keeps it, so that a pass costs the same after a thousand passes as after one)."""
+    Lens keeps it, so that a pass costs the same after a thousand passes as after one).  ``absent``: leaves of the
+    Lens's earlier passes that are not leaves of this one (:func:`leaf_ids`); those that were leaves of that pass and
+    changed since (frozen parameters, say) get a note too: this pass's graph may use their values."""
     if moving is None:
         return {}
     now = _at_start(built)
@@ -223,7 +257,8 @@ def moved_leaves(moving: tuple[Any, tuple[bool, bool, bool]] | None, built: Any,
               and name in earlier_ids and before[name] is not None and not values_equal(value, before[name])]
     moved = [name for name in differ if (not cell or name in cell[1]) and ids[name] is earlier_ids[name]]
     others = [name for name in differ if ids[name] is not earlier_ids[name] and not _BY_PLACE.match(name)]
-    made_inf = _made_non_finite(earlier) if changed and not moved and not others else []
+    frozen, unsure = _frozen_since(absent or {}, earlier_ids, before, cell[1] if cell else None)
+    made_inf = _made_non_finite(earlier) if changed and not (moved or others or frozen or unsure) else []
     if made_inf:  # nothing moved here: code that skips an update on non-finite gradients (GradScaler) skipped it
         note = (f"{where}'s hooks made non-finite gradients ({_listed(made_inf)}) and no leaf here has changed since: "
                 "code that skips an update on them (GradScaler's step, finding an inf) would have made it without the "
@@ -231,7 +266,7 @@ def moved_leaves(moving: tuple[Any, tuple[bool, bool, bool]] | None, built: Any,
                 "a GradScaler's scale), which the lens does not compute; 'without hooks' here is this pass with its "
                 "hooks removed, on the values the leaves hold now")
         return {"notes": tuple(built.notes) + (note,)}
-    if not moved and not others and stopped:  # nothing moved here; without the hooks that pass would have gone on
+    if not (moved or others or frozen or unsure) and stopped:  # nothing moved; without the hooks that pass would go on
         note = (f"{where} stopped at a hook's error before it reached every leaf: if code used "
                 ".grad since (an optimizer step), a run that never had the hooks would have other parameters and "
                 "other values here, which the lens does not compute")
@@ -250,7 +285,38 @@ def moved_leaves(moving: tuple[Any, tuple[bool, bool, bool]] | None, built: Any,
                      f"(the same name, other values), whose hooks {why}: whether {'its' if one else 'their'} values "
                      "came from gradients those hooks made (an update written as w = w - lr * w.grad) is not known; "
                      "'without hooks' here is this pass with its hooks removed, on the values the leaves hold now")
+    for names, verb in ((frozen, "changed"), (unsure, "may have changed")):
+        if names:
+            one = len(names) == 1
+            notes.append(f"{_listed(names)} {verb} since {where}, whose hooks {why} (an optimizer step used "
+                         f"{'it' if one else 'them'}?), and {'is not a leaf' if one else 'are not leaves'} of this "
+                         f"pass (frozen?): where this pass's graph uses {'its' if one else 'their'} values, 'without hooks' "
+                         f"here is computed on the values {'it holds' if one else 'they hold'} now; a run that never "
+                         "had the hooks would have had other values, which the lens does not compute"
+                         + ("" if verb == "changed" else " (whether they changed is not known: their values "
+                            "could not be compared)"))
     return {"notes": tuple(built.notes) + tuple(notes)} if notes else {}
+
+
+def _frozen_since(absent: dict, earlier_ids: dict, before: dict, same_names: Any) -> tuple[list, list]:
+    """The leaves of the earlier pass (``earlier_ids``, their values at its start ``before``) that this pass does not
+    have as leaves (``absent``) and that changed since (their summaries differ), and those where it is not known."""
+    from .leafstate import _compared
+    from .snapshot import summarize
+
+    now_of = {same: summary for same, (_, summary) in absent.items()}
+    changed, unsure = [], []
+    for label, then in before.items():  # in the earlier drawing's order
+        same = earlier_ids.get(label)
+        if same not in now_of or then is None or (same_names is not None and label not in same_names):
+            continue
+        now = now_of[same]
+        then = summarize(then) if isinstance(then, torch.Tensor) else then
+        if not (_compared(then) and _compared(now)):
+            unsure.append(label)
+        elif then != now:
+            changed.append(label)
+    return changed, unsure
 
 
 def _made_non_finite(earlier: Any) -> list[str]:

@@ -114,8 +114,9 @@ def complete(draft: PassDraft, moving: Any = None, index: int | None = None) -> 
                             name=name, op=op) for name, op in draft.not_leaves)
     built = dataclasses.replace(built, mistakes=pass_notes(built, tuple(values["refilled"])) + not_leaves)
     built = with_ran_hooks(built)  # badges of the hooks that ran where the walk drew none
-    moved = moved_leaves(moving, built, draft.extra.get("leaf_ids"))
-    return dataclasses.replace(built, **draft.extra, **moved)
+    extra = {key: value for key, value in draft.extra.items() if key != "absent_leaves"}
+    moved = moved_leaves(moving, built, extra.get("leaf_ids"), draft.extra.get("absent_leaves"))
+    return dataclasses.replace(built, **extra, **moved)
 
 
 def _names(draft: PassDraft) -> Any:

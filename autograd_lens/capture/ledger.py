@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from .annotate import leaves_may_move
+from .annotate import _leaf_tensor, leaf_ids, leaves_may_move
+from .records import HookRecord
 
 _sequence_nr = torch._C._autograd._get_sequence_nr  # the number the next backward function made on this thread gets
 
@@ -39,6 +40,22 @@ class Ledger:
         # (pass, flags, where, names) from the %%lens cells before this one: their first pass whose hooks changed
         # gradients, and the names of its leaves that are still the same tensors (see inherit)
         self.inherited: tuple | None = None
+        self.leaves: dict = {}  # LeafTensor -> (weak reference, label): the leaves of its passes (annotate.leaf_ids)
+
+    def leaf_ids(self, observer: Any) -> dict:
+        """:func:`.annotate.leaf_ids` of a pass, read as it ends, with the leaves of the passes before it whose hooks
+        may have changed gradients: this pass's are kept when it ran a hook (or one in C), stopped at an error, or
+        made a note (a nested backward ran hooks): what ``leaves_may_move`` reads, and more."""
+        register = observer.unhooked.active or observer.error is not None or bool(observer.notes) \
+            or bool(observer.unseen_hooks) or any(isinstance(record, HookRecord) for record in observer.records)
+        return leaf_ids(observer.shape, self.leaves, register)
+
+    def seed(self, refs: dict) -> None:
+        """Take over the leaves of an earlier %%lens cell's pass (``inheritable``'s weak references by label)."""
+        for label, ref in refs.items():
+            tensor = ref()
+            if tensor is not None:
+                self.leaves.setdefault(_leaf_tensor(tensor), (ref, label))
 
     def note_made(self, observer: Any, first: int, number: int) -> None:
         """After pass ``number``: the functions it made, numbered from ``first`` on, when hooks changed gradients or

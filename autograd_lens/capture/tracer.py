@@ -40,7 +40,7 @@ from .unhooked import Unknown
 from .structure import pass_structure as structure  # (its users made; one argument: tests replace it)
 from .walk import leaf_state, walk
 from .rows import without_saved as _without_saved
-from .annotate import _groups, _module_hooks, _sources, leaf_ids, unfired_module_hook_notes
+from .annotate import _groups, _module_hooks, _sources, unfired_module_hook_notes
 from .ledger import Ledger, _sequence_nr
 from .nodes import budget_note
 from .selfcheck_run import _SELF_CHECK, _self_check  # noqa: F401  (tests read tracer._SELF_CHECK)
@@ -386,7 +386,7 @@ class Lens(LensViews, DeferredPasses):
         self._invocations.begin(observer.chains, observer.records, self._handles_before)
         draft = read_pass(observer, graph_walk, index, self._history, self._invocations, result)
         # the cell lines are read now: the CellLines of a %%lens cell changes as the cell goes on
-        draft.extra = {**_sources(graph_walk.rows, self.cell_lines), **grouped, **leaf_ids(observer.shape),
+        draft.extra = {**_sources(graph_walk.rows, self.cell_lines), **grouped, **self._ledger.leaf_ids(observer),
                        "debug": observer.debug, "kept_bytes": max(0, observer.bytes_held - observer.earlier_bytes)}
         return draft
 
