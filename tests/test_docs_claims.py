@@ -346,10 +346,6 @@ def _bytes_reachable(lens) -> int:
     return total
 
 
-@pytest.mark.xfail(strict=True, reason="past memory_budget each pass still copies every leaf's final .grad "
-                   "(capture/finalgrad.py: final_grad's observer.copied, a summary once observer.over_budget) and "
-                   "what each hook call received and returned (capture/calls.py, speed8's: through the budget as "
-                   "nodes.py's _keep does); a loop of 40 passes holds twice the tensor bytes of 20")
 def test_a_training_loop_stops_adding_copies_once_the_budget_is_reached():
     held = []
     for passes in (20, 40):
