@@ -378,6 +378,8 @@ def summaries_agree(seen: Value, real: Value) -> bool | None:
     if seen is None or real is None:
         return False
     seen, real = (summarize(value) if isinstance(value, torch.Tensor) else value for value in (seen, real))
+    if not (isinstance(seen, TensorSummary) and isinstance(real, TensorSummary)):
+        return None  # (no value the recording keeps: not known)
     if (seen.shape, seen.dtype, seen.kind) != (real.shape, real.dtype, real.kind) or seen.numel == 0:
         return seen.numel == 0 == real.numel and seen.shape == real.shape and seen.dtype == real.dtype
     return seen == real if all(_compared(s) and s.min is not None for s in (seen, real)) else None
