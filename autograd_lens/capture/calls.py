@@ -10,18 +10,18 @@ from typing import Any
 import torch
 
 from ..model import values_equal
-from .hooks import (ENGINE_CODE, Wrapper, code_of, engine_call_args, frame_code, function_name,
-                    may_edit_in_place, module_hook_kind, multi_grad_received, runs_in, shown_name,
-                    standard_library, user_function, weak_container_callback, wrapper_family, wrapper_module,
-                    wrapper_state, run_by_collector, DISTRIBUTED_DIR, wrapped_user_functions,
-                    not_a_gradient_hook)
+from .hooks import (ENGINE_CODE, Wrapper, code_of, engine_call_args, frame_code, function_name, may_edit_in_place,
+                    module_hook_kind, multi_grad_received, runs_in, shown_name, standard_library, user_function,
+                    weak_container_callback, wrapper_family, wrapper_module, wrapper_state, run_by_collector,
+                    DISTRIBUTED_DIR, wrapped_user_functions, not_a_gradient_hook)
 from .late import LATE_CODE, REGISTER_CODE, dict_is_new, registered as late_registered, tensor_registered
 from .livecheck import live_change, marks, post_accumulate_marks, summarised
 from .nested import NestedCalls, grads_written
 from .nodes import NodeRecorder
 from .order import UNSEEN
 from .records import HookRecord, KnownHook, NodeRecord, after_post_accumulate, leaf_before, snapshot_all
-from .snapshot import fast_snapshot, hidden_from_user as _hidden_from_modes, plain_small, snapshot
+from .snapshot import fast_snapshot, held_bytes, hidden_from_user as _hidden_from_modes, plain_small, snapshot
+from .finalgrad import budget_limit, counted
 from .saved import saved_names
 from .torchhooks import torchs_own
 from .shared import edited_spans
@@ -205,7 +205,7 @@ class HookCalls(NestedCalls):
                     received = args[1] if len(args) > 1 else ()
                 else:
                     received, context = (args[1], args[2]) if len(args) > 2 else ((), ())
-            limit = self.store_limit
+            limit = budget_limit(self)  # past the memory budget: summaries, as of node values (nodes._keep)
             node = _current_node()
             key = None
             if function is None and kind in ("node", "node_pre") and node is not None:
@@ -213,13 +213,16 @@ class HookCalls(NestedCalls):
             if kind in ("post_accumulate_grad", "node") and node is not None and id(node) in self.shape.leaves \
                     and id(node) not in self.written:
                 # user code is about to run after AccumulateGrad wrote .grad: keep the value it wrote
-                self.written[id(node)] = snapshot(node.variable.grad, limit)
+                self.written[id(node)] = counted(self, snapshot(node.variable.grad, limit))
+            hit = None  # (the copy reused, not new: not counted again)
             if kind == "post_accumulate_grad":
                 grad_in = snapshot(received.grad, limit)
-            elif kind == "tensor" and wrapper is None and isinstance(received, torch.Tensor):
+            elif kind == "tensor" and wrapper is None and isinstance(received, torch.Tensor) and limit >= 0:
                 grad_in = self.copied(received)  # the copy of what a node sent, when this is it, unchanged
+                hit = self.copies.get(id(received))
             else:
                 grad_in = snapshot_all(received, limit)
+            counted(self, () if hit is not None and hit[2] is grad_in else grad_in)  # new copies: counted
             self.current = HookRecord(
                 code=frame_code(frame),
                 function=function,
@@ -324,8 +327,8 @@ class HookCalls(NestedCalls):
         return found
 
     def _end(self, call: HookRecord, returned: Any) -> None:
-        self.current = None
-        limit = self.store_limit
+        self.current = None  # what it returned copied as what it got was (summaries past the memory budget)
+        limit = self.store_limit if held_bytes(call.grad_in) else budget_limit(self)
         with _hidden_from_modes():
             call.returned_none = returned is None
             if call.kind == "post_accumulate_grad":
@@ -349,6 +352,7 @@ class HookCalls(NestedCalls):
                               or values_equal(call.grad_in, call.received))
             else:
                 edited = not values_equal(call.grad_in, snapshot_all(call.received, limit))
+        counted(self, (call.context, () if call.grad_out is call.grad_in else call.grad_out))
         call.edited_in_place = edited
         self.edited_in_place = self.edited_in_place or edited
         if edited:

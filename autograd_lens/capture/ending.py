@@ -14,9 +14,9 @@ from .hooks import function_name, runs_python
 from .order import NOT_RETURNED, arrange_before, arrange_input_chain, until_error
 from .records import BEFORE_NODE, GradRecord, HookRecord, NodeRecord
 from .unhooked import Unknown
-from .leafstate import LeafState, touched  # noqa: F401  (build.py and tracer.py read them here)
+from .leafstate import LeafState, _compared, touched  # noqa: F401  (build.py and tracer.py read them here)
 from .structure import gradient_edge
-from .snapshot import hidden_from_user as _hidden_from_modes
+from .snapshot import hidden_from_user as _hidden_from_modes, summarize
 from .shared import span_of
 from .finalgrad import final_grad, last_seen  # noqa: F401  (build.py reads final_grad here)
 
@@ -335,7 +335,8 @@ def late_change(observer: Any, fn: Any, position: int, real: Value, diverged: bo
                        "process group is initialized): what .grad would hold without hooks is not known")
     seen = last_seen(observer, fn, position)
     # the copy taken at the write, reused (values_equal would say so): the usual case
-    if seen is real or isinstance(seen, TensorSummary) or isinstance(real, TensorSummary) or values_equal(seen, real):
+    same = seen is real or summaries_agree(seen, real)
+    if same:
         if diverged and getattr(observer, "foreign_writes", False):  # what it did with these values (nothing) says
             # not what it would do with others
             return Unknown(f"code that is no gradient hook ran during this pass ({', '.join(observer.foreign_calls)}: "
@@ -348,6 +349,12 @@ def late_change(observer: Any, fn: Any, position: int, real: Value, diverged: bo
                     if not (r.kind == "post_accumulate_grad" and (r.current_fn is fn or r.node_fn is fn))})
     if not diverged and not later:
         return None
+    if same is None:  # summaries (past the memory budget, or over store_limit) with no numbers to compare
+        return Unknown(f"{LATE_UNSEEN}: whether .grad changed after the last write the recording saw (by code that is "
+                       "no gradient hook, e.g. DistributedDataParallel's all-reduce, "
+                       + (f"or a hook that ran after it ({', '.join(later)}), " if later else "")
+                       + "or through memory it shares with another gradient) is not known, nor what it would hold "
+                       "without hooks")
     foreign = ", ".join(observer.foreign_calls)
     by = (f"code that is no gradient hook ({foreign}: e.g. DistributedDataParallel's all-reduce), " if foreign else
           "code that is no gradient hook (e.g. DistributedDataParallel's all-reduce, in C++), ")
@@ -355,6 +362,27 @@ def late_change(observer: Any, fn: Any, position: int, real: Value, diverged: bo
                    + (f"a hook that ran after it ({', '.join(later)}) " if later else "")
                    + "or through memory it shares with another gradient; what that change would have been without "
                    "hooks is not known")
+
+
+LATE_UNSEEN = ("the lens kept only a summary of this .grad (its numbers past memory_budget or store_limit), one "
+               "without numbers to compare (not dense, complex, or holding NaN)")
+
+
+def summaries_agree(seen: Value, real: Value) -> bool | None:
+    """Whether ``seen`` (the last value of ``.grad`` the recording saw) and ``real`` (as the pass left it) hold the
+    same values; where either is a summary, their summaries (shape, dtype, min, max, norm, first entries; a tensor
+    summarised to compare), as ``leafstate.changed_by_hooks`` compares them (a change keeping all four is not seen);
+    None: not known (a summary without those numbers: not dense, complex, or holding NaN)."""
+    if not isinstance(seen, TensorSummary) and not isinstance(real, TensorSummary):
+        return values_equal(seen, real)
+    if seen is None or real is None:
+        return False
+    seen, real = (summarize(value) if isinstance(value, torch.Tensor) else value for value in (seen, real))
+    if not (isinstance(seen, TensorSummary) and isinstance(real, TensorSummary)):
+        return None  # (no value the recording keeps: not known)
+    if (seen.shape, seen.dtype, seen.kind) != (real.shape, real.dtype, real.kind) or seen.numel == 0:
+        return seen.numel == 0 == real.numel and seen.shape == real.shape and seen.dtype == real.dtype
+    return seen == real if all(_compared(s) and s.min is not None for s in (seen, real)) else None
 
 
 def _hook_records_after(observer: Any, position: int) -> list:

@@ -10,17 +10,18 @@ import torch
 from ..model import Value
 from .bits import same_bits
 from .records import HookRecord
-from .snapshot import snapshot
+from .snapshot import held_bytes, snapshot
 
 
 def final_grad(observer: Any, variable: torch.Tensor) -> Value:
     """``.grad`` as the pass left it.  A view's memory (a DDP bucket, the seed it was adopted from) can be written
     by C++ code that does not count versions: it is copied again; otherwise the copy taken as it was written is
-    reused when it is the same tensor, unchanged."""
+    reused when it is the same tensor, unchanged.  A new copy counts against the memory budget; past it, a summary
+    (min, max, norm, first entries: what :func:`.ending.late_change` compares then)."""
     grad = variable.grad
     if isinstance(grad, torch.Tensor):
         if grad._is_view():
-            return snapshot(grad, observer.store_limit, magnitudes=True)
+            return counted(observer, snapshot(grad, budget_limit(observer), magnitudes=True))
         try:
             earlier = observer._earlier_copy(grad, grad._version)
         except Exception:  # noqa: BLE001 - no version counter
@@ -31,7 +32,23 @@ def final_grad(observer: Any, variable: torch.Tensor) -> Value:
             seen = _last_copy(observer, variable)  # when it holds exactly what a new copy would: late_change
             if seen is not None and same_bits(grad, seen, observer.store_limit):  # then finds it the same object
                 return seen
-    return observer.copied(grad, magnitudes=True)  # a large one's mean |value|: the gradient-flow plot's
+    if observer.over_budget:  # (copied would reuse no copy: there is none of this tensor at this version)
+        return snapshot(grad, -1, magnitudes=True)
+    return counted(observer, observer.copied(grad, magnitudes=True))  # a large one's mean |value|: the
+    # gradient-flow plot's
+
+
+def budget_limit(observer: Any) -> int:
+    """The ``store_limit`` of what is copied now: -1 (summaries only) past the memory budget."""
+    return -1 if observer.over_budget else observer.store_limit
+
+
+def counted(observer: Any, kept: Any) -> Any:
+    """``kept``, new copies (a tensor, a tuple of them; summaries hold no bytes), counted against the memory budget
+    (``nodes._held``: past it, later values are kept as summaries)."""
+    if observer.memory_budget is not None:
+        observer._held(held_bytes(kept))
+    return kept
 
 
 def _last_copy(observer: Any, variable: torch.Tensor) -> Any:
