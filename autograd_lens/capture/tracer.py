@@ -72,7 +72,7 @@ class Lens(LensViews, DeferredPasses):
     20.0
 
     ``names`` is the namespace used for labels (default: the namespace of the code that calls ``backward()``).
-    Gradients with more than ``store_limit`` elements are kept as summaries, as are later node values past
+    Gradients with more than ``store_limit`` elements are kept as summaries, as are later values (nodes', hooks', .grad) past
     ``memory_budget`` bytes of kept values (all of the Lens's passes together).  ``modules=True`` groups each pass's
     nodes by the ``nn.Module`` call that made them (``BackwardPass.groups``; drawn as outlines): it adds two global
     forward hooks for the length of the block,
