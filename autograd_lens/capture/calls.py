@@ -294,8 +294,10 @@ class HookCalls(NestedCalls):
         """Code torch's C++ called in the pass, no gradient hook (a DDP comm hook): may write .grad, unless stdlib's."""
         if name not in self.foreign_calls:
             self.foreign_calls.append(name)
-        self.foreign_writes = self.foreign_writes or code is None or not standard_library(code)
-        self.unhooked.activate(edited_in_place=True)
+        theirs = code is None or not standard_library(code)  # not the standard library (the warnings torch shows)
+        self.foreign_writes = self.foreign_writes or theirs
+        if theirs:
+            self.unhooked.activate(edited_in_place=True)
 
     def _begin_unseen(self, wrapper: Wrapper, function: Any) -> None:
         """A module or multi-grad hook written in C, called by torch's Python wrapper: the call is seen (a
