@@ -207,7 +207,10 @@ class PassEnd:
         if self.nested_written:
             self.note(f"a nested backward run by {by} wrote the .grad of {', '.join(self.nested_written)}: not steps "
                       "of this pass")
-        if self.foreign_calls:
+        if self.foreign_calls and not self.foreign_writes:  # only the standard library's (calls._foreign)
+            self.note(f"Python's standard library ran during this pass, called by torch's C++ side (torch showing a "
+                      f"warning, say: {', '.join(self.foreign_calls)}); it is not a step")
+        elif self.foreign_calls:
             self.note(f"Python code that is not a gradient hook ran during this pass, called by torch's C++ side "
                       f"({', '.join(self.foreign_calls)}: e.g. torch.compile compiling a hook as it is first called, "
                       "a DistributedDataParallel communication hook, or a callback queued on the engine); it is not a "
