@@ -3,7 +3,8 @@ penalty (``autograd.grad(..., create_graph=True)`` of a critic with a full modul
 the graph of the gradient, where the module's hook fires again), MAML's inner loop (fast weights ``w - lr * grad``,
 hooks on the fast weights and the meta-parameters), Hessian-vector products (``autograd.grad`` twice, a
 differentiable ``grad_outputs``), ``backward(create_graph=True)`` then a penalty on ``.grad``, a hook in a
-create_graph pass whose result has a graph of its own, complex tensors (Wirtinger gradients, ``view_as_real``), and
+create_graph pass whose result has a graph of its own, double backward through a custom autograd.Function and through
+a non-reentrant checkpoint, complex tensors (Wirtinger gradients, ``view_as_real``), and
 ``retain_graph`` with several ``backward()`` calls on one graph then on a sum of losses sharing it.
 
 Each program runs plainly, under a ``Lens``, as "truth" and with its hooks not registered (the harness of
@@ -25,6 +26,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 import autograd_lens as al
 
@@ -294,9 +296,61 @@ def hooked_gradient(kind: str):
     return program
 
 
+class Cube(torch.autograd.Function):
+    """x³ with a backward written in differentiable ops: a create_graph pass runs it with grad mode on."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x ** 3
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * 3 * x ** 2
+
+
+def custom_twice(kind: str):
+    """Double backward through a custom autograd.Function (its Python backward builds the gradient's graph), a hook on
+    its output (``modify``: doubling, in the grad pass)."""
+    def program(run):
+        x = torch.tensor([0.5, -1.0, 2.0], requires_grad=True)
+        name(run, x=x)
+        y = Cube.apply(x * 2)
+        if run.hooked:
+            y.register_hook(run.H("y", (lambda g: g * 2) if kind == "modify" else (lambda g: None)))
+        (g,) = run.grad(y.sum(), [x], create_graph=True)
+        returned(run, [g])
+        run.backward(g.pow(2).sum())
+        run.record({"x": x.grad})
+        return g.detach()
+    return program
+
+
+def checkpointed_twice(run):
+    """A non-reentrant checkpointed block, its input gradient with create_graph=True (the block is recomputed), then
+    a backward through that gradient (recomputed again); a hook doubling the block's weight gradient, one on x."""
+    torch.manual_seed(14)
+    inner, outer = nn.Linear(3, 4), nn.Linear(4, 1)
+    x = torch.randn(5, 3, requires_grad=True)
+    name(run, inner=inner, outer=outer, x=x)
+    if run.hooked:
+        inner.weight.register_hook(run.H("w1", lambda g: g * 2))
+        x.register_hook(run.H("x", lambda g: None))
+    h = checkpoint(lambda v: torch.tanh(inner(v)), x, use_reentrant=False)
+    (gx,) = run.grad(outer(h).sum(), [x], create_graph=True)
+    returned(run, [gx])
+    run.backward(gx.pow(2).sum())
+    run.record(dict({f"{m}.{n}": p.grad for m, module in (("inner", inner), ("outer", outer))
+                     for n, p in module.named_parameters()}, x=x.grad))
+    return gx.detach()
+
+
 @pytest.mark.parametrize("program", [gradient_norm_penalty("modify"), gradient_norm_penalty("post"),
-                                     hooked_gradient("plain"), hooked_gradient("hook_g")],
-                         ids=["penalty_modify", "penalty_post", "hooked_gradient", "hooked_gradient_hook_g"])
+                                     hooked_gradient("plain"), hooked_gradient("hook_g"), custom_twice("observe"),
+                                     custom_twice("modify"), checkpointed_twice],
+                         ids=["penalty_modify", "penalty_post", "hooked_gradient", "hooked_gradient_hook_g",
+                              "custom_function", "custom_function_modify", "checkpointed"])
 def test_gradients_of_gradients_against_torch(program):
     with warnings.catch_warnings():  # (backward(create_graph=True) warns of a reference cycle)
         warnings.simplefilter("ignore")
@@ -307,6 +361,13 @@ def test_gradients_of_gradients_against_torch(program):
         assert plain.per[1]["s"] is not None and run(program, "nohook").per[1]["s"] is None
         y_calls = [c for c in lens.hook_calls if c.hook == "y"]
         assert [c.invocation for c in y_calls] == [1, 2] and all(c.modified for c in y_calls)
+    elif program.__qualname__.startswith("custom_twice"):
+        grad_pass, second = lens.passes
+        assert [c.hook for c in grad_pass.hook_calls] == ["y"] and not second.hook_calls
+        assert bool(second.unknown) == grad_pass.hook_calls[0].modified  # the graph of g went through the hook's
+    elif program is checkpointed_twice:  # w1 fires in the second pass only (the first differentiates x alone)
+        assert [[c.hook for c in p.hook_calls] for p in lens.passes] == [["x"], ["x", "w1"]]
+        assert {name: reason.code for name, reason in lens.passes[1].unreached.items()} == {"outer.bias": "not_on_path"}
 
 
 # --- 5. complex tensors ---------------------------------------------------------------------------------------------
