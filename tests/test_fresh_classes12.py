@@ -4,8 +4,9 @@ the graph of the gradient, where the module's hook fires again), MAML's inner lo
 hooks on the fast weights and the meta-parameters), Hessian-vector products (``autograd.grad`` twice, a
 differentiable ``grad_outputs``), ``backward(create_graph=True)`` then a penalty on ``.grad``, a hook in a
 create_graph pass whose result has a graph of its own, double backward through a custom autograd.Function and through
-a non-reentrant checkpoint, complex tensors (Wirtinger gradients, ``view_as_real``), and
-``retain_graph`` with several ``backward()`` calls on one graph then on a sum of losses sharing it.
+a non-reentrant checkpoint, ``autograd.grad`` with respect to a ``GradientEdge``, complex tensors (Wirtinger
+gradients, ``view_as_real``), and ``retain_graph`` with several ``backward()`` calls on one graph then on a sum of
+losses sharing it.
 
 Each program runs plainly, under a ``Lens``, as "truth" and with its hooks not registered (the harness of
 tests/test_fresh_classes7.py, imported), then through :func:`statements` and the drawing checks of
@@ -346,11 +347,27 @@ def checkpointed_twice(run):
     return gx.detach()
 
 
+def through_an_edge(run):
+    """autograd.grad with respect to a GradientEdge (the sin's output edge) with create_graph=True, a hook doubling
+    that tensor's gradient, then a backward through the result (the hook fires again)."""
+    torch.manual_seed(20)
+    x = torch.randn(3, requires_grad=True)
+    name(run, x=x)
+    h = x.sin()
+    if run.hooked:
+        h.register_hook(run.H("h", lambda g: g * 2, target="sin"))
+    (gh,) = run.grad((h * h.exp()).sum(), [torch.autograd.graph.get_gradient_edge(h)], create_graph=True)
+    returned(run, [gh])
+    run.backward(gh.sum())
+    run.record({"x": x.grad})
+    return gh.detach()
+
+
 @pytest.mark.parametrize("program", [gradient_norm_penalty("modify"), gradient_norm_penalty("post"),
                                      hooked_gradient("plain"), hooked_gradient("hook_g"), custom_twice("observe"),
-                                     custom_twice("modify"), checkpointed_twice],
+                                     custom_twice("modify"), checkpointed_twice, through_an_edge],
                          ids=["penalty_modify", "penalty_post", "hooked_gradient", "hooked_gradient_hook_g",
-                              "custom_function", "custom_function_modify", "checkpointed"])
+                              "custom_function", "custom_function_modify", "checkpointed", "gradient_edge"])
 def test_gradients_of_gradients_against_torch(program):
     with warnings.catch_warnings():  # (backward(create_graph=True) warns of a reference cycle)
         warnings.simplefilter("ignore")
@@ -365,6 +382,10 @@ def test_gradients_of_gradients_against_torch(program):
         grad_pass, second = lens.passes
         assert [c.hook for c in grad_pass.hook_calls] == ["y"] and not second.hook_calls
         assert bool(second.unknown) == grad_pass.hook_calls[0].modified  # the graph of g went through the hook's
+    elif program is through_an_edge:  # the edge's own tensor hook fires in both passes; x is left out of the first
+        assert [[(c.hook, c.invocation) for c in p.hook_calls] for p in lens.passes] == [[("h", 1)], [("h", 2)]]
+        assert {name: r.code for name, r in lens.passes[0].unreached.items()} == {"x": "excluded"}
+        assert set(lens.passes[1].unknown) == {"x"}
     elif program is checkpointed_twice:  # w1 fires in the second pass only (the first differentiates x alone)
         assert [[c.hook for c in p.hook_calls] for p in lens.passes] == [["x"], ["x", "w1"]]
         assert {name: reason.code for name, reason in lens.passes[1].unreached.items()} == {"outer.bias": "not_on_path"}
