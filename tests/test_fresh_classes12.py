@@ -363,11 +363,31 @@ def through_an_edge(run):
     return gh.detach()
 
 
+def module_hooks_twice(run):
+    """A full backward pre-hook doubling the Sigmoid's grad_output and a full hook on it, in a grad pass with
+    create_graph=True (the input gradient's graph is built from the doubled gradient) and in the backward through it
+    (beside the output's own mean), where both fire once more."""
+    torch.manual_seed(12)
+    net = nn.Sequential(nn.Linear(2, 3), nn.Sigmoid(), nn.Linear(3, 1))
+    x = torch.randn(4, 2, requires_grad=True)
+    name(run, net=net, x=x)
+    if run.hooked:
+        net[1].register_full_backward_pre_hook(run.H("pre", lambda m, go: (go[0] * 2,), lambda a: a[1]))
+        net[1].register_full_backward_hook(run.H("full", lambda m, gi, go: None, lambda a: a[1]))
+    out = net(x)
+    (gx,) = run.grad(out.sum(), [x], create_graph=True)
+    returned(run, [gx])
+    run.backward(gx.pow(2).sum() + out.mean())
+    run.record(dict({f"net.{n}": p.grad for n, p in net.named_parameters()}, x=x.grad))
+    return gx.detach()
+
+
 @pytest.mark.parametrize("program", [gradient_norm_penalty("modify"), gradient_norm_penalty("post"),
                                      hooked_gradient("plain"), hooked_gradient("hook_g"), custom_twice("observe"),
-                                     custom_twice("modify"), checkpointed_twice, through_an_edge],
+                                     custom_twice("modify"), checkpointed_twice, through_an_edge, module_hooks_twice],
                          ids=["penalty_modify", "penalty_post", "hooked_gradient", "hooked_gradient_hook_g",
-                              "custom_function", "custom_function_modify", "checkpointed", "gradient_edge"])
+                              "custom_function", "custom_function_modify", "checkpointed", "gradient_edge",
+                              "module_pre_hook"])
 def test_gradients_of_gradients_against_torch(program):
     with warnings.catch_warnings():  # (backward(create_graph=True) warns of a reference cycle)
         warnings.simplefilter("ignore")
@@ -386,6 +406,13 @@ def test_gradients_of_gradients_against_torch(program):
         assert [[(c.hook, c.invocation) for c in p.hook_calls] for p in lens.passes] == [[("h", 1)], [("h", 2)]]
         assert {name: r.code for name, r in lens.passes[0].unreached.items()} == {"x": "excluded"}
         assert set(lens.passes[1].unknown) == {"x"}
+    elif program is module_hooks_twice:  # pre then full, in each pass; the second pass's graph came from the pre-hook
+        assert [[(c.hook, c.invocation) for c in p.hook_calls] for p in lens.passes] == \
+            [[("pre", 1), ("full", 1)], [("pre", 2), ("full", 2)]]
+        for p in lens.passes:  # the full hook's grad_output is what the pre-hook returned, twice what it received
+            pre, full = p.hook_calls
+            assert torch.equal(full.context[0], pre.grad_out[0]) and torch.equal(pre.grad_out[0], pre.grad_in[0] * 2)
+        assert set(lens.passes[1].unknown) == {"net.0.weight", "net.0.bias", "net.2.weight", "x"}
     elif program is checkpointed_twice:  # w1 fires in the second pass only (the first differentiates x alone)
         assert [[c.hook for c in p.hook_calls] for p in lens.passes] == [["x"], ["x", "w1"]]
         assert {name: reason.code for name, reason in lens.passes[1].unreached.items()} == {"outer.bias": "not_on_path"}
