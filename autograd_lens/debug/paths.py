@@ -127,7 +127,7 @@ class _Walker:
         self.seeded = False  # a root was given a one-element gradient other than 1 (the first factor of its paths)
 
     def start(self, fn: Any, output_nr: int, seed: torch.Tensor) -> None:
-        scalar = seed.numel() == 1
+        scalar = seed.numel() == 1 and not seed.is_complex()  # (complex: conj's vjp is no product by its value at 1)
         # the gradient given to the root, written first among the factors when it is not 1 (backward(gradient=2.))
         given = (float(seed.reshape(-1)[0]),) if scalar and float(seed.reshape(-1)[0]) != 1.0 else ()
         self.seeded = self.seeded or bool(given)
@@ -155,7 +155,7 @@ class _Walker:
                 if targets.count(id(next_fn)) > 1:  # x * x: one path through each input
                     route = route[:-1] + (f"{route[-1].split(' [input ')[0]} [input {slot + 1}]",)
                 step = factors
-                if factors is not None and outs[slot].numel() == 1:
+                if factors is not None and outs[slot].numel() == 1 and not outs[slot].is_complex():
                     step = factors + (self._local(fn, output_nr, slot, grad),)
                 elif factors is not None:
                     step = None
@@ -230,7 +230,7 @@ class _Walker:
             total = found[0][1].clone()
             for _, value, _, _ in found[1:]:
                 total = total + value
-            order = sorted(range(len(found)), key=lambda i: -float(found[i][1].double().norm()))
+            order = sorted(range(len(found)), key=lambda i: -float(found[i][1].abs().double().norm()))
             shown = [found[i] for i in sorted(order[:SHOWN])]
             paths = [Path(route, snapshot(value), tuple(factors or ()), hops=hops) for route, value, factors, hops in shown]
             rest = [found[i][1] for i in sorted(order[SHOWN:])]
