@@ -13,7 +13,7 @@ tests/test_fresh_classes7.py, imported), then through :func:`statements` and the
 tests/test_fresh_classes10.py: every hook call, node gradient, ``.grad``, value without hooks (or "unknown", with why),
 what ``autograd.grad`` returned, card and drawn grad field must be torch's.  Found false and fixed (debug/paths.py):
 ``Lens(why=True)`` on complex tensors printed a ``UserWarning`` into the user's program, and gave complex one-element
-graphs no paths.  Found false and left to capture/calls.py (a strict xfail): the warning torch shows on the first
+graphs no paths.  Found false and fixed in capture/calls.py (by the integrator): the warning torch shows on the first
 ``backward(create_graph=True)`` made the next pass say its leaves' values without hooks were unknown "because hooks
 changed gradients" in a program with no hook at all."""
 
@@ -540,29 +540,33 @@ def test_retained_graph_passes_against_torch(kind):
 
 def create_graph_twice():
     x = torch.tensor([1.0, 2.0, -1.5], requires_grad=True)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")  # (as the first such backward of a session shows it)
-        with al.Lens(names={"x": x}) as lens:
-            (x ** 3).sum().backward(create_graph=True)
-            first = x.grad
-            x.grad = None
-            first.sum().backward()
+    always = torch.is_warn_always_enabled()
+    torch.set_warn_always(True)  # torch warns once a process (TORCH_WARN_ONCE): shown as the first time
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with al.Lens(names={"x": x}) as lens:
+                (x ** 3).sum().backward(create_graph=True)
+                first = x.grad
+                x.grad = None
+                first.sum().backward()
+    finally:
+        torch.set_warn_always(always)
     return lens, x.grad, first.detach(), [str(w.message)[:40] for w in caught]
 
 
-@pytest.mark.xfail(strict=True, reason="capture/calls.py (CallTracker._foreign): the warnings module's functions "
-                   "torch's C++ calls to show its warning during the pass (WarningMessage.__init__, _showwarnmsg: the "
-                   "stdlib) activate Unhooked as if a hook had edited a gradient; Ledger.note_made then marks every "
-                   "backward function the pass made as made 'while hooks changed or replaced gradients'. Fix: in "
-                   "_foreign, activate Unhooked only for code that is not the standard library's")
 def test_the_warning_of_a_create_graph_backward_is_not_a_hook():
     """False: ``loss.backward(create_graph=True)`` makes torch warn of a reference cycle (shown once a session, or each
     time under "always"); a second backward through the gradient's graph then said of x "Without the hooks: unknown,
     because PowBackward0 was made by pass 1 (create_graph=True) while hooks changed or replaced gradients" in a program
-    with no hook at all (x.grad is the same without hooks: there are none)."""
+    with no hook at all (x.grad is the same without hooks: there are none).  Fixed in capture/calls.py (_foreign:
+    the standard library's code activates no replay); pass 1's note says only that the standard library ran."""
     lens, grad, first, caught = create_graph_twice()
     assert caught == ["Using backward() with create_graph=True "]  # torch's, shown to the user as without the lens
     assert torch.equal(first, torch.tensor([3.0, 12.0, 6.75])) and torch.equal(grad, torch.tensor([6.0, 12.0, -9.0]))
     second = lens.passes[1]
     assert second.unknown == {} and torch.equal(second.grads_without_hooks["x"], grad)
+    [said] = [n for n in lens.passes[0].notes if "called by torch's C++ side" in n]
+    assert said.startswith("Python's standard library ran during this pass, called by torch's C++ side (torch "
+                           "showing a warning, say: ") and said.endswith("it is not a step"), said
 
