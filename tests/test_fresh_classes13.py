@@ -28,6 +28,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 import autograd_lens as al
 
@@ -764,3 +765,29 @@ def test_a_hook_on_a_tied_decoder_never_called_is_not_blamed_on_another_copy_of_
     assert seen == [] and dec.weight.grad is not None  # never fired; its weight's .grad written
     codes = {note.code for note in lens.notes if "on dec " in note.message}
     assert codes == {"late_module_hook"}, [note.message for note in lens.notes]
+
+
+@pytest.mark.xfail(strict=True, reason="capture/annotate.py unfired_module_hook_notes counts as fired only the module "
+                   "hook calls that are steps of a pass; those run inside a nested backward (reentrant checkpoint) are "
+                   "kept as text in the pass's notes (observer.nested_hooks): keep their targets, and the .grads the "
+                   "nested backward wrote, where that function can count them")
+def test_a_module_hook_that_ran_inside_reentrant_checkpointing_is_not_said_never_to_have_fired():
+    """An RNN-like loop checkpointed per step (use_reentrant=True): the Linear's full hook runs inside the nested
+    backward of each step (torch calls it twice), which writes its parameters' .grad; the lens's pass notes say so.
+    No note may then say that the hook "never fired: no backward pass here went through that module"."""
+    torch.manual_seed(0)
+    head = nn.Linear(3, 3)
+    fired = []
+    x = torch.randn(2, 3, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with al.Lens(names={"head": head, "x": x}) as lens:
+            head.register_full_backward_hook(lambda m, gi, go: fired.append(go))
+            h = x
+            for _ in range(2):
+                h = checkpoint(lambda t: torch.tanh(head(t)), h, use_reentrant=True)
+            h.sum().backward()
+    assert len(fired) == 2 and head.weight.grad is not None
+    (p,) = lens.passes
+    assert any("head: module full hook <lambda>" in note for note in p.notes)  # the pass says it ran, nested
+    assert [note.message for note in lens.notes if "never fired" in note.message] == []
