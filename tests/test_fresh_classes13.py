@@ -15,7 +15,12 @@ that way, :func:`problems` leaves the harness's numbers aside and checks the len
 
 False and fixed (capture/hooks.py): a module's full backward hook called from torch's pre-hook wrapper (no input of
 the call requires grad: an ``LSTMCell`` always, its state being a tuple; any cell at the first step) was shown as its
-full backward *pre*-hook when both hooks share their code (one factory, the usual ``def make_hook(name)``)."""
+full backward *pre*-hook when both hooks share their code (one factory, the usual ``def make_hook(name)``).
+
+False, left as strict xfails for capture/annotate.py (section 7): the end-of-recording notes on module hooks that
+never fired say "another copy of the model?" for a hook on a tied decoder that is never called (its weight's .grad,
+written under the embedding's name, is not seen as the module's), and "never fired" for a hook that ran inside
+reentrant checkpointing's nested backward."""
 
 from __future__ import annotations
 
@@ -34,7 +39,7 @@ import autograd_lens as al
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_fresh_classes7 import Run, equal, problems_of  # noqa: E402  (the differential harness)
-from test_fresh_classes10 import check, drawing_problems, drawn_grads, name, named, statements  # noqa: E402
+from test_fresh_classes10 import drawing_problems, drawn_grads, name, statements  # noqa: E402  (cards, drawing)
 
 from autograd_lens.format import format_value  # noqa: E402
 from autograd_lens.views.passview import views_for  # noqa: E402
@@ -234,6 +239,8 @@ def test_bptt_through_cells_with_module_hooks_and_state_hooks(kind):
         full = [c for c in p.hook_calls if c.hook == "cell_full"]
         # an LSTMCell's state is a tuple, never a gradient input; the first call's state is zeros without grad
         assert [c.grad_in[1] is None for c in full] == ([True, True, True] if kind == "lstm" else [False, False, True])
+    if kind != "gru":
+        assert forward_call_problems(cells(kind)) == []
 
 
 def forward_call_problems(program) -> list[str]:
@@ -275,7 +282,8 @@ def forward_call_problems(program) -> list[str]:
         for call in p.hook_calls:
             if call.kind != "module_full" or not call.context or call.context[0] is None:
                 continue
-            owners = [(m, k) for m, k, g in fired if g.shape == call.context[0].shape and torch.equal(g, call.context[0])]
+            got = call.context[0]
+            owners = [(m, k) for m, k, g in fired if g.shape == got.shape and torch.equal(g, got)]
             if len({k for _, k in owners}) != 1 or len({id(m) for m, _ in owners}) != 1:
                 continue
             owner, k = owners[0]
@@ -346,7 +354,7 @@ def test_recurrent_modules_with_module_and_state_hooks(kind):
             ((None,) if kind == "h0" else ())  # the tuple state gets no gradient input
 
 
-# --- 4. truncated BPTT: the state detached every 2 steps, a backward per chunk -----------------------------------------
+# --- 4. truncated BPTT: the state detached every 2 steps, a backward per chunk ----------------------------------------
 
 def truncated(kind: str):
     """An RNNCell over 6 steps, the state detached every 2, a step after each chunk; a stateful closure scaling by
@@ -399,7 +407,7 @@ def test_truncated_bptt_with_a_stateful_hook(kind):
     assert forward_call_problems(truncated(kind)) == []
 
 
-# --- 5. seq2seq with teacher forcing and tied weights, a recursive tree, loops until a condition, a neural ODE ----------
+# --- 5. seq2seq with teacher forcing and tied weights, a recursive tree, loops until a condition, a neural ODE --------
 
 def seq2seq(greedy: bool):
     """A GRU encoder, a GRUCell decoder over 3 steps, the decoder's Linear tied to the embedding (one parameter used
@@ -739,10 +747,11 @@ def test_hooks_on_masked_retained_and_checked_states_against_torch(kind):
                    for reason in first.unreached.values())
 
 
-# --- 7. a hook on a tied module that is never called ------------------------------------------------------------------
+# --- 7. notes on module hooks said never to have fired ----------------------------------------------------------------
 
 @pytest.mark.xfail(strict=True, reason="capture/annotate.py unfired_module_hook_notes: 'late' is decided by the names "
-                   "of the .grads written ('dec.' prefix), but a tied parameter has one name (emb.weight); decide it by "
+                   "of the .grads written ('dec.' prefix), but a tied parameter has one name (emb.weight); decide it "
+                   "by "
                    "the module's parameters (names.tensor_name(p) in written for p in module.parameters())")
 def test_a_hook_on_a_tied_decoder_never_called_is_not_blamed_on_another_copy_of_the_model():
     """A tied language model computing its logits as h @ emb.weight.T: the decoder Linear holding the same weight is
