@@ -168,8 +168,11 @@ def user_function(frame: FrameType, wrapper: Wrapper | None) -> Any:
     if wrapper is None:
         return None
     local = wrapper.frame.f_locals
-    if wrapper.family in ("module_full", "module_pre"):
-        candidates = [local.get("hook"), local.get("user_pre_hook"), local.get("user_hook")]
+    if wrapper.family == "module_pre":  # its full-hook loop (no input requires grad) binds user_hook after the
+        # pre-hook loop: then the full hook is the one called, whatever user_pre_hook (stale) holds
+        candidates = [local.get("user_hook") if "user_hook" in local else local.get("user_pre_hook")]
+    elif wrapper.family == "module_full":
+        candidates = [local.get("hook")]
     elif wrapper.family == "legacy":
         candidates = [getattr(local.get("self"), "hook", None)]
     elif wrapper.family == "multi_grad":
@@ -215,7 +218,7 @@ def module_hook_kind(wrapper: Wrapper, function: Any, module: Any) -> str:
         is_global = function in module_hooks._global_backward_hooks.values()
         base = "module_full"
     elif wrapper.family == "module_pre":
-        if wrapper.frame.f_locals.get("user_pre_hook") is function and function is not wrapper.frame.f_locals.get("user_hook"):
+        if "user_hook" not in wrapper.frame.f_locals:  # (see user_function)
             is_global = function in module_hooks._global_backward_pre_hooks.values()
             base = "module_full_pre"
         else:  # the "no input requires grad" branch calls full hooks from the pre-hook wrapper
