@@ -17,10 +17,10 @@ False and fixed (capture/hooks.py): a module's full backward hook called from to
 the call requires grad: an ``LSTMCell`` always, its state being a tuple; any cell at the first step) was shown as its
 full backward *pre*-hook when both hooks share their code (one factory, the usual ``def make_hook(name)``).
 
-False, left as strict xfails for capture/annotate.py (section 7): the end-of-recording notes on module hooks that
-never fired say "another copy of the model?" for a hook on a tied decoder that is never called (its weight's .grad,
-written under the embedding's name, is not seen as the module's), and "never fired" for a hook that ran inside
-reentrant checkpointing's nested backward."""
+False, and fixed by the integrator in capture/annotate.py (section 7): the end-of-recording notes on module hooks that
+never fired said "another copy of the model?" for a hook on a tied decoder that is never called (its weight's .grad,
+written under the embedding's name, was not seen as the module's), and "never fired" for a hook that ran inside
+reentrant checkpointing's nested backward (now kept by the pass: ``BackwardPass.nested_module_hooks``)."""
 
 from __future__ import annotations
 
@@ -749,10 +749,6 @@ def test_hooks_on_masked_retained_and_checked_states_against_torch(kind):
 
 # --- 7. notes on module hooks said never to have fired ----------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="capture/annotate.py unfired_module_hook_notes: 'late' is decided by the names "
-                   "of the .grads written ('dec.' prefix), but a tied parameter has one name (emb.weight); decide it "
-                   "by "
-                   "the module's parameters (names.tensor_name(p) in written for p in module.parameters())")
 def test_a_hook_on_a_tied_decoder_never_called_is_not_blamed_on_another_copy_of_the_model():
     """A tied language model computing its logits as h @ emb.weight.T: the decoder Linear holding the same weight is
     never called, so its full hook never fires, though every pass writes that weight's .grad.  The note must not ask
@@ -776,10 +772,6 @@ def test_a_hook_on_a_tied_decoder_never_called_is_not_blamed_on_another_copy_of_
     assert codes == {"late_module_hook"}, [note.message for note in lens.notes]
 
 
-@pytest.mark.xfail(strict=True, reason="capture/annotate.py unfired_module_hook_notes counts as fired only the module "
-                   "hook calls that are steps of a pass; those run inside a nested backward (reentrant checkpoint) are "
-                   "kept as text in the pass's notes (observer.nested_hooks): keep their targets, and the .grads the "
-                   "nested backward wrote, where that function can count them")
 def test_a_module_hook_that_ran_inside_reentrant_checkpointing_is_not_said_never_to_have_fired():
     """An RNN-like loop checkpointed per step (use_reentrant=True): the Linear's full hook runs inside the nested
     backward of each step (torch calls it twice), which writes its parameters' .grad; the lens's pass notes say so.

@@ -93,17 +93,20 @@ def unfired_module_hook_notes(added: set, passes: Any, notes: list, namespace: d
     Registered after the forward when a pass wrote the module's parameters' .grad; on a module no pass went through
     when one with a parameter requiring grad got no .grad from plain backward() passes; else the lens cannot tell."""
     fired = {call.target for p in passes for call in p.hook_calls if "module" in call.kind}
+    fired.update(name for p in passes for name in p.nested_module_hooks)  # ran inside a nested backward
     written = {event.name for p in passes for event in p.events  # leaves whose .grad a pass added to
                if isinstance(event, GradWritten) and event.by == "AccumulateGrad" and event.received is not None}
     names = names_from(namespace)
     trainable = {names.module_name(module) for module in names.module_objects
                  if any(p.requires_grad for p in module.parameters())}
+    by_name = {names.module_name(module): module for module in names.module_objects}
     unsure = any(p.kind != "backward" or p.inputs for p in passes)  # autograd.grad, inputs=: no parameter .grad
     found: list = []
     for name, _ in added:
         if name in fired or any(n.code.endswith("_hook") and name in n.message for n in notes + found):
             continue
-        late = any(written_name.startswith(name + ".") for written_name in written)  # its parameters' .grad
+        late = any(written_name.startswith(name + ".") for written_name in written) or (  # its parameters' .grad,
+            name in by_name and any(names.tensor_name(p) in written for p in by_name[name].parameters()))  # tied too
         whole = _used_whole(name, written) if not late else None
         if whole and name in trainable and not unsure:  # the model it is part of was used: this part was not
             found.append(note("unused_module_hook", target=name, whole=whole))

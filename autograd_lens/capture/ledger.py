@@ -42,13 +42,16 @@ class Ledger:
         self.inherited: tuple | None = None
         self.leaves: dict = {}  # LeafTensor -> (weak reference, label): the leaves of its passes (annotate.leaf_ids)
 
-    def leaf_ids(self, observer: Any) -> dict:
-        """:func:`.annotate.leaf_ids` of a pass, read as it ends, with the leaves of the passes before it whose hooks
-        may have changed gradients: this pass's are kept when it ran a hook (or one in C), stopped at an error, or
-        made a note (a nested backward ran hooks): what ``leaves_may_move`` reads, and more."""
+    def at_end(self, observer: Any) -> dict:
+        """What the pass's model gets of what the Lens reads as a pass ends: :func:`.annotate.leaf_ids`, with the
+        leaves of the passes before it whose hooks may have changed gradients (this pass's are kept when it ran a
+        hook, or one in C, stopped at an error, or made a note: what ``leaves_may_move`` reads, and more), and the
+        modules whose backward hooks ran inside a nested backward (``nested_module_hooks``)."""
         register = observer.unhooked.active or observer.error is not None or bool(observer.notes) \
             or bool(observer.unseen_hooks) or any(isinstance(record, HookRecord) for record in observer.records)
-        return leaf_ids(observer.shape, self.leaves, register)
+        found = leaf_ids(observer.shape, self.leaves, register)
+        nested = observer.__dict__.get("nested_targets")
+        return {**found, "nested_module_hooks": tuple(sorted(nested))} if nested else found
 
     def seed(self, refs: dict) -> None:
         """Take over the leaves of an earlier %%lens cell's pass (``inheritable``'s weak references by label)."""

@@ -127,6 +127,8 @@ class NestedCalls:
             module_hook_kind(self.nested_wrapper, function, module).replace("_", " ")
         target = self.ensure_names().module_name(module) if module is not None else None
         where = f"{target or type(module).__name__}: " if module is not None else ""
+        if target is not None:  # (Ledger.at_end hands them to the pass: unfired_module_hook_notes)
+            self.__dict__.setdefault("nested_targets", set()).add(target)
         self._nested_hook(f"{where}{kind} hook {function_name(function)}")
 
     def _nested_hook(self, text: str) -> None:

@@ -386,7 +386,7 @@ class Lens(LensViews, DeferredPasses):
         self._invocations.begin(observer.chains, observer.records, self._handles_before)
         draft = read_pass(observer, graph_walk, index, self._history, self._invocations, result)
         # the cell lines are read now: the CellLines of a %%lens cell changes as the cell goes on
-        draft.extra = {**_sources(graph_walk.rows, self.cell_lines), **grouped, **self._ledger.leaf_ids(observer),
+        draft.extra = {**_sources(graph_walk.rows, self.cell_lines), **grouped, **self._ledger.at_end(observer),
                        "debug": observer.debug, "kept_bytes": max(0, observer.bytes_held - observer.earlier_bytes)}
         return draft
 

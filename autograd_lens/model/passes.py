@@ -178,6 +178,8 @@ class BackwardPass:
     kept_bytes: int = field(default=0, compare=False, repr=False)  # of copied values, counted in the Lens's budget
     # drawn leaf label -> what two passes share only when their leaf is the same tensor object (annotate.LeafTensor)
     leaf_ids: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # modules whose backward hooks ran inside a nested backward (reentrant checkpointing): not steps, but they fired
+    nested_module_hooks: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     @cached_property
     def unreached(self) -> dict:
