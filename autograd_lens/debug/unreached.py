@@ -150,8 +150,9 @@ def _zeroed_by_hook(backward_pass: BackwardPass, name: str, value: Any) -> Reaso
     for call in backward_pass.hook_calls:
         if call.error is None and call.node in upstream and _all_zero(call.grad_out) \
                 and not _all_zero(call.grad_in) and _readable(call.grad_in):
-            return Reason(name, "hook_zeros", f"the {call.kind_label} hook {call.hook} on {call.target} received a "
-                                              "non-zero gradient and passed on zeros; this leaf received only zeros",
+            got = "a gradient holding NaN or inf" if _nonfinite(call.grad_in) else "a non-zero gradient"
+            return Reason(name, "hook_zeros", f"the {call.kind_label} hook {call.hook} on {call.target} received "
+                                              f"{got} and passed on zeros; this leaf received only zeros",
                           (call.node,) if call.node else ())
     return None
 
@@ -190,6 +191,12 @@ def _readable(value: Any) -> bool:
     from .nonfinite import UNREADABLE, state
 
     return state(value) != UNREADABLE
+
+
+def _nonfinite(value: Any) -> bool:
+    from .nonfinite import NONFINITE, state
+
+    return state(value) == NONFINITE
 
 
 def _all_zero(value: Any) -> bool:
