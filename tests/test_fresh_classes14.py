@@ -576,3 +576,26 @@ def test_a_dead_layer_is_not_outlined_as_the_smallest_nonzero_gradient():
         low, high = (0.0, 0.0) if step.startswith("grad norm 0 ") else map(float, step.split()[2::2])
         assert low * (1 - 1e-3) <= float(grad.norm()) <= high * (1 + 1e-3), (param, step, float(grad.norm()))
         assert ("dashed" in line) is (high == 0)
+
+
+def test_the_paths_of_a_pass_that_stopped_say_no_gradient_came():
+    """Was false: ``--why`` on a pass stopped by a hook's error listed "which paths it took" and their sum for a leaf
+    the gradient never reached (torch: .grad None), with nothing saying so.  Fixed in debug/__init__.py: the paths
+    are said to be what it would have received, with the reason it received nothing."""
+    from autograd_lens.debug.why import Why
+
+    torch.manual_seed(0)
+    model = mlp()
+    x = torch.randn(4, 3)
+    with al.Lens(names={"model": model}, why=True) as lens:
+        h = model[0](x)
+        h.register_hook(lambda g: 1 / 0)
+        with pytest.raises(ZeroDivisionError):
+            model[2](model[1](h)).sum().backward()
+    assert model[0].weight.grad is None and model[2].weight.grad is not None
+    stopped, reached = lens.paths_to("model.0.weight"), lens.paths_to("model.2.weight")
+    assert stopped.known and stopped.hooks == (
+        "this pass gave model.0.weight no gradient (the pass stopped with ZeroDivisionError before a gradient reached "
+        "it); the paths above are the chain rule without hooks: what it would have received")
+    assert reached.hooks == "" and torch.allclose(reached.total, model[2].weight.grad)
+    assert stopped.hooks in repr(Why(lens, "model.0.weight"))

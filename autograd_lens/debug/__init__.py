@@ -168,7 +168,13 @@ def with_hooks(path_set: PathSet, backward_pass: Any, name: str) -> PathSet:
         given, without = backward_pass.input_grads.get(name), backward_pass.grads_without_hooks.get(name)
     else:
         given, without = backward_pass.added.get(name), backward_pass.added_without_hooks.get(name)
-    if given is None or (without is not None and values_equal(given, without)):
+    if given is None:  # nothing arrived: the paths are what it would have received
+        reason = backward_pass.unreached.get(name)
+        if reason is None:
+            return path_set
+        return dataclasses.replace(path_set, hooks=f"this pass gave {name} no gradient ({reason.text}); the paths "
+                                                   "above are the chain rule without hooks: what it would have received")
+    if without is not None and values_equal(given, without):
         return path_set
     if without is None and name not in backward_pass.unknown:
         return path_set
