@@ -144,6 +144,9 @@ def test_a_gradient_cut_by_mistake_against_torch(kind):
                                  "result"}}.get(kind, texts)
     if kind == "numpy":  # the record follows torch calls only: said unknown, with the cut it saw
         assert all(".detach() → .numpy()" in text for text in texts)
+    for p in lens.passes if code else ():  # the drawing marks the cut where the cut value entered: the one addmm
+        (addmm,) = [node.id for node in p.graph.nodes if node.op == "AddmmBackward0"]
+        assert {reason.at for reason in p.unreached.values()} <= ({(addmm,)} if kind != "numpy" else {()})
 
 
 def accuracy_loss(kind: str):
@@ -306,6 +309,8 @@ def test_where_nan_started_in_training_code(kind):
         if kind == "hook_nan":  # the hook as the engine calls it, after the addmm's output
             loss.grad_fn.next_functions[0][0].register_prehook(lambda go: seen.append("hook"))
         return loss
+    texts = [text.get_text() for text in lens.plot.grad_flow().axes[0].texts]  # one per parameter: NaN, as torch
+    assert texts == [" NaN in .grad"] * 2 and all(grad.isnan().any() for grad in plain.per[0].values())
     origin = lens.passes[0].first_nonfinite
     truth = first_nonfinite_by_torch(make)
     assert (origin.kind, origin.name) == (("hook", "bad") if kind == "hook_nan" else ("node", truth)), origin
@@ -599,3 +604,24 @@ def test_the_paths_of_a_pass_that_stopped_say_no_gradient_came():
         "it); the paths above are the chain rule without hooks: what it would have received")
     assert reached.hooks == "" and torch.allclose(reached.total, model[2].weight.grad)
     assert stopped.hooks in repr(Why(lens, "model.0.weight"))
+
+
+@pytest.mark.parametrize("make", ["double", "scaled"])
+def test_why_a_weight_that_is_not_a_leaf_has_no_paths(make):
+    """Was false: ``w = torch.randn(3, requires_grad=True).double()`` (or ``* 0.01``): torch leaves w.grad None (w is
+    not a leaf) and warns; ``--why w`` said "no recorded pass reaches a leaf named w: no path from a root leads to it
+    (unreached says why)" while the pass goes through w and unreached says nothing.  Fixed in debug/__init__.py."""
+    from autograd_lens.debug.why import Why
+
+    torch.manual_seed(0)
+    w = torch.randn(3, requires_grad=True)
+    w = w.double() if make == "double" else w * 0.01
+    x = torch.randn(5, 3, dtype=w.dtype)
+    with al.Lens(names={"w": w}, why=True) as lens:
+        (x @ w).pow(2).sum().backward()
+    assert not w.is_leaf and w.grad_fn is not None and dict(lens.passes[0].unreached) == {}
+    assert any(n.label == "w" and n.kind == "tensor" for n in lens.passes[0].graph.nodes)
+    assert lens.paths_to("w").unknown == ("w is not a leaf but a tensor computed on this graph, between the root and "
+                                          "its leaves; paths are followed from the root to leaves only")
+    assert "no path from a root leads to it" not in repr(Why(lens, "w"))
+    assert [n.code for n in lens.notes] == []  # (w.grad was not read here: no nonleaf_grad note)

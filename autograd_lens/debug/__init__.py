@@ -146,7 +146,11 @@ def safe_paths_to(passes: list, name: str, index: int | None = None) -> PathSet:
             evidence = getattr(backward_pass, "debug", None)
             if evidence is not None and name in evidence.paths:
                 return with_hooks(evidence.paths[name], backward_pass, name)
-            if not any(node.label == name and node.kind in ("leaf", "output") for node in backward_pass.graph.nodes):
+            kinds = {node.kind for node in backward_pass.graph.nodes if node.label == name}
+            if "tensor" in kinds and not kinds & {"leaf", "output"}:  # x = torch.randn(3, requires_grad=True) * 2
+                return PathSet(name, unknown=f"{name} is not a leaf but a tensor computed on this graph, between the "
+                                             "root and its leaves; paths are followed from the root to leaves only")
+            if not kinds & {"leaf", "output"}:
                 continue
             if evidence is None:
                 return PathSet(name, unknown="no evidence was recorded for this pass")
