@@ -459,8 +459,13 @@ def test_errors_reach_the_user_unchanged_and_the_partial_pass_is_true(kind):
     assert said.startswith(text), said
     failed = [p for p in lens.passes if p.error is not None]
     assert [f"{p.error.type}: {p.error.message}" for p in failed] == ([said] if stopped is not None else [])
-    for p in failed:
-        assert all(r.text.startswith(f"the pass stopped with {p.error.type} before") for r in p.unreached.values())
+    hooked = {"hook_shape": "model.0.weight", "hook_dtype": "model.2.bias", "hook_raises": "model.2.bias"}.get(kind)
+    assert [entry[0] for entry in plain.log if isinstance(entry[1], torch.Tensor)] == (["bad"] if hooked else [])
+    for p in failed:  # torch called the leaf's hook with its gradient (above): it reached the leaf, not its .grad
+        for key, reason in p.unreached.items():
+            assert re.fullmatch(rf"\w+ sent it a gradient, but the pass stopped with {p.error.type} before it was "
+                                r"written to \.grad" if key == hooked else
+                                f"the pass stopped with {p.error.type} before a gradient reached it", reason.text), key
     assert [n.code for n in lens.notes if n.code != "forgot_zero_grad"] == ([note] if note else [])
     assert all(n.pass_index == failed[0].index for n in lens.notes if n.code == note)
 
@@ -625,3 +630,35 @@ def test_why_a_weight_that_is_not_a_leaf_has_no_paths(make):
                                           "its leaves; paths are followed from the root to leaves only")
     assert "no path from a root leads to it" not in repr(Why(lens, "w"))
     assert [n.code for n in lens.notes] == []  # (w.grad was not read here: no nonleaf_grad note)
+
+
+def test_autograd_grad_of_an_unused_input_fails_after_the_gradient_reached_the_others():
+    """Was false: ``torch.autograd.grad(loss, [*model.parameters(), extra])`` with ``extra`` unused: torch runs the
+    whole pass, then refuses ("The differentiated Tensor at index 4 appears to not have been used in the graph");
+    the lens said each parameter got nothing because "the pass stopped with RuntimeError before a gradient reached
+    it".  The gradients did reach them (allow_unused=True returns them).  Fixed in debug/unreached.py."""
+    def program():
+        torch.manual_seed(0)
+        model, extra = mlp(), torch.randn(2, requires_grad=True)
+        return model, extra, model(torch.randn(4, 3)).sum()
+
+    model, extra, loss = program()
+    allowed = torch.autograd.grad(loss, [*model.parameters(), extra], allow_unused=True)
+    assert allowed[-1] is None and all(g is not None for g in allowed[:-1])
+    model, extra, loss = program()
+    with pytest.raises(RuntimeError) as plain:
+        torch.autograd.grad(loss, [*model.parameters(), extra])
+    with al.Lens(names={}, why=True) as lens:
+        model, extra, loss = program()
+        lens.names = {"model": model, "extra": extra}
+        with pytest.raises(RuntimeError) as traced:
+            torch.autograd.grad(loss, [*model.parameters(), extra])
+    assert str(traced.value) == str(plain.value) == ("The differentiated Tensor at index 4 appears to not have been "
+                                                     "used in the graph. Set allow_unused=True if this is the desired "
+                                                     "behavior.")
+    reasons = {key: (reason.code, reason.text) for key, reason in lens.passes[0].unreached.items()}
+    assert reasons.pop("extra")[0] == "not_on_path"
+    assert reasons == {key: ("unknown", f"{sender} sent it a gradient, but the pass stopped with RuntimeError before "
+                                        "autograd.grad returned it")
+                       for key, sender in (("model.0.weight", "t"), ("model.0.bias", "addmm"),
+                                           ("model.2.weight", "t"), ("model.2.bias", "addmm"))}
