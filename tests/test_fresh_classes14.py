@@ -341,6 +341,39 @@ def test_a_hook_cleaning_nan_is_said_to_receive_nan_not_a_non_zero_gradient():
                            "zeros; this leaf received only zeros")
 
 
+def where_trap(kind: str):
+    """The torch.where trap: the branch not taken still gets a gradient (zeros), and sqrt's backward turns 0 * inf
+    into NaN; clamping the input first is the fix.  A float16 cube of 1e-4 underflows: zeros, from the math."""
+    def program(run):
+        w = torch.tensor([4.0, -1.0, 0.0, 9.0], dtype=torch.float16 if kind == "half" else torch.float32,
+                         requires_grad=True)
+        name(run, w=w)
+        if kind == "where":
+            y = torch.where(w > 0, torch.sqrt(w), torch.zeros_like(w))
+        elif kind == "clamped":
+            y = torch.where(w > 0, torch.sqrt(w.clamp(min=1e-12)), torch.zeros_like(w))
+        else:
+            y = (w * 1e-4) ** 3
+        if run.hooked:
+            y.register_hook(run.H("seen", lambda g: None))
+        run.backward(y.sum())
+        run.record({"w": w.grad})
+    return program
+
+
+@pytest.mark.parametrize("kind", ["where", "clamped", "half"])
+def test_the_where_trap_and_underflow_against_torch(kind):
+    lens, plain = verify(where_trap(kind), static=True)
+    grad, origin = plain.per[0]["w"], lens.passes[0].first_nonfinite
+    if kind == "where":
+        assert grad[1:3].isnan().all() and (origin.kind, origin.name) == ("node", "SqrtBackward0")
+        assert (origin.kind, origin.name) == ("node", first_nonfinite_by_torch(
+            lambda seen: (lambda w: torch.where(w > 0, torch.sqrt(w), torch.zeros_like(w)).sum())(
+                torch.tensor([4.0, -1.0, 0.0, 9.0], requires_grad=True))))
+    else:
+        assert origin is None and grad.isfinite().all() and (kind != "half" or not grad.any())
+
+
 def anomaly(depth: int = 1):
     """The program of a practitioner who turned anomaly detection on to find a NaN: sqrt at 0 in the forward."""
     torch.manual_seed(0)
