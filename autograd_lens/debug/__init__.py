@@ -146,7 +146,11 @@ def safe_paths_to(passes: list, name: str, index: int | None = None) -> PathSet:
             evidence = getattr(backward_pass, "debug", None)
             if evidence is not None and name in evidence.paths:
                 return with_hooks(evidence.paths[name], backward_pass, name)
-            if not any(node.label == name and node.kind in ("leaf", "output") for node in backward_pass.graph.nodes):
+            kinds = {node.kind for node in backward_pass.graph.nodes if node.label == name}
+            if "tensor" in kinds and not kinds & {"leaf", "output"}:  # x = torch.randn(3, requires_grad=True) * 2
+                return PathSet(name, unknown=f"{name} is not a leaf but a tensor computed on this graph, between the "
+                                             "root and its leaves; paths are followed from the root to leaves only")
+            if not kinds & {"leaf", "output"}:
                 continue
             if evidence is None:
                 return PathSet(name, unknown="no evidence was recorded for this pass")
@@ -168,7 +172,13 @@ def with_hooks(path_set: PathSet, backward_pass: Any, name: str) -> PathSet:
         given, without = backward_pass.input_grads.get(name), backward_pass.grads_without_hooks.get(name)
     else:
         given, without = backward_pass.added.get(name), backward_pass.added_without_hooks.get(name)
-    if given is None or (without is not None and values_equal(given, without)):
+    if given is None:  # nothing arrived: the paths are what it would have received
+        reason = backward_pass.unreached.get(name)
+        if reason is None:
+            return path_set
+        return dataclasses.replace(path_set, hooks=f"this pass gave {name} no gradient ({reason.text}); the paths "
+                                                   "above are the chain rule without hooks: what it would have received")
+    if without is not None and values_equal(given, without):
         return path_set
     if without is None and name not in backward_pass.unknown:
         return path_set

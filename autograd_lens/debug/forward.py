@@ -25,6 +25,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from .passthrough import drop_own_frame, warn_again
+
 # Calls that return a plain Python value (or a NumPy array) holding a tensor's numbers.
 VALUE_CALLS = {"item": ".item()", "tolist": ".tolist()", "numpy": ".numpy()", "__float__": "float()",
                "__int__": "int()", "__index__": "int()", "__array__": "NumPy"}
@@ -145,12 +147,17 @@ class ForwardRecorder(TorchFunctionMode):
         # Inside a TorchFunctionMode torch drops some of its warnings (float(x) of a tensor requiring grad, x.T)
         # and places others at this frame: they are caught here and given back from the caller's line.
         changed = _changed_finite(func, args, kwargs) if self.nonfinite is None else ()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            result = func(*args, **kwargs)
-        if caught:
-            _warn_again(caught, sys._getframe(1))
+        caught: list = []
         try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                result = func(*args, **kwargs)
+        finally:  # also when the call raises: anomaly mode warns "Error detected in ..." before its error
+            if caught:
+                warn_again(caught, sys._getframe(1), __file__)
+        try:
+            if torch.is_anomaly_enabled():
+                drop_own_frame(result, __file__)
             if self.nonfinite is None:
                 # no graph for the lens's own ops: a saved-tensor hook (checkpoint) must not see them
                 with torch.no_grad():
@@ -276,18 +283,6 @@ class ForwardRecorder(TorchFunctionMode):
             del self.table[id(value)]
             return None
         return entry[1]
-
-
-def _warn_again(caught: list, frame: Any) -> None:
-    """Warn each caught warning again, under the user's filters, from where it would have come without the mode."""
-    here = os.path.abspath(__file__)
-    for item in caught:
-        filename, lineno = item.filename, item.lineno
-        if os.path.abspath(filename) == here:
-            filename, lineno = frame.f_code.co_filename, frame.f_lineno
-        registry = frame.f_globals.setdefault("__warningregistry__", {}) \
-            if filename == frame.f_code.co_filename else None
-        warnings.warn_explicit(item.message, item.category, filename, lineno, registry=registry)
 
 
 IN_PLACE = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__",

@@ -97,6 +97,11 @@ def _on_graph(backward_pass: BackwardPass, candidate: Any, received: dict[str, A
         return Reason(name, "requires_grad_false", f"{name} no longer required grad when the pass ran (set after the "
                                                    "forward): its AccumulateGrad drops what arrives", at)
     if backward_pass.error is not None:
+        sender = _sent(backward_pass, name, True) if candidate.leaf else ""
+        if sender:  # the error came after (a hook on the leaf, autograd.grad's check of its other inputs)
+            end = "autograd.grad returned it" if backward_pass.kind == "grad" else "it was written to .grad"
+            return Reason(name, "unknown", f"{sender} sent it a gradient, but the pass stopped with "
+                                           f"{backward_pass.error.type} before {end}")
         return Reason(name, "unknown", f"the pass stopped with {backward_pass.error.type} before a gradient "
                                        "reached it")
     if not candidate.leaf and got is None:
@@ -105,7 +110,7 @@ def _on_graph(backward_pass: BackwardPass, candidate: Any, received: dict[str, A
     dropped = _dropped_by_hook(backward_pass, name) if candidate.leaf else None
     if dropped is not None:
         return dropped
-    sender = _sent_none(backward_pass, name) if candidate.leaf else None
+    sender = _sent(backward_pass, name, False) if candidate.leaf else None
     if sender:
         return Reason(name, "unknown", f"it is on the graph, but {sender} sent it no gradient (None)")
     return Reason(name, "unknown", "it is on the graph, but the record shows no gradient reaching it")
@@ -127,11 +132,12 @@ def _nonleaf_got(backward_pass: BackwardPass, candidate: Any) -> bool | None:
     return False
 
 
-def _sent_none(backward_pass: BackwardPass, name: str) -> str:
+def _sent(backward_pass: BackwardPass, name: str, some: bool) -> str:
+    """The first function that sent the leaf ``name`` a gradient (``some``), or None in its place."""
     for event in backward_pass.events:
         if isinstance(event, NodeRun):
             for target, value in zip(event.targets, event.grad_out):
-                if target == name and value is None:
+                if target == name and (value is not None) is some:
                     return event.label
     return ""
 
@@ -150,8 +156,9 @@ def _zeroed_by_hook(backward_pass: BackwardPass, name: str, value: Any) -> Reaso
     for call in backward_pass.hook_calls:
         if call.error is None and call.node in upstream and _all_zero(call.grad_out) \
                 and not _all_zero(call.grad_in) and _readable(call.grad_in):
-            return Reason(name, "hook_zeros", f"the {call.kind_label} hook {call.hook} on {call.target} received a "
-                                              "non-zero gradient and passed on zeros; this leaf received only zeros",
+            got = "a gradient holding NaN or inf" if _nonfinite(call.grad_in) else "a non-zero gradient"
+            return Reason(name, "hook_zeros", f"the {call.kind_label} hook {call.hook} on {call.target} received "
+                                              f"{got} and passed on zeros; this leaf received only zeros",
                           (call.node,) if call.node else ())
     return None
 
@@ -190,6 +197,12 @@ def _readable(value: Any) -> bool:
     from .nonfinite import UNREADABLE, state
 
     return state(value) != UNREADABLE
+
+
+def _nonfinite(value: Any) -> bool:
+    from .nonfinite import NONFINITE, state
+
+    return state(value) == NONFINITE
 
 
 def _all_zero(value: Any) -> bool:

@@ -263,6 +263,8 @@ def _add_node(dot: _Digraph, node: Node, grad_text: str | None, across: bool = T
         attributes.update(shape="note", label=plain_text(f"{node.label}\n{node.detail}".strip()))
     if size is not None:  # the size of its .grad (see views.gradsize); a hook's outline wins
         attributes.update(color=size.color, penwidth=size.width)
+        if size.high == 0:  # all zeros: dashed
+            attributes["style"] += ",dashed"
     if node.hooks:
         attributes.update(color=HOOK_COLOR, penwidth="2.5")
     if mark is not None:  # a debugging mark (views.marks) wins over the hook's and the size's outline
@@ -277,7 +279,8 @@ def _add_size_legend(dot: _Digraph, bins) -> None:
     dot.body.append("\tsubgraph cluster_grad_sizes {\n")
     dot.body.append(f"\t\t{_cluster_attributes(plain_text('outline: size of .grad'), {'id': 'grad_sizes', 'style': 'dashed', 'color': '#9ca3af', 'fontname': FONT, 'fontsize': '10'})}\n")
     for index, size_bin in enumerate(bins):
-        attributes = {"id": f"grad_size{index + 1}", "shape": "box", "style": "filled", "fillcolor": COLORS["leaf"],
+        attributes = {"id": f"grad_size{index + 1}", "shape": "box", "fillcolor": COLORS["leaf"],
+                      "style": "filled,dashed" if size_bin.high == 0 else "filled",
                       "color": size_bin.color, "penwidth": size_bin.width, "fontsize": "10"}
         dot.body.append(f"\t\tgrad_size{index + 1} [{_cluster_attributes(plain_text(size_bin.text), attributes)}]\n")
     for index in range(1, len(bins)):

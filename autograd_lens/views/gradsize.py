@@ -35,7 +35,13 @@ class SizeBin(Frozen):
 
     @property
     def text(self) -> str:
+        if self.high == 0:
+            return "grad norm 0 (all zeros)"
         return f"grad norm {format_number(self.low)} to {format_number(self.high)}"
+
+
+# a .grad of zeros (a dead ReLU's layer): its own step, not the smallest non-zero one; grey, dashed (dot.py)
+ZERO_BIN = SizeBin(0.0, 0.0, "#9ca3af", "1")
 
 
 def grad_norm(value) -> float | None:
@@ -150,5 +156,8 @@ def sizes_for(original: Graph, drawn) -> Sizes:
         graph = Graph(nodes, graph.edges, graph.hidden_nodes, graph.options)
     sizes = leaf_sizes(graph)
     bins = size_bins(list(sizes.values()))
-    outlines = {node_id: bin_of(norm, bins) for node_id, norm in sizes.items()} if bins else {}
+    outlines = {node_id: bin_of(norm, bins) for node_id, norm in sizes.items() if norm > 0} if bins else {}
+    if any(norm == 0 for norm in sizes.values()):
+        outlines.update({node_id: ZERO_BIN for node_id, norm in sizes.items() if norm == 0})
+        bins = [ZERO_BIN, *bins]
     return Sizes(graph, labels, outlines, bins)
