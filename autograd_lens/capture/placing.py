@@ -85,6 +85,8 @@ class HookPlacing:
                 and _known_equal(previous[1], received) else []
             found += [output for output in range(outputs) if output not in found
                       and _known_equal(self.unhooked.input_of(fn, output, hooked=True), received)]
+        if received is None and not found:  # None: what an output nothing used receives
+            found = self._unused_output(fn, outputs)
         if len(found) != 1:
             # what the hook passed on is what the node received there only when nothing ran between the two that could
             # change it: a node pre-hook that returned gradients, a hook written in C
@@ -95,6 +97,18 @@ class HookPlacing:
             output = found[0]
         chains[id(fn)] = (output, call.grad_out)
         return output
+
+    def _unused_output(self, fn: Any, outputs: int) -> list[int]:
+        """[the one output of ``fn`` nothing used and that is no root of the pass] when every other output received
+        a gradient (a tensor recorded): a hook that received None sits there; else []."""
+        roots = {(id(root_fn), root_nr) for root_fn, root_nr in self.shape.root_edges}
+        unused = [output for output in range(outputs)
+                  if not self.shape.consumers.get((id(fn), output)) and (id(fn), output) not in roots]
+        if len(unused) != 1 or not all(isinstance(self.unhooked.input_of(fn, output, hooked=True),
+                                                  (torch.Tensor, TensorSummary))
+                                       for output in range(outputs) if output != unused[0]):
+            return []
+        return unused
 
     def _is_input_node(self, node: Any) -> bool:
         for tensor in self.inputs:

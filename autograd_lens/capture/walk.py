@@ -140,8 +140,12 @@ class Walk:
                 inner = None
             if inner is not None:
                 return self.output_label(inner, inner_nr)
-        label = self.labels.get(id(fn))
-        return name if label is None else label
+        label = name if self.labels.get(id(fn)) is None else self.labels[id(fn)]
+        try:  # one of several outputs with no box of its own (nothing used it): which one, as the boxes say it
+            several = len(fn._input_metadata) > 1
+        except Exception:  # noqa: BLE001  (a node without metadata: one output)
+            several = False
+        return f"{label}[{output_nr}]" if several else label
 
 
 class _Builder(GraphRows):
