@@ -258,3 +258,79 @@ def test_hooks_on_views_and_in_place_ops_against_torch(kind):
     lens, plain = check(viewed(kind), static=True)
     if kind == "view_then_inplace":
         assert [c.hook for c in lens.hook_calls] == ["y"]
+
+
+# --- 3. unused outputs: several hooks, a second pass, autograd.grad, a root among the outputs, errors -----------------
+
+def unused_output(kind: str):
+    """``unbind`` into a, b, c; c takes no part (its hooks receive None)."""
+    def program(run):
+        x = torch.tensor([[0.5, -1.0, 2.0], [1.5, 0.25, -2.0]], requires_grad=True)
+        name(run, x=x)
+        a, b, c = (x * 1).unbind(1)
+        if run.hooked and kind in ("two", "twice", "grad", "post", "root"):
+            c.register_hook(run.H("c1", lambda g: None, target="unbind[2]"))
+        if kind == "two":
+            if run.hooked:
+                c.register_hook(run.H("c2", lambda g: None, target="unbind[2]"))
+                b.register_hook(run.H("b", lambda g: g + 1, target="unbind[1]"))
+            run.backward((a * 2 + b).sum())
+        elif kind == "twice":  # retain_graph: the hook fires in each pass; b.retain_grad() beside it
+            if run.hooked:
+                b.retain_grad()
+            loss = (a * 2 + b * 3).sum()
+            run.backward(loss, retain_graph=True)
+            run.record({"x": x.grad})
+            run.backward(loss)
+        elif kind == "grad":
+            run.record({"gx": run.grad((a * 2 + b).sum(), [x])[0]})
+            return None
+        elif kind == "post":
+            if run.hooked:
+                a.grad_fn.register_hook(run.H("post", lambda gi, go: (gi[0] * 2,)))
+            run.backward((a * 2 + b).sum())
+        elif kind == "root":  # b is a root of backward itself (shown as roots[1], the tensor passed there)
+            if run.hooked:
+                b.register_hook(run.H("b", lambda g: g * 2, target="roots[1]"))
+            run.backward([a.sum(), b], grad_tensors=[None, torch.tensor([5.0, 7.0])])
+        else:  # torch refuses a gradient given for None: by the tensor hook on c, or by a node pre-hook
+            if run.hooked and kind == "hook_refused":
+                c.register_hook(run.H("c1", lambda g: torch.zeros(2), target="unbind[2]"))
+            if run.hooked and kind == "pre_refused":
+                c.register_hook(run.H("c1", lambda g: None, target="unbind[2]"))
+                a.grad_fn.register_prehook(run.H("pre", lambda go: (go[0], go[1], torch.ones(2))))
+            try:
+                run.backward((a * 2 + b).sum())
+            except RuntimeError as error:
+                return str(error)
+        run.record({"x": x.grad})
+        return None
+    return program
+
+
+@pytest.mark.parametrize("kind", ["two", "twice", "post", "root"])
+def test_hooks_on_an_unused_output_against_torch(kind):
+    lens, plain = check(unused_output(kind), static=True)
+    calls = [(c.hook, c.target, c.grad_in) for p in lens.passes for c in p.hook_calls if c.hook.startswith("c")]
+    assert calls == [("c1", "unbind[2]", None)] * (2 if kind == "twice" else 1) + \
+        ([("c2", "unbind[2]", None)] if kind == "two" else [])
+
+
+def test_a_hook_on_an_unused_output_by_autograd_grad():
+    assert problems_of(unused_output("grad")) == []
+    assert [(c.hook, c.target) for c in lens_of(unused_output("grad")).hook_calls] == [("c1", "unbind[2]")]
+
+
+@pytest.mark.parametrize("kind", ["hook_refused", "pre_refused"])
+def test_a_gradient_given_for_an_unused_output_is_refused_where_torch_refuses_it(kind):
+    program = unused_output(kind)
+    assert problems_of(program) == ["1 passes recorded, 0 ran"]
+    assert run_error(program) == "can't replace a None gradient with a non-None value"
+    lens = lens_of(program)
+    from autograd_lens.views.passview import views_for
+    (view,) = views_for(lens.passes)
+    refused = [step for step in view.steps if "torch refused what it returned" in " ".join(step.lines)]
+    assert [step.title for step in refused] == [
+        "hook c1 on unbind[2] (tensor hook, call 1 of 1 in this recording)" if kind == "hook_refused" else
+        "hook pre on unbind (node pre hook, call 1 of 1 in this recording)"]
+    assert lens.passes[0].error.message == "can't replace a None gradient with a non-None value"
