@@ -96,7 +96,7 @@ def collect(shape: Any, names: Any, recorder: Any = None, paths_note: str = "") 
     cuts = list(reversed(recorder.cuts[-CUT_SCAN_LIMIT:])) if recorder is not None else []
     lost = _lost(cuts, graph_keys)
     for name, tensor in missing:
-        clues = _clues(name, tensor, saved, cuts, graph_keys, lost)
+        clues = _clues(name, tensor, saved, cuts, graph_keys, lost) + _view_of_used(name, tensor, consumers, roots)
         node = None if tensor.grad_fn is None else _key(tensor.grad_fn)
         candidates.append(Candidate(name, tensor.grad_fn is None, tensor.requires_grad, False, node,
                                     tensor.output_nr, tuple(clues)))
@@ -166,6 +166,23 @@ def _lost(cuts: list, graph_keys: set) -> dict[Any, list]:
         for key in {*cut.leaves, *(id(ref()) for ref in cut.sources), *cut.nodes}:
             found.setdefault(key, []).append(cut)
     return found
+
+
+def _view_of_used(name: str, tensor: torch.Tensor, consumers: dict, roots: set) -> list[Clue]:
+    """[a clue] when ``tensor`` is a view whose base this pass differentiates, after a write in place through a view
+    (the base's node is torch's CopySlices): the graph's values came partly through that write, yet the graph uses
+    the base, not the view, so the view gets no gradient (``retain_grad`` included)."""
+    try:
+        base = tensor._base if tensor._is_view() else None
+        fn = None if base is None else base.grad_fn
+        used = fn is not None and fn.name() == "torch::autograd::CopySlices" and (
+            (id(fn), base.output_nr) in consumers or (id(fn), base.output_nr) in roots)
+    except Exception:  # noqa: BLE001  (a tensor without views or metadata: no clue)
+        return []
+    return [Clue("view_of_used", f"{name} is a view of a tensor this pass differentiates, which was written in "
+                                 "place through a view (torch's CopySlices): the graph uses that base tensor, not "
+                                 f"{name}, and only a tensor the graph uses gets a gradient (retain_grad "
+                                 "included)")] if used else []
 
 
 def _clues(name: str, tensor: torch.Tensor, saved: list, cuts: list, graph_keys: set,

@@ -230,6 +230,8 @@ def _off_graph(candidate: Any, evidence: Any, backward_pass: BackwardPass) -> Re
     for code in ("incomplete", "lost"):
         if code in clues:
             return Reason(name, "unknown", clues[code].text)
+    if "view_of_used" in clues:
+        return Reason(name, "not_on_path", clues["view_of_used"].text)
     if evidence.forward and not evidence.forward_note:
         return Reason(name, "not_on_path", "nothing this pass differentiates was computed from it: it is not on "
                                            "the graph, and no copy of it cut from autograd (recorded since the "
