@@ -1,16 +1,19 @@
 """Fresh eyes on multi-output ops and views with hooks (helper ``fresh17``, 2026-11-28): ``split``/``chunk``/
 ``unbind``/``torch.max(dim)``/``topk``/``sort`` with tensor hooks on one or several outputs (some outputs unused, so
 their hooks receive None), a node pre-hook beside them, a hook raising on output 1, outputs whose gradients are equal;
-hooks on views of a leaf (``x[0]``, ``view``, ``.T``, ``narrow``, ``as_strided``, ``expand``), ``retain_grad`` on a view,
-in-place ops on views and on tensors with hooks before and after them (CopySlices, ``index_put_``, ``masked_fill_``,
-``scatter_``), broadcasting.
+hooks on views of a leaf (``x[0]``, ``view``, ``.T``, ``narrow``, ``as_strided``, ``expand``), ``retain_grad``
+on a view, in-place ops on views and on tensors with hooks before and after them (CopySlices, ``index_put_``,
+``masked_fill_``, ``scatter_``), broadcasting.
 
 Each program runs plainly, under a ``Lens``, as "truth" and with its hooks not registered (the harness of
 tests/test_fresh_classes7.py), then through :func:`check` of tests/test_fresh_classes10.py (cards, drawing, notes).
-One statement was not what the lens could say and is fixed (capture/placing.py): a hook on the one unused output of a
+Two statements were false or said less than the lens knew, and are fixed. A hook on the one unused output of a
 multi-output node (it received None) was said to be on "an output of unbind (which one is not known: no gradient the
-lens kept of its outputs is the one the hook received)" though the lens kept that only this output got nothing
-(:func:`test_a_hook_on_the_one_unused_output_is_placed_there`); the rest are kept as differential tests."""
+lens kept of its outputs is the one the hook received)", though the lens kept that only this output got nothing; it is
+placed there now and shown as ``unbind[3]`` (capture/placing.py, capture/walk.py;
+:func:`test_a_hook_on_the_one_unused_output_is_placed_there`). A retained view written in place that got no gradient
+was said to be something "nothing this pass differentiates was computed from" (debug/evidence.py, debug/unreached.py;
+:func:`test_why_a_retained_view_written_in_place_got_no_gradient`). The rest are kept as differential tests."""
 
 from __future__ import annotations
 
@@ -143,7 +146,7 @@ def run_error(program):
     return run(program, "plain").out
 
 
-# --- 2. views of leaves, in-place ops on views, retain_grad on views, broadcasting -------------------------------------
+# --- 2. views of leaves, in-place ops on views, retain_grad on views, broadcasting ------------------------------------
 
 def viewed(kind: str):
     def program(run):
