@@ -188,6 +188,9 @@ class Unhooked:
             self.out[key] = unknown
         elif large is not None:
             self.out[key] = Unknown(_too_large(large))
+        elif key in self.observer.python_inside:  # (calls.py; with calls not watched, no node is run again)
+            self.out[key] = Unknown(f"{fn.name()} ran a custom autograd.Function's backward inside it (an in-place "
+                                    "Function on a view), Python code: running it again could change your program")
         elif graph_mode and fn.name() in _GRAD_MODE_FORMULAS:
             self.out[key] = Unknown(
                 f"{fn.name()} computes otherwise with create_graph=True (a formula that can be differentiated "
