@@ -22,7 +22,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_fresh_classes7 import problems_of  # noqa: E402  (the differential harness)
+from test_fresh_classes7 import DoubleExp  # noqa: E402  (the differential harness)
 from test_fresh_classes10 import check, name  # noqa: E402  (cards, drawing)
 
 CALLS = [None]  # the running program's call counter (run.calls)
@@ -376,6 +376,130 @@ def ste(run):
     return [p.detach().clone() for p in lin.parameters()]
 
 
+# --- more of the same: dtype cast, in-place edit in backward, needs_input_grad, unused outputs ---------------------
+
+class Cast(torch.autograd.Function):
+    """x * 3 computed in float64 (as mixed-precision ops do, setup_context style) whose backward returns float64:
+    the engine casts it to the input's float32."""
+    @staticmethod
+    def forward(x):
+        count("Cast.forward")
+        return (x.double() * 3).float()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.dtype = inputs[0].dtype
+
+    @staticmethod
+    def backward(ctx, g):
+        count("Cast.backward")
+        return g.double() * 3  # float64 for a float32 input (ctx.dtype): the engine casts it
+
+
+def cast(run):
+    """Cast with a tensor hook on its output and an observing node post-hook."""
+    CALLS[0] = run.calls
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    name(run, x=x)
+    y = Cast.apply(x * 1)
+    if run.hooked:
+        y.register_hook(run.H("y", lambda g: g * 2))
+        y.grad_fn.register_hook(run.H("post", lambda gi, go: None))
+    run.backward((y * y).sum())
+    run.record({"x": x.grad})
+    return y.detach()
+
+
+class EditInPlace(Twice):
+    """Twice whose backward doubles the gradient it received in place and returns it."""
+    @staticmethod
+    def backward(ctx, g):
+        count("EditInPlace.backward")
+        g.mul_(2)  # edits what it received in place
+        return g
+
+
+def edit(run):
+    """EditInPlace beside another use of its input, hooks on its output and input."""
+    CALLS[0] = run.calls
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    name(run, x=x)
+    h = x * 1
+    a = EditInPlace.apply(h)
+    b = h * 5
+    if run.hooked:
+        a.register_hook(run.H("a", lambda g: g + 1))
+        h.register_hook(run.H("h", lambda g: g * 3))
+    run.backward((a * torch.tensor([1.0, 2.0]) + b).sum())
+    run.record({"x": x.grad})
+    return a.detach()
+
+
+class WithInfo(torch.autograd.Function):
+    """(x * w * k, k + 1): a non-tensor output; backward reads ctx.needs_input_grad."""
+    @staticmethod
+    def forward(ctx, x, w, k: int):
+        count("WithInfo.forward")
+        ctx.save_for_backward(x, w)
+        ctx.k = k
+        return x * w * k, k + 1
+
+    @staticmethod
+    def backward(ctx, g, _):
+        count("WithInfo.backward")
+        x, w = ctx.saved_tensors
+        return (g * w * ctx.k if ctx.needs_input_grad[0] else None,
+                g * x * ctx.k if ctx.needs_input_grad[1] else None, None)
+
+
+def info(run):
+    """WithInfo on an input that needs no gradient; a hook using the int output, a node pre-hook."""
+    CALLS[0] = run.calls
+    x = torch.tensor([1.0, 2.0])
+    w = torch.tensor([0.5, -1.0], requires_grad=True)  # x needs no gradient: needs_input_grad
+    name(run, w=w)
+    y, k = WithInfo.apply(x, w, 3)
+    if run.hooked:
+        y.register_hook(run.H("y", lambda g: g * k))
+        y.grad_fn.register_prehook(run.H("pre", lambda go: (go[0] + 1, go[1])))
+    run.backward(y.sum())
+    run.record({"w": w.grad})
+    return y.detach()
+
+
+def unused_materialized(run):
+    """Functions with an unused output (materialized as zeros for backward, None for the hooks before it)."""
+    CALLS[0] = run.calls
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    name(run, x=x)
+    p, q = MaxWithIndex.apply(torch.stack([x, x * 2]))
+    a, b = DoubleExp.apply(x)
+    if run.hooked:
+        b.register_hook(run.H("b", lambda g: g))
+        a.register_hook(run.H("a", lambda g: g * 2))
+        a.grad_fn.register_prehook(run.H("pre", lambda go: (go[0] * 2, go[1])))
+    run.backward(a.sum() + p.sum())
+    run.record({"x": x.grad})
+    return a.detach()
+
+
+def twice_pre(run):
+    """ScaledExp used twice (chained, sharing w): a node pre-hook on each node, a hook on w."""
+    CALLS[0] = run.calls
+    x = torch.tensor([1.0, -0.5, 2.0], requires_grad=True)
+    w = torch.tensor([2.0, 1.0, 0.5], requires_grad=True)
+    name(run, x=x, w=w)
+    a = ScaledExp.apply(x, w)
+    b = ScaledExp.apply(a * 0.1, w)
+    if run.hooked:
+        for t, n in ((a, "a"), (b, "b")):
+            t.grad_fn.register_prehook(run.H("pre" + n, lambda go: (go[0] * 2,)))
+        w.register_hook(run.H("w", lambda g: g - 1))
+    run.backward((a + b).sum())
+    run.record({"x": x.grad, "w": w.grad})
+    return b.detach()
+
+
 # --- the tests ------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["pre", "post", "both"])
@@ -466,3 +590,12 @@ def test_an_in_place_function_on_a_view_is_not_run_again_under_another_profiler(
     assert torch.equal(run.grads["x"], truth.grads["x"]) and truth.calls == run.calls
     (p,) = lens.passes
     assert list(p.grads_without_hooks.values()) == [None] and "could not see" in next(iter(p.unknown.values()))
+
+
+@pytest.mark.parametrize("program", [cast, edit, info, unused_materialized, twice_pre], ids=lambda p: p.__name__)
+def test_more_custom_functions_against_torch(program):
+    lens, plain = check(program, static=True)
+    forward, backward, times = {"cast": ("Cast", "Cast", 1), "edit": ("Twice", "EditInPlace", 1),
+                                "info": ("WithInfo", "WithInfo", 1), "twice_pre": ("ScaledExp", "ScaledExp", 2),
+                                "unused_materialized": ("MaxWithIndex", "MaxWithIndex", 1)}[program.__name__]
+    assert plain.calls == {f"{forward}.forward": times, f"{backward}.backward": times}
