@@ -9,7 +9,9 @@ that change gradients.
 Each program runs plainly, under a ``Lens``, as "truth" and with its hooks not registered (the harness of
 tests/test_fresh_classes7.py), then through :func:`check` of tests/test_fresh_classes10.py (the cards, the drawing
 and the notes against torch); each also counts the calls of its Functions' forward and backward (``run.calls``: the
-lens must not change them)."""
+lens must not change them).  One behaviour was wrong and is fixed: an in-place Function on a *view* runs inside torch's
+C++ CopySlices node, which the lens ran again for "without hooks", calling the user's backward a second time
+(:func:`test_an_in_place_function_on_a_view_is_not_run_again`; capture/calls.py, observe.py, unhooked.py)."""
 
 from __future__ import annotations
 
