@@ -502,6 +502,23 @@ def twice_pre(run):
     return b.detach()
 
 
+def hessian_vector(run):
+    """ScaledExp's backward is differentiable: autograd.grad with create_graph=True (a hook and a node pre-hook on its
+    output), then a backward of the gradient, which runs ScaledExpBackward again (through its saved output)."""
+    CALLS[0] = run.calls
+    x = torch.tensor([0.3, -1.0, 2.0], requires_grad=True)
+    name(run, x=x)
+    y = ScaledExp.apply(x * 1, torch.tensor([1.0, 2.0, 3.0]))
+    if run.hooked:
+        y.register_hook(run.H("y", lambda g: g * 2))
+        y.grad_fn.register_prehook(run.H("pre", lambda go: (go[0] + 1,)))
+    (g,) = run.grad(y.sum(), [x], create_graph=True)
+    run.record({})
+    run.backward((g * torch.tensor([1.0, 0.0, 2.0])).sum())
+    run.record({"x": x.grad})
+    return g.detach()
+
+
 # --- the tests ------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["pre", "post", "both"])
@@ -594,10 +611,13 @@ def test_an_in_place_function_on_a_view_is_not_run_again_under_another_profiler(
     assert list(p.grads_without_hooks.values()) == [None] and "could not see" in next(iter(p.unknown.values()))
 
 
-@pytest.mark.parametrize("program", [cast, edit, info, unused_materialized, twice_pre], ids=lambda p: p.__name__)
+@pytest.mark.parametrize("program", [cast, edit, info, unused_materialized, twice_pre, hessian_vector],
+                         ids=lambda p: p.__name__)
 def test_more_custom_functions_against_torch(program):
     lens, plain = check(program, static=True)
     forward, backward, times = {"cast": ("Cast", "Cast", 1), "edit": ("Twice", "EditInPlace", 1),
                                 "info": ("WithInfo", "WithInfo", 1), "twice_pre": ("ScaledExp", "ScaledExp", 2),
-                                "unused_materialized": ("MaxWithIndex", "MaxWithIndex", 1)}[program.__name__]
-    assert plain.calls == {f"{forward}.forward": times, f"{backward}.backward": times}
+                                "unused_materialized": ("MaxWithIndex", "MaxWithIndex", 1),
+                                "hessian_vector": ("ScaledExp", "ScaledExp", 1)}[program.__name__]
+    twice = program is hessian_vector  # (its backward runs in both passes)
+    assert plain.calls == {f"{forward}.forward": times, f"{backward}.backward": times * (1 + twice)}
