@@ -246,9 +246,11 @@ class HookCalls(NestedCalls):
             self.graph_in = _graph_of(received) if torch.is_grad_enabled() and kind != "post_accumulate_grad" else None
 
     def _python_backward(self, frame: FrameType, boxed: bool) -> None:
-        """A custom Function's backward is about to run: what its node received, copied now (copies of what its users
-        sent reused when unchanged): it may edit its arguments in place (``g.mul_(3)``), not seen by its post-hook."""
-        node, grads = frame.f_locals.get("self"), frame.f_locals.get("args")
+        """A custom Function's backward is about to run: what its node received, copied now (it may edit its arguments
+        in place, ``g.mul_(3)``, unseen by its post-hook); run inside a C++ node (CopySlices), that node is marked."""
+        node, grads, current = frame.f_locals.get("self"), frame.f_locals.get("args"), _current_node()
+        if current is not None and current is not node:  # a Function in place on a view: never run again (unhooked)
+            return self.python_inside.add(id(current))
         if getattr(getattr(node, "_forward_cls", None), "__module__", "").startswith("torch."):
             return  # torch's own (a module's hook boundary, reentrant checkpointing): its hooks run inside, as steps
         if boxed and isinstance(grads, tuple) and len(grads) == 1 and isinstance(grads[0], list):
@@ -285,8 +287,7 @@ class HookCalls(NestedCalls):
         """torch's wrapper of a module's backward hooks runs at the module's hook boundary even when no hook of
         that side is there (the output side of a module with only a full backward hook): it says whose it is, and
         which side (the pre-hook wrapper runs where the module's outputs' gradients arrive, the other at its inputs)."""
-        node = _current_node()
-        module = wrapper_module(wrapper)
+        node, module = _current_node(), wrapper_module(wrapper)
         if node is not None and module is not None:
             self.boundaries.setdefault(id(node), (module, "outputs" if wrapper.family == "module_pre" else "inputs"))
 
@@ -395,6 +396,4 @@ def _present(candidates: list[KnownHook]) -> frozenset | None:
     """The hooks still in the dict of the tensor a hook call belongs to as it starts: one written in C before it
     there ran only if nothing removed it before."""
     holders = {id(known.holder): known.holder for known in candidates if known.holder is not None}
-    if len(holders) != 1:
-        return None
-    return frozenset(next(iter(holders.values())).keys())
+    return frozenset(next(iter(holders.values())).keys()) if len(holders) == 1 else None

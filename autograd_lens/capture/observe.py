@@ -136,7 +136,7 @@ class PassObserver(HookCalls, NodeRecorder, PassEnd):
         self.late_wrapped: list[tuple[Any, int, Any, Any]] = []
         self.post_dicts: dict[int, int] | None = None
         self.hook_dicts: dict[int, tuple[Any, Any]] = {}  # id(node) -> its (pre, post) hook dicts, nodes with user hooks
-        self.python_received: dict[int, tuple] = {}  # id(custom Function node) -> what it received (calls.py)
+        self.python_received, self.python_inside = {}, set()  # calls.py: id(node) -> what it got; CopySlices ids
         self.python_edits: list = []  # memory a custom Function's backward edited in place (nodes._received)
         self.node_hook_calls: dict[tuple, int] = {}  # (id(node), pre?, code) -> calls so far (calls._node_hook_function)
         self.registering: Any = None

@@ -16,7 +16,9 @@ observer").  Nothing runs until some hook changes a gradient.  From then on, whe
 Only torch's C++ backward functions are run again, and only when none of their saved tensors was
 packed by a saved-tensor hook (unpacking would run that hook, or recompute a checkpointed
 forward).  Anything else — a custom ``autograd.Function``, reentrant checkpointing, a value too
-large to keep — makes the value *unknown*, with the reason: never a guess.
+large to keep, torch's C++ CopySlices when a Function's backward ran inside it (the Function was applied
+in place on a view: ``calls.py`` sees its backward start there) — makes the value *unknown*, with the
+reason: never a guess.
 
 Every node below the first changing hook comes here once per pass, so the usual case is kept short: no
 diverged node yet, nothing to look at; an output with one user and no seed, that user's value as is.
@@ -188,6 +190,9 @@ class Unhooked:
             self.out[key] = unknown
         elif large is not None:
             self.out[key] = Unknown(_too_large(large))
+        elif key in self.observer.python_inside:  # (calls.py; with calls not watched, no node is run again)
+            self.out[key] = Unknown(f"{fn.name()} ran a custom autograd.Function's backward inside it (an in-place "
+                                    "Function on a view), Python code: running it again could change your program")
         elif graph_mode and fn.name() in _GRAD_MODE_FORMULAS:
             self.out[key] = Unknown(
                 f"{fn.name()} computes otherwise with create_graph=True (a formula that can be differentiated "
