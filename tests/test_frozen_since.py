@@ -87,7 +87,7 @@ def test_only_the_frozen_parameters_that_moved_are_named():
 
 
 def test_no_note_when_the_frozen_parameters_did_not_move():
-    """The hooks changed gradients in pass 1, but no step followed (steps=0 still runs one hooked pass: see below)."""
+    """The hooks changed gradients in pass 1, but nothing used them: the frozen parameters hold the same values."""
     torch.manual_seed(0)
     model, image = nn.Linear(3, 2), torch.zeros(1, 3, requires_grad=True)
     handles = [p.register_hook(lambda g: g * 2) for p in model.parameters()]
