@@ -22,6 +22,7 @@ import pytest
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
+import autograd_lens as al
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_fresh_classes7 import DoubleExp  # noqa: E402  (the differential harness)
@@ -623,12 +624,8 @@ def test_more_custom_functions_against_torch(program):
     assert plain.calls == {f"{forward}.forward": times, f"{backward}.backward": times * (1 + twice)}
 
 
-# --- left for the owner of views/steps.py and capture/nodes.py ------------------------------------------------------
+# --- a custom Function's card: what its backward was called with ----------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="the node card of a custom Function says it received None for an unused "
-                   "output, while its backward was called with zeros there (ctx.set_materialize_grads is on by "
-                   "default): fix in views/steps.py (the card) from capture/nodes.py (_received knows the zeros, "
-                   "calls._python_backward copied them)")
 def test_a_function_card_says_its_backward_got_zeros_in_place_of_none():
     from autograd_lens.model import NodeRun
     from autograd_lens.views.passview import views_for
@@ -641,3 +638,55 @@ def test_a_function_card_says_its_backward_got_zeros_in_place_of_none():
              and isinstance(p.events[number - 1], NodeRun) and p.events[number - 1].name == "DoubleExpBackward"]
     assert cards and "It received [4.0, 4.0], None." in cards[0]  # the engine's view: true, and kept
     assert "zeros" in cards[0]  # what DoubleExp.backward(ctx, ga, gb) got: gb = tensor([0., 0.])
+    assert "called with zeros where it received None (output 2 of 2)" in cards[0]
+
+
+class TwoOut(torch.autograd.Function):
+    """Two outputs; its backward logs what it was called with (GOT), materializing or not as asked."""
+
+    @staticmethod
+    def forward(ctx, x, materialize):
+        ctx.set_materialize_grads(materialize)
+        return x * 2, x * 3
+
+    @staticmethod
+    def backward(ctx, ga, gb):
+        GOT.append(tuple(None if g is None else g.clone() for g in (ga, gb)))
+        total = sum(g * k for g, k in zip((ga, gb), (2, 3)) if g is not None)
+        return (total if isinstance(total, torch.Tensor) else None), None
+
+
+GOT: list = []
+
+
+@pytest.mark.parametrize("materialize", [True, False])
+@pytest.mark.parametrize("used", ["a", "b", "ab"])
+def test_the_zeros_line_is_what_the_backward_was_called_with(materialize, used):
+    """The card says the backward got zeros exactly where torch called it with a tensor in place of the engine's
+    None, checked against what the backward itself logged, plainly and under the lens (same calls, same values)."""
+    from autograd_lens.model import NodeRun
+    from autograd_lens.views.passview import views_for
+
+    def program():
+        x = torch.tensor([1.0, -2.0], requires_grad=True)
+        a, b = TwoOut.apply(x, materialize)
+        sum(t.sum() for t, n in ((a, "a"), (b, "b")) if n in used).backward()
+        return x.grad
+
+    GOT.clear()
+    plain_grad, plain_got = program(), list(GOT)
+    GOT.clear()
+    with al.Lens() as lens:
+        lens_grad = program()
+    assert torch.equal(plain_grad, lens_grad) and len(GOT) == len(plain_got) == 1
+    assert all((g is None) == (h is None) and (g is None or torch.equal(g, h)) for g, h in zip(GOT[0], plain_got[0]))
+    (p,) = lens.passes
+    (view,) = views_for(lens.passes)
+    (run,) = [e for e in p.events if isinstance(e, NodeRun) and e.name == "TwoOutBackward"]
+    zeros = tuple(slot for slot, (engine, got) in enumerate(zip(run.grad_in, plain_got[0]))
+                  if engine is None and got is not None)
+    assert run.zeros == zeros and bool(zeros) == (materialize and used != "ab")
+    card = " ".join(view.steps[p.events.index(run) + 1].lines)
+    assert ("called with zeros" in card) == bool(zeros)
+    if zeros:
+        assert f"(output {zeros[0] + 1} of 2)" in card

@@ -261,7 +261,7 @@ def _results(observer: PassObserver, history: dict, result: Any) -> dict[str, di
 
 
 def _node_read(walk: Walk, record: NodeRecord, next_of: dict) -> tuple:
-    """What a node run needs from torch's live node: (key, name, targets, received, sent); :func:`.draft.node_run`
+    """What a node run needs from torch's live node: (key, name, targets, received, sent, zeros); :func:`.draft.node_run`
     makes the NodeRun from it after the pass."""
     fn = record.fn
     key = id(fn)
@@ -269,7 +269,7 @@ def _node_read(walk: Walk, record: NodeRecord, next_of: dict) -> tuple:
     if following is None:  # a node made during the pass
         following = fn.next_functions
     name = walk.op_names.get(key) or fn.name()  # (read by the walk for the functions it drew)
-    return key, name, walk.target_labels(following), record.received, record.sent
+    return key, name, walk.target_labels(following), record.received, record.sent, record.zeros
 
 
 def _node_event(walk: Walk, step: int, record: NodeRecord, next_of: dict, drawn_outputs: set) -> NodeRun:

@@ -29,7 +29,7 @@ class PassDraft:
     index: int
     kind: str
     graph: GraphRows  # the drawn graph as rows: complete() makes the Graph
-    # the pass's events in step order; a node run is still a plain row, (key, name, targets, received, sent), and
+    # the pass's events in step order; a node run is still a plain row, (key, name, targets, received, sent, zeros), and
     # a .grad written by AccumulateGrad one too, (node, name, grad, received)
     events: list
     # the walk's plain indexes (function_ids, labels, edge_rows, output_edges, functions with drawn outputs)
@@ -45,7 +45,8 @@ class PassDraft:
     extra: dict = field(default_factory=dict)  # the tracer's fields: sources, groups, debug, kept_bytes
 
 
-def node_run(maps: tuple, step: int, key: int, name: str, targets: tuple, received: Any, sent: Any) -> NodeRun:
+def node_run(maps: tuple, step: int, key: int, name: str, targets: tuple, received: Any, sent: Any,
+             zeros: tuple = ()) -> NodeRun:
     """A node run from its row (see ``build._node_read``) and the walk's indexes."""
     function_ids, labels, edge_rows, output_edges, drawn_outputs = maps
     received = received if isinstance(received, tuple) else ()
@@ -63,6 +64,7 @@ def node_run(maps: tuple, step: int, key: int, name: str, targets: tuple, receiv
         targets=targets,
         in_edges=tuple([output_edges.get((key, k)) for k in range(len(received))])
         if key in drawn_outputs else (None,) * len(received),
+        zeros=zeros,
     )
     return event
 
@@ -83,7 +85,7 @@ def complete(draft: PassDraft, moving: Any = None, index: int | None = None) -> 
     """The pass's model.  ``moving``: the Lens's first earlier pass whose hooks changed gradients (``Ledger``);
     ``index``: its place among the Lens's passes, when a pass before it could not be made."""
     maps = draft.maps
-    events = [(node_run(maps, step, *event) if len(event) == 5 else grad_written(step, *event))
+    events = [(node_run(maps, step, *event) if len(event) == 6 else grad_written(step, *event))
               if type(event) is tuple else event for step, event in enumerate(draft.events)]
     if index is not None and index != draft.index:
         events = [dataclasses.replace(event, pass_index=index) if isinstance(event, HookCall) else event

@@ -12,7 +12,7 @@ import torch
 
 from ..model import TensorSummary, values_equal
 from .order import _MISSING, arrange_after, arrange_before
-from .records import BEFORE_NODE, GradRecord, NodeRecord, adopted, copy_tuple, snapshot_all, usual_leaf
+from .records import BEFORE_NODE, GradRecord, NodeRecord, adopted, budget_note, copy_tuple, snapshot_all, usual_leaf
 from .snapshot import fast_snapshot, grad_of, held_bytes, snapshot
 from .snapshot import _disable_dispatch, _dispatch_modes, _enter_dispatch, _exit_dispatch, _profiler_enabled
 from .snapshot import hidden_from_user as _hidden_from_modes, unseen_by_modes
@@ -25,12 +25,6 @@ from .ending import NESTED_KINDS, _distributed
 _current_node = torch._C._current_autograd_node
 _Tensor = torch.Tensor
 NOT_KEPT = (_MISSING,)
-
-def budget_note(budget: int, earlier: int) -> str:
-    """The note of a pass that reached the memory budget (``earlier``: bytes this Lens's earlier passes hold)."""
-    held = (f" ({earlier:,} of them held by this Lens's earlier passes: lens.passes.clear() lets them go)"
-            if earlier else "")
-    return f"values not kept past {budget} bytes (memory_budget){held}: later gradients are shown as summaries"
 
 
 class NodeRecorder(UnexplainedChanges, HookPlacing):
@@ -288,14 +282,13 @@ class NodeRecorder(UnexplainedChanges, HookPlacing):
         self.changed_before_write.add(key)
         return arrived
 
-    def _received(self, key: int, grad_outputs: tuple) -> tuple:
-        """Copies of what a node received.  A custom Function's backward may have edited its arguments in place
-        (``g.mul_(3)``): for the gradients it was called with (the same objects; torch gives it zeros in place of a
-        None), the copies taken as it was called (``calls._python_backward``)."""
+    def _received(self, fn: Any, key: int, grad_outputs: tuple, grad_inputs: tuple) -> NodeRecord:
+        """A custom Function's record: what its backward got, copied as it was called (it may edit them in place,
+        ``g.mul_(3)``: ``calls._python_backward``); ``zeros``: where the engine passed None and it got zeros."""
         called = self.python_received.pop(key, None)
         now = self._keep(tuple(grad_outputs))
         if called is None or len(called[0]) != len(now):
-            return now
+            return NodeRecord(fn, now, self._keep(tuple(grad_inputs)))
         ids, copies = called
         same = [isinstance(value, torch.Tensor) and id(value) == ids[slot] for slot, value in enumerate(grad_outputs)]
         edited = [slot for slot, kept in enumerate(same) if kept and copies[slot] is not now[slot]
@@ -305,7 +298,9 @@ class NodeRecorder(UnexplainedChanges, HookPlacing):
             self.edits.append((spans, tuple(copies[slot] for slot in edited)))
             self.python_edits.extend(spans)  # part of the program, hooks or not: see Unhooked._diverged
             self.edited_in_place = True
-        return tuple(copies[slot] if kept else now[slot] for slot, kept in enumerate(same))
+        zeros = tuple(slot for slot, value in enumerate(grad_outputs) if value is None and copies[slot] is not None)
+        return NodeRecord(fn, tuple(copies[slot] if kept else now[slot] for slot, kept in enumerate(same)),
+                          self._keep(tuple(grad_inputs)), zeros)
 
     def _record_node(self, fn: Any, grad_inputs: tuple, grad_outputs: tuple) -> None:
         key = id(fn)
@@ -345,8 +340,8 @@ class NodeRecorder(UnexplainedChanges, HookPlacing):
                     received = self.check_write(fn, grad_outputs[0], record, fresh)
                 arrived = (received,)
             else:
-                record = NodeRecord(fn, self._received(key, grad_outputs) if self.python_received
-                                    else self._keep(tuple(grad_outputs)), self._keep(tuple(grad_inputs)))
+                record = self._received(fn, key, grad_outputs, grad_inputs) if self.python_received \
+                    else NodeRecord(fn, self._keep(tuple(grad_outputs)), self._keep(tuple(grad_inputs)))
                 arrived = record.received
         if not (pending or key in self.c_nodes or key in self.nested_nodes):
             # no hook call here: _unexplained finds nothing when each gradient that arrived is the copy of what its

@@ -26,6 +26,7 @@ class NodeRecord:
     fn: Any
     received: tuple[Value, ...]
     sent: tuple[Value, ...]
+    zeros: tuple[int, ...] = ()  # outputs a custom Function's backward got as zeros where the engine passed None
 
 
 @dataclass
@@ -149,6 +150,13 @@ def copy_tuple(observer: Any, values: tuple) -> tuple[tuple, int]:
                 pass
         kept_items.append(kept)
     return tuple(kept_items), size
+
+
+def budget_note(budget: int, earlier: int) -> str:
+    """The note of a pass that reached the memory budget (``earlier``: bytes this Lens's earlier passes hold)."""
+    held = (f" ({earlier:,} of them held by this Lens's earlier passes: lens.passes.clear() lets them go)"
+            if earlier else "")
+    return f"values not kept past {budget} bytes (memory_budget){held}: later gradients are shown as summaries"
 
 
 def adopted(grad: torch.Tensor, arrived: torch.Tensor, version: int) -> bool:

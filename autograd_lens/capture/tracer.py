@@ -42,7 +42,7 @@ from .walk import leaf_state, walk
 from .rows import without_saved as _without_saved
 from .annotate import _groups, _module_hooks, _sources, unfired_module_hook_notes
 from .ledger import Ledger, _sequence_nr
-from .nodes import budget_note
+from .records import budget_note
 from .selfcheck_run import _SELF_CHECK, _self_check  # noqa: F401  (tests read tracer._SELF_CHECK)
 from .shared import own_seeds
 from .showing import LensViews

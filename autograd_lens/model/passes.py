@@ -99,6 +99,8 @@ class NodeRun:
     edges: tuple[str | None, ...]  # graph edge carrying each grad_out (None: not drawn / not needed)
     targets: tuple[str, ...]  # label of what receives each grad_out
     in_edges: tuple[str | None, ...] = ()  # edge from this function to the tensor of each output
+    # outputs whose None (grad_in) a custom Function's backward got as zeros (torch's ctx.set_materialize_grads)
+    zeros: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

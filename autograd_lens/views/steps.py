@@ -196,6 +196,11 @@ def _node_step(index: int, event: NodeRun, context: _Pass, made_by: str = "") ->
     title = f"{event.label} ({event.name}) runs"
     lines = [made_by] if made_by else []
     lines.append(f"It received {received}.")
+    if event.zeros:  # what a custom Function's backward(ctx, *grads) was given is not what the engine passed it
+        slots = ", ".join(str(slot + 1) for slot in event.zeros)
+        lines.append(f"Its backward was called with zeros where it received None (output{'s' * (len(event.zeros) > 1)}"
+                     f" {slots} of {len(event.grad_in)}): torch turns a missing gradient into zeros before a custom "
+                     "Function's backward runs, unless it calls ctx.set_materialize_grads(False).")
     inputs = input_keys(event, graph)
     targets = card_targets(event, graph, inputs)
     sends = [
