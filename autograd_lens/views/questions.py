@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import html
+import math
 from dataclasses import dataclass
 
 from ..format import format_value
@@ -51,12 +52,31 @@ def question_about(prompt: str, value, rule: str = "", title: str = "", label: s
     return Question(prompt, tuple(float(v) for v in flat), format_value(value), rule=rule, title=title, label=label)
 
 
-def check_answer(question: Question, text: str) -> tuple[bool, str]:
-    """Compare a student's answer (numbers in any brackets/commas; one number stands for all entries)
-    with autograd's value, at the precision the cards print (one part of a question)."""
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+
+
+def answer_numbers(text: str) -> list[float]:
+    """The numbers of a typed answer: a fraction such as 1/4 is one number, and the minus sign U+2212 (−) is a
+    minus. Mirrored by ``answerNumbers`` in stepper_base.js."""
     import re
 
-    numbers = [float(n) for n in re.findall(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?", text or "")]
+    numbers = []
+    for token in re.findall(rf"{_NUMBER}(?:\s*/\s*{_NUMBER})?", (text or "").replace("\u2212", "-")):
+        top, _, bottom = token.partition("/")
+        top = float(top)
+        if not bottom:
+            numbers.append(top)
+        elif float(bottom) != 0:
+            numbers.append(top / float(bottom))
+        else:  # as JavaScript divides: ±inf, or NaN for 0/0 (never close to a gradient)
+            numbers.append(float("nan") if top == 0 else math.copysign(float("inf"), top))
+    return numbers
+
+
+def check_answer(question: Question, text: str) -> tuple[bool, str]:
+    """Compare a student's answer (numbers in any brackets/commas, fractions such as 1/4; one number stands for
+    all entries) with autograd's value, at the precision the cards print (one part of a question)."""
+    numbers = answer_numbers(text)
     expected = question.answer
     if not numbers:
         return False, f"Type a number (or a list such as [1, 2]); autograd computed {question.answer_text}."
