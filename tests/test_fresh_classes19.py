@@ -60,12 +60,12 @@ def markdown(notebook: str) -> str:
 
 
 def sentence_with(notebook: str, phrase: str) -> str:
-    """The sentence (up to the next full stop or colon followed by a space) of the notebook's markdown that holds
-    ``phrase``."""
+    """The sentence (up to the next full stop followed by a space, or the paragraph's end) of the notebook's markdown
+    that holds ``phrase``."""
     text = markdown(notebook)
     at = text.index(phrase)
     start = max(text.rfind(". ", 0, at), text.rfind("\n", 0, at)) + 1
-    ends = [end for end in (text.find(". ", at), text.find(": ", at), text.find("\n", at)) if end != -1]
+    ends = [end for end in (text.find(". ", at), text.find("\n", at)) if end != -1]
     return text[start:min(ends) if ends else len(text)]
 
 
@@ -121,6 +121,36 @@ def test_add_hands_one_tensor_to_both_inputs_only_when_shapes_and_dtypes_agree()
     assert leaked(lambda x: (x * 2, x.double() * 5)) == 12.0           # its own tensor: no leak
     said = sentence_with("04_modified_gradients.ipynb", "hands the *same* tensor to both")
     assert "shape" in said and "dtype" in said, said
+
+
+def test_what_is_computed_from_a_leaf_and_what_the_version_counter_sees_notebook_0():
+    """Notebook 0 said "Everything computed from a leaf that requires grad (while autograd records ...) is a non-leaf
+    with a grad_fn": a comparison, argmax or an integer cast of it is a leaf with no grad_fn (notebook 9 relies on
+    it); round and sign have a grad_fn (a zero derivative). And "each in-place operation increments" the version
+    counter, so backward refuses an edited saved tensor: an edit through .data is not counted, and backward uses the
+    edited values silently."""
+    w = torch.tensor([1.0, -2.0], requires_grad=True)
+    for constant in (w > 0, w.argmax(), w.long(), w.int()):
+        assert constant.is_leaf and constant.grad_fn is None and not constant.requires_grad
+    for differentiable in (w.round(), w.sign(), w * 0):
+        assert not differentiable.is_leaf and differentiable.grad_fn is not None
+    said = sentence_with("00_autograd_fundamentals.ipynb", "Everything computed from a leaf that requires grad")
+    assert "comparison" in said and "argmax" in said and "integer cast" in said, said
+
+    for edit, caught in ((lambda b: b.add_(1), True), (lambda b: b.detach().add_(1), True),
+                         (lambda b: b.data.add_(1), False)):
+        a = torch.tensor([1.0, 2.0], requires_grad=True)
+        b = a * 1
+        c = b * b
+        edit(b)
+        if caught:
+            with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+                c.sum().backward()
+        else:
+            c.sum().backward()
+            assert a.grad.tolist() == [4.0, 6.0]  # 2 · the edited b, not 2 · [1, 2]
+    said = sentence_with("00_autograd_fundamentals.ipynb", "Every tensor has a version counter")
+    assert "`.data`" in said, said
 
 
 def test_module_hook_order_and_timing_statements_of_notebooks_3_and_5():
