@@ -179,6 +179,38 @@ def test_module_hook_order_and_timing_statements_of_notebooks_3_and_5():
     assert "before the module's own backward functions run" in markdown("05_module_hooks.ipynb")
 
 
+def test_grad_input_entries_of_inputs_that_need_no_gradient_notebook_5():
+    """Notebook 5 said "When a module's input does not require a gradient, its entry in grad_input is None": only
+    when no input requires one. With another input requiring grad, the one that does not gets zeros (of its own
+    dtype: an int64 mask gets int64 zeros)."""
+    class Product(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = nn.Parameter(torch.ones(()))
+
+        def forward(self, a, b):
+            return a * b * self.scale
+
+    def grad_input(a, b):
+        module, seen = Product(), {}
+        module.register_full_backward_hook(lambda module, grad_input, grad_output: seen.update(grad_input=grad_input))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module(a, b).sum().backward()
+        return seen["grad_input"]
+
+    both_none = grad_input(torch.tensor(2.0), torch.tensor(3.0))
+    assert both_none == (None, None)
+    first, second = grad_input(torch.tensor(2.0, requires_grad=True), torch.tensor(3.0))
+    assert first.item() == 3.0 and second is not None and second.item() == 0.0
+    first, second = grad_input(torch.tensor([2.0], requires_grad=True), torch.tensor([3]))
+    assert first.tolist() == [3.0] and second.dtype == torch.int64 and second.tolist() == [0]
+    said = sentence_with("05_module_hooks.ipynb", "gets zeros in `grad_input`, not `None`")
+    assert "some do" in said, said
+    assert "When none of a module's inputs requires a gradient, each entry of `grad_input` is `None`" in \
+        markdown("05_module_hooks.ipynb")
+
+
 def test_the_order_inside_one_node_of_notebook_6_whatever_the_registration_order():
     """Notebook 6: tensor hooks → retain_grad write → node pre-hooks; "A pre-hook therefore always sees the value
     *after* the tensor hooks", and retain_grad keeps the value after them — also when the pre-hook and retain_grad
