@@ -301,6 +301,64 @@ def test_float16_limits_of_notebook_13():
     assert "about `6e-8` (`2⁻²⁴`)" in text and "below about `3e-8` round to 0" in text and "from 65520 up" in text
 
 
+def claim_outputs(number: int) -> str:
+    """The text (stdout, stderr, text/plain) of every cell tagged ``claim-NUMBER``, in course order."""
+    texts = []
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            if f"claim-{number}" in cell.get("metadata", {}).get("tags", []):
+                for output in cell.get("outputs", []):
+                    texts.append("".join(output.get("text", "")) + "".join(output.get("data", {}).get("text/plain", "")))
+    return "\n".join(texts)
+
+
+def test_a_claim_whose_settling_has_two_parts_has_cells_showing_both():
+    """CLAIMS.md asks of some claims two things ("the error, then backward(gradient=...)"; "the warning and None;
+    then retain_grad()"; "run it verbatim; then the fix"; "in-place vs out-of-place"; "0 calls, then recompute
+    output"). The index named only the cell of the first part; the cells showing the second are tagged now, and the
+    outputs of the tagged cells hold both values, computed here from torch."""
+    v = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    with pytest.raises(RuntimeError) as refused:
+        (v ** 2).backward()
+    (v ** 2).backward(gradient=torch.tensor([1.0, 0.1, 0.0]))
+    assert str(refused.value) in claim_outputs(2) and f"v.grad: {al.format_value(v.grad)}" in claim_outputs(2)
+
+    x = torch.tensor(3.0, requires_grad=True)
+    y = x * x
+    y.retain_grad()
+    (y + 1).backward()
+    assert "y.grad: None" in claim_outputs(4) and f"y.grad: {y.grad.item()} | x.grad: {x.grad.item()}" in claim_outputs(4)
+
+    scaled = torch.randn(2, 2, requires_grad=True) * 10
+    remade = (torch.randn(2, 2) * 10).requires_grad_()
+    assert not scaled.is_leaf and remade.is_leaf
+    assert "w.is_leaf: False | w.grad: None" in claim_outputs(13) and "w.is_leaf: True" in claim_outputs(13)
+
+    def x_grad(hook):
+        x = torch.tensor(1.0, requires_grad=True)
+        p, q = x * 2, x * 5
+        q.register_hook(hook)
+        (p + q).backward()
+        return x.grad.item()
+
+    leaked, local = x_grad(lambda g: g.mul_(2)), x_grad(lambda g: g * 2)
+    assert (leaked, local) == (14.0, 12.0)
+    assert f"x.grad = {leaked}" in claim_outputs(27) and f"x.grad = {local}" in claim_outputs(27)
+
+    torch.manual_seed(0)
+    old = nn.Linear(3, 1)
+    new = nn.Linear(3, 1)
+    new.load_state_dict(old.state_dict())
+    calls = []
+    new.register_full_backward_hook(lambda module, grad_input, grad_output: calls.append(1))
+    inputs = torch.randn(2, 3, requires_grad=True)
+    old(inputs).sum().backward()
+    assert calls == []
+    new(inputs).sum().backward()
+    assert calls == [1]
+    assert "hook calls: 0" in claim_outputs(37) and claim_outputs(37).count("'module_full')") == len(calls)
+
+
 # --- 2. predict cards: the rules they reveal, and the checker ---------------------------------------------------
 
 
