@@ -234,7 +234,8 @@ def test_the_order_inside_one_node_of_notebook_6_whatever_the_registration_order
 def test_post_accumulate_and_multi_grad_statements_of_notebook_6():
     """Notebook 6: a post-accumulate hook is for leaves only, receives the tensor and must return None; a
     multi-grad hook is called once with all the gradients ("any": once, with the first one's gradient alone); the
-    predict card says its return value is ignored."""
+    predict card says its return value is ignored. It said the hook gets "the gradients of all of them, when the last
+    one is ready": a tensor the pass does not reach gets None, and the hook fires all the same."""
     with pytest.raises(RuntimeError, match="cannot be registered on non-leaf"):
         (torch.ones(1, requires_grad=True) * 2).register_post_accumulate_grad_hook(lambda t: None)
     w = torch.tensor(1.0, requires_grad=True)
@@ -250,8 +251,15 @@ def test_post_accumulate_and_multi_grad_statements_of_notebook_6():
                                    if isinstance(grads, (list, tuple)) else grads * 100)[1], mode=mode)
         (a * b).backward()
         assert got == expect and a.grad.item() == 2.0 and b.grad.item() == 1.0  # the return value is ignored
+    a, b = torch.tensor(1.0, requires_grad=True), torch.tensor(2.0, requires_grad=True)
+    got = []
+    torch.autograd.graph.register_multi_grad_hook((a, b), lambda grads: got.append(grads))
+    (a * 3).backward()  # b not on the path: the hook still fires, with None for b
+    assert len(got) == 1 and got[0][0].item() == 3.0 and got[0][1] is None
     text = markdown("06_beyond_backward.ipynb")
     assert "(leaves only)" in text and "it must return `None`" in text and 'mode="any"' in text
+    said = sentence_with("06_beyond_backward.ipynb", "register_multi_grad_hook((a, b), fn)` calls `fn` once")
+    assert "`None` for one the pass does not reach" in said, said
 
 
 def test_what_the_graph_keeps_after_backward_notebooks_0_and_1():
