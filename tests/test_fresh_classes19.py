@@ -434,6 +434,32 @@ def test_the_predict_checker_reads_fractions_and_the_minus_sign(which, text, rig
     assert check_answer(question, text)[0] is right
 
 
+def _exp_question(values):
+    x = torch.tensor(values, requires_grad=True)
+    with al.Lens() as lens:
+        x.exp().sum().backward()
+    return [s.question for s in steps_for(lens.passes[0]) if s.question is not None][-1]
+
+
+MIXED = [[0.0, 7.0], [-3.0, 4.0, 0.5], [2.0, -6.5, 1.0, 0.0]]  # exp: gradients a thousand times apart
+
+
+@pytest.mark.parametrize("values", MIXED)
+def test_a_small_entry_beside_a_large_one_is_still_checked(values):
+    """x.exp().sum() at x = [0, 7]: x.grad is [1.0, 1097.0]. Answering [0.5, 1097] was "Right: autograd computed
+    [1.0, 1097.0]": every entry had a slack of 1e-3 of the largest |value|. Each entry is now checked at the
+    precision the card prints it (4 significant digits), with a floor of 1e-6 of the largest for rounding noise."""
+    question = _exp_question(values)
+    answer = list(question.answer)
+    assert check_answer(question, question.answer_text)[0] and check_answer(question, str(answer))[0]
+    small = min(range(len(answer)), key=lambda i: abs(answer[i]))
+    for factor in (0.5, 1.5, -1.0):
+        wrong = [v * factor if i == small else v for i, v in enumerate(answer)]
+        assert check_answer(question, str(wrong))[0] is False, (question.answer_text, wrong)
+    noisy = [v + 1e-7 * max(map(abs, answer)) if i == small else v for i, v in enumerate(answer)]
+    assert check_answer(question, str(noisy))[0]
+
+
 def test_the_browser_checker_judges_as_the_python_one(tmp_path):
     """views/stepper_base.js's checkAnswer mirrors views/questions.py's check_answer: same verdicts."""
     if shutil.which("node") is None:
@@ -443,6 +469,14 @@ def test_the_browser_checker_judges_as_the_python_one(tmp_path):
         question = _mean_question() if which == "mean" else _negative_question()
         cases.append([text, list(question.answer), question.answer_text, right])
         assert check_answers(question, text)[0] is right
+    for values in MIXED:
+        question = _exp_question(values)
+        answer = list(question.answer)
+        small = min(range(len(answer)), key=lambda i: abs(answer[i]))
+        for factor in (1.0, 1.0004, 0.5):
+            text = str([v * factor if i == small else v for i, v in enumerate(answer)])
+            cases.append([text, answer, question.answer_text, check_answers(question, text)[0]])
+        assert [case[3] for case in cases[-3:]] == [True, True, False]
     module = tmp_path / "stepper_base.mjs"  # node reads .js beside no package.json as CommonJS
     shutil.copy(Path(al.__file__).parent / "views" / "stepper_base.js", module)
     script = (f"const {{ checkAnswer, answerNumbers }} = await import({json.dumps(module.as_uri())});"

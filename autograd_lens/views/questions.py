@@ -86,8 +86,10 @@ def check_answer(question: Question, text: str) -> tuple[bool, str]:
         return False, (f"Not quite: that is {len(numbers)} number{'s' if len(numbers) != 1 else ''}, the gradient has "
                        f"{len(expected)}. Autograd computed {question.answer_text}.")
     # at the precision the cards print, relative to the gradient's own scale: a fixed 1e-3 took -0.0004 for 0.0004
-    slack = 1e-3 * max(max(abs(b) for b in expected), 1e-6)
-    close = all(abs(a - b) <= slack + 1e-3 * abs(b) for a, b in zip(numbers, expected))
+    # each entry at the 4 significant digits the card prints it with (1e-3 of itself: 1e-3 of the largest took 0.5
+    # for the 1.0 beside 1097), and a floor of 1e-6 of the largest |value| for rounding noise (at least 1e-9)
+    floor = 1e-6 * max(max(abs(b) for b in expected), 1e-3)
+    close = all(abs(a - b) <= floor + 1e-3 * abs(b) for a, b in zip(numbers, expected))
     if close:
         return True, f"Right: autograd computed {question.answer_text}."
     return False, f"Not quite: autograd computed {question.answer_text}."

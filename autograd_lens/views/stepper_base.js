@@ -70,8 +70,8 @@ export function checkAnswer(text, answer, shown) {
     return [false, "Not quite: that is " + numbers.length + " number" + (numbers.length !== 1 ? "s" : "") +
       ", the gradient has " + answer.length + ". Autograd computed " + shown + "."];
   }
-  const slack = 1e-3 * Math.max(Math.max(...answer.map(Math.abs)), 1e-6);  // relative to the gradient's own scale
-  const close = numbers.every((a, i) => Math.abs(a - answer[i]) <= slack + 1e-3 * Math.abs(answer[i]));
+  const floor = 1e-6 * Math.max(Math.max(...answer.map(Math.abs)), 1e-3);  // each entry at its printed precision
+  const close = numbers.every((a, i) => Math.abs(a - answer[i]) <= floor + 1e-3 * Math.abs(answer[i]));
   return close ? [true, "Right: autograd computed " + shown + "."] : [false, "Not quite: autograd computed " + shown + "."];
 }
 
