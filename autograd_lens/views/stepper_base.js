@@ -54,7 +54,8 @@ export function frameCss(scope, steps, k, asking) {
 // Mirrors autograd_lens.views.questions.answer_numbers: a fraction such as 1/4 is one number, U+2212 a minus.
 export function answerNumbers(text) {
   const number = "[-+]?(?:\\d+\\.?\\d*|\\.\\d+)(?:[eE][-+]?\\d+)?";
-  const tokens = String(text).replace(/\u2212/g, "-").match(new RegExp(number + "(?:\\s*/\\s*" + number + ")?", "g")) || [];
+  const pattern = new RegExp(number + "(?:\\s*/\\s*" + number + ")?", "g");
+  const tokens = String(text).replace(/\u2212/g, "-").match(pattern) || [];
   return tokens.map((token) => {
     const [top, bottom] = token.split("/");
     return bottom === undefined ? parseFloat(top) : parseFloat(top) / parseFloat(bottom);
