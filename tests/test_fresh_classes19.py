@@ -306,6 +306,34 @@ def test_what_the_graph_keeps_after_backward_notebooks_0_and_1():
     assert "`pow`'s exponent `2` stays: it is a plain number, not a tensor" in markdown("01_reading_the_graph.ipynb")
 
 
+def test_where_nan_and_anomaly_statements_of_notebook_9():
+    """Notebook 9: sqrt at 0 passes on inf, which pow's backward turns into NaN (inf × 0); anomaly mode checks for NaN
+    only, so it names PowBackward0; the torch.where trap gives NaN at x = 0 and -0 at x = -1, and the fix with
+    x.clamp(min=1e-12) gives a finite gradient; -log(softmax) of [0, 200] has a NaN gradient, log_softmax a finite
+    one."""
+    a, b = torch.tensor([1.0, 2.0], requires_grad=True), torch.tensor([1.0, 2.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(RuntimeError, match="^Function 'PowBackward0' returned nan values"):
+            with torch.autograd.detect_anomaly():
+                torch.sqrt(((a - b) ** 2).sum()).backward()
+    x = torch.tensor([-1.0, 0.0, 2.0], requires_grad=True)
+    torch.where(x > 0, torch.log(x), torch.zeros_like(x)).sum().backward()
+    assert x.grad[0].item() == 0 and x.grad[1].isnan() and x.grad[2].item() == 0.5
+    x.grad = None
+    torch.where(x > 0, torch.log(x.clamp(min=1e-12)), 0).sum().backward()
+    assert x.grad.tolist() == [0.0, 0.0, 0.5]
+    logits = torch.tensor([0.0, 200.0], requires_grad=True)
+    (-torch.log(torch.softmax(logits, dim=0))[1]).backward()
+    assert logits.grad.isnan().all()
+    logits.grad = None
+    (-torch.log_softmax(logits, dim=0)[1]).backward()
+    assert logits.grad.tolist() == [0.0, 0.0]
+    text = markdown("09_when_gradients_go_wrong.ipynb")
+    assert "checks each backward function's output for **NaN** only, so it stops at `pow`" in text
+    assert "`torch.where(x > 0, torch.log(x.clamp(min=1e-12)), 0)`" in text
+
+
 def test_float16_limits_of_notebook_13():
     """Notebook 13: float16's smallest positive number is 2⁻²⁴ ≈ 6e-8, values below about 3e-8 round to 0, the
     largest is 65504 and from 65520 up values overflow; bfloat16 keeps 1e-8 and 1e5 finite."""
