@@ -444,6 +444,38 @@ def test_a_second_tensor_hooks_rule_does_not_offer_prepend():
     assert any(rule.startswith("Hooks on one target") and "prepend=True" in rule for rule in rules), rules
 
 
+def test_the_grad_the_course_s_predict_cards_ask_for_is_the_grad_torch_leaves():
+    """Each ``%%lens --predict`` exercise of notebooks 0-6, run with its notebook's set-up: the last question of the
+    last pass about each leaf's .grad (AccumulateGrad's write, or what a post-accumulate hook leaves) has torch's own
+    final .grad as its answer (a Lens changes nothing it observes, so the run's .grad is the plain one)."""
+    asked = 0
+    for path in sorted(NOTEBOOKS.glob("0[0-6]_*.ipynb")):
+        setup = {"torch": torch, "nn": nn, "al": al}
+        for cell in json.loads(path.read_text())["cells"]:
+            source = "".join(cell["source"])
+            if cell["cell_type"] != "code":
+                continue
+            if source.startswith("%load_ext") or source.startswith("class ClipGrad"):
+                exec("\n".join(line for line in source.splitlines() if not line.startswith("%")), setup)
+            if not source.startswith("%%lens --predict"):
+                continue
+            namespace = dict(setup)
+            with contextlib.redirect_stdout(io.StringIO()), al.Lens(names=namespace) as lens:
+                exec(source.split("\n", 1)[1], namespace)
+            last = {}
+            for step in steps_for(lens.passes[-1]):
+                found = step.question and re.match(r"(?:AccumulateGrad is about to write (\S+)\.grad|Hook .* runs "
+                                                   r"after AccumulateGrad wrote (\S+)\.grad)", step.question.prompt)
+                if found:
+                    last[found.group(1) or found.group(2)] = step.question.answer
+            for name, answer in last.items():
+                if name.split(".")[0] not in namespace:
+                    continue  # a leaf made inline, with no name in the cell (the lens calls it "leaf")
+                assert answer == tuple(eval(name, namespace).grad.reshape(-1).tolist()), (path.name, name)
+                asked += 1
+    assert asked >= 12
+
+
 def _mean_question():
     m = torch.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
     with al.Lens() as lens:
