@@ -154,11 +154,18 @@ def _matches(answer: Any, expected: Any, tolerance: float) -> bool:
     if answer is ...:
         return False
     if expected is None or isinstance(expected, bool):
-        return answer is expected or (isinstance(answer, bool) and answer == expected)
+        if isinstance(answer, str):  # 'False' typed as a word means False
+            answer = {"true": True, "false": False, "none": None}.get(answer.strip().lower(), answer)
+        return answer is expected
     if isinstance(expected, (type, torch.dtype, str)):
-        if isinstance(answer, (type, torch.dtype, str)):
-            return _name(answer).strip().lower().removeprefix("torch.") == _name(expected).strip().lower()
-        return False
+        if not isinstance(answer, (type, torch.dtype, str)):
+            return False
+        said = _name(answer).strip().lower().removeprefix("torch.")
+        if isinstance(expected, torch.dtype) and isinstance(answer, str):
+            return getattr(torch, said, None) is expected  # torch's own names: 'float', 'torch.float' are float32
+        if isinstance(expected, type) and isinstance(answer, str):
+            said = said.rsplit(".", 1)[-1]  # 'pickle.UnpicklingError', '_pickle.UnpicklingError': the class's name
+        return said == _name(expected).strip().lower()
     if isinstance(expected, torch.Tensor) or _is_number(expected):
         want, got = _as_tensor(expected), _as_tensor(answer)
         if want is None or got is None or got.shape != want.shape:

@@ -147,10 +147,11 @@ def _receive_rule(call: HookCall, context: _Pass, place: int) -> str:
     """Why a hook receives what it receives."""
     import torch
 
-    if place > 1:
-        return (f"Hooks on one {'tensor' if call.kind == 'tensor' else 'target'} run one after another (in "
-                f"registration order, but one registered with prepend=True goes first), each receiving what the one "
-                f"before it passed on: here {format_value(call.grad_in)}.")
+    if place > 1:  # only a module's own full backward (pre-)hooks take prepend=True (Tensor/Node hooks: TypeError)
+        order = ("registration order, but one registered with prepend=True goes first"
+                 if call.kind in ("module_full", "module_full_pre") else "registration order")
+        return (f"Hooks on one {'tensor' if call.kind == 'tensor' else 'target'} run one after another (in {order}), "
+                f"each receiving what the one before it passed on: here {format_value(call.grad_in)}.")
     if call.kind == "tensor":
         parts = [p for p in context.arrived(call.node) if isinstance(p, torch.Tensor)]
         total = None

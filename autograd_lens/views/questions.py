@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import html
+import math
 from dataclasses import dataclass
 
 from ..format import format_value
@@ -51,12 +52,31 @@ def question_about(prompt: str, value, rule: str = "", title: str = "", label: s
     return Question(prompt, tuple(float(v) for v in flat), format_value(value), rule=rule, title=title, label=label)
 
 
-def check_answer(question: Question, text: str) -> tuple[bool, str]:
-    """Compare a student's answer (numbers in any brackets/commas; one number stands for all entries)
-    with autograd's value, at the precision the cards print (one part of a question)."""
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+
+
+def answer_numbers(text: str) -> list[float]:
+    """The numbers of a typed answer: a fraction such as 1/4 is one number, and the minus sign U+2212 (−) is a
+    minus. Mirrored by ``answerNumbers`` in stepper_base.js."""
     import re
 
-    numbers = [float(n) for n in re.findall(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?", text or "")]
+    numbers = []
+    for token in re.findall(rf"{_NUMBER}(?:\s*/\s*{_NUMBER})?", (text or "").replace("\u2212", "-")):
+        top, _, bottom = token.partition("/")
+        top = float(top)
+        if not bottom:
+            numbers.append(top)
+        elif float(bottom) != 0:
+            numbers.append(top / float(bottom))
+        else:  # as JavaScript divides: ±inf, or NaN for 0/0 (never close to a gradient)
+            numbers.append(float("nan") if top == 0 else math.copysign(float("inf"), top))
+    return numbers
+
+
+def check_answer(question: Question, text: str) -> tuple[bool, str]:
+    """Compare a student's answer (numbers in any brackets/commas, fractions such as 1/4; one number stands for
+    all entries) with autograd's value, at the precision the cards print (one part of a question)."""
+    numbers = answer_numbers(text)
     expected = question.answer
     if not numbers:
         return False, f"Type a number (or a list such as [1, 2]); autograd computed {question.answer_text}."
@@ -66,8 +86,10 @@ def check_answer(question: Question, text: str) -> tuple[bool, str]:
         return False, (f"Not quite: that is {len(numbers)} number{'s' if len(numbers) != 1 else ''}, the gradient has "
                        f"{len(expected)}. Autograd computed {question.answer_text}.")
     # at the precision the cards print, relative to the gradient's own scale: a fixed 1e-3 took -0.0004 for 0.0004
-    slack = 1e-3 * max(max(abs(b) for b in expected), 1e-6)
-    close = all(abs(a - b) <= slack + 1e-3 * abs(b) for a, b in zip(numbers, expected))
+    # each entry at the 4 significant digits the card prints it with (1e-3 of itself: 1e-3 of the largest took 0.5
+    # for the 1.0 beside 1097), and a floor of 1e-6 of the largest |value| for rounding noise (at least 1e-9)
+    floor = 1e-6 * max(max(abs(b) for b in expected), 1e-3)
+    close = all(abs(a - b) <= floor + 1e-3 * abs(b) for a, b in zip(numbers, expected))
     if close:
         return True, f"Right: autograd computed {question.answer_text}."
     return False, f"Not quite: autograd computed {question.answer_text}."

@@ -51,17 +51,28 @@ export function frameCss(scope, steps, k, asking) {
   return rules.join("\n");
 }
 
+// Mirrors autograd_lens.views.questions.answer_numbers: a fraction such as 1/4 is one number, U+2212 a minus.
+export function answerNumbers(text) {
+  const number = "[-+]?(?:\\d+\\.?\\d*|\\.\\d+)(?:[eE][-+]?\\d+)?";
+  const pattern = new RegExp(number + "(?:\\s*/\\s*" + number + ")?", "g");
+  const tokens = String(text).replace(/\u2212/g, "-").match(pattern) || [];
+  return tokens.map((token) => {
+    const [top, bottom] = token.split("/");
+    return bottom === undefined ? parseFloat(top) : parseFloat(top) / parseFloat(bottom);
+  });
+}
+
 // Mirrors autograd_lens.views.steps.check_answer: same parsing, tolerance and words.
 export function checkAnswer(text, answer, shown) {
-  let numbers = (String(text).match(/[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?/g) || []).map(parseFloat);
+  let numbers = answerNumbers(text);
   if (!numbers.length) { return [false, "Type a number (or a list such as [1, 2]); autograd computed " + shown + "."]; }
   if (numbers.length === 1 && answer.length > 1) { numbers = answer.map(() => numbers[0]); }
   if (numbers.length !== answer.length) {
     return [false, "Not quite: that is " + numbers.length + " number" + (numbers.length !== 1 ? "s" : "") +
       ", the gradient has " + answer.length + ". Autograd computed " + shown + "."];
   }
-  const slack = 1e-3 * Math.max(Math.max(...answer.map(Math.abs)), 1e-6);  // relative to the gradient's own scale
-  const close = numbers.every((a, i) => Math.abs(a - answer[i]) <= slack + 1e-3 * Math.abs(answer[i]));
+  const floor = 1e-6 * Math.max(Math.max(...answer.map(Math.abs)), 1e-3);  // each entry at its printed precision
+  const close = numbers.every((a, i) => Math.abs(a - answer[i]) <= floor + 1e-3 * Math.abs(answer[i]));
   return close ? [true, "Right: autograd computed " + shown + "."] : [false, "Not quite: autograd computed " + shown + "."];
 }
 
@@ -78,7 +89,7 @@ export function tryAgainText(texts, parts, tries) {
   const words = parts.map((part, i) => {
     const text = texts[i] || "";
     if (checkAnswer(text, part[0], part[1])[0]) { return "right"; }
-    const count = (String(text).match(/[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?/g) || []).length;
+    const count = answerNumbers(text).length;
     if (!count) { return "type a number (or a list such as [1, 2])"; }
     if (count !== 1 && count !== part[0].length) {
       return "that is " + count + " numbers, the gradient has " + part[0].length;
