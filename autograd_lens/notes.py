@@ -40,8 +40,8 @@ MESSAGES = {
         "as the gradient it received.", MODIFIED),
     "inplace_hook_edit": (
         "The hook {hook} on {target} edited its gradient in place{how}. That works, but the "
-        "same tensor object can also be what a sibling branch receives (AddBackward sends one tensor to both "
-        "inputs): return g * 2 rather than calling g.mul_(2).", MODIFIED),
+        "same tensor object can also be what a sibling branch receives (AddBackward sends one tensor to both inputs "
+        "when they have the sum's shape and dtype): return g * 2 rather than calling g.mul_(2).", MODIFIED),
     "full_hook_then_inplace": (
         "A module with a full backward hook (or pre-hook) was followed by an in-place op on its output (e.g. "
         "ReLU(inplace=True)): torch refuses that. Use an out-of-place op, or a forward hook plus a tensor hook on "

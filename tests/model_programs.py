@@ -601,21 +601,29 @@ def run(program: Program, mode: str) -> Run:
         logged.raw = print
         return logged
 
+    @torch._dynamo.disable
+    def bookkept(fn: Any, method: str, target: Any) -> Any:
+        """The truth run's hook, numbered.  Out of dynamo's sight: a hook registered inside a compiled forward would
+        make dynamo guard on this bookkeeping, recompile at every call until its recompile_limit and then run the
+        block eagerly, so the truth run would not be the program the other runs are (it breaks the graph where the
+        registration that follows breaks it anyway)."""
+        registered[0] += 1
+        number = registered[0]
+        kinds[number] = method + (" in C" if getattr(fn, "written_in_c", False) else "")
+        # what the lens must show its calls as, under the tag they log (tagged(): "<tag>@<number>")
+        programs.registered(result.hooks, target, GLOBAL_KINDS.get(method, method), fn, f"@{number}")
+
+        def numbered(*args: Any) -> Any:
+            stack.append(number)
+            try:
+                return fn(*args)
+            finally:
+                stack.pop()
+        return numbered
+
     def wrap(fn: Any, method: str, target: Any = None) -> Any:
         if mode == "truth":
-            registered[0] += 1
-            number = registered[0]
-            kinds[number] = method + (" in C" if getattr(fn, "written_in_c", False) else "")
-            # what the lens must show its calls as, under the tag they log (tagged(): "<tag>@<number>")
-            programs.registered(result.hooks, target, GLOBAL_KINDS.get(method, method), fn, f"@{number}")
-
-            def numbered(*args: Any) -> Any:
-                stack.append(number)
-                try:
-                    return fn(*args)
-                finally:
-                    stack.pop()
-            return numbered
+            return bookkept(fn, method, target)
         if mode == "nohook":
             return lambda *args: fn(*args) if gate[0] else None
         return fn

@@ -17,7 +17,6 @@ from __future__ import annotations
 import cmath
 import os
 import sys
-import warnings
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +24,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .passthrough import drop_own_frame, warn_again
+from .passthrough import drop_own_frame, recorded, warn_again
 
 # Calls that return a plain Python value (or a NumPy array) holding a tensor's numbers.
 VALUE_CALLS = {"item": ".item()", "tolist": ".tolist()", "numpy": ".numpy()", "__float__": "float()",
@@ -148,13 +147,14 @@ class ForwardRecorder(TorchFunctionMode):
         # and places others at this frame: they are caught here and given back from the caller's line.
         changed = _changed_finite(func, args, kwargs) if self.nonfinite is None else ()
         caught: list = []
+        raised = True
         try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
+            with recorded() as caught:
                 result = func(*args, **kwargs)
+            raised = False
         finally:  # also when the call raises: anomaly mode warns "Error detected in ..." before its error
             if caught:
-                warn_again(caught, sys._getframe(1), __file__)
+                warn_again(caught, sys._getframe(1), __file__, raised)
         try:
             if torch.is_anomaly_enabled():
                 drop_own_frame(result, __file__)

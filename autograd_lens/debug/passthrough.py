@@ -5,10 +5,13 @@ and anomaly mode's forward tracebacks without the recorder's frame."""
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from typing import Any
 
 import torch
+
+_HANDLE = torch.overrides.handle_torch_function.__code__
 
 
 def _flat(value: Any):
@@ -38,13 +41,67 @@ def drop_own_frame(result: Any, own_file: str) -> None:
         stack.extend(next_node for next_node, _ in node.next_functions)
 
 
-def warn_again(caught: list, frame: Any, own_file: str) -> None:
-    """Warn each caught warning again, under the user's filters, from where it would have come without the mode."""
+class recorded:
+    """``warnings.catch_warnings(record=True)`` with every warning shown, without its cost to the user's filters:
+    entering and leaving it marks the filters changed, which empties each module's registry of warnings already
+    shown, so a warning the "default" or "once" action shows once (a UserWarning, by default) was shown again at
+    every call.  Here the filters are swapped without that mark (the registries stay as they were).
+    ``recorded("ignore")``: the lens's own work, every warning ignored, none recorded."""
+
+    def __init__(self, action: str = "always") -> None:
+        self.action = action
+
+    def __enter__(self) -> list:
+        self.log: list = []
+        module = warnings
+        self.saved = module.filters, module._showwarnmsg_impl, module.showwarning
+        module.filters = [(self.action, None, Warning, None, 0)]
+        module._showwarnmsg_impl, module.showwarning = self.log.append, module._showwarning_orig
+        return self.log
+
+    def __exit__(self, *exc: Any) -> None:
+        warnings.filters, warnings._showwarnmsg_impl, warnings.showwarning = self.saved
+
+
+def warn_again(caught: list, frame: Any, own_file: str, raised: bool = False) -> None:
+    """Warn each caught warning again, under the user's filters, from where it would have come without the mode.
+    ``raised``: the call raised.  A warning of torch's C++ code that the user's filters make an error is then not
+    raised in place of the call's error: torch prints it, as ``PyErr_Print`` does (its ``PyWarningHandler``)."""
     here = os.path.abspath(own_file)
+    frame = _user_frame(frame)
     for item in caught:
         filename, lineno = item.filename, item.lineno
         if os.path.abspath(filename) == here:
             filename, lineno = frame.f_code.co_filename, frame.f_lineno
         registry = frame.f_globals.setdefault("__warningregistry__", {}) \
             if filename == frame.f_code.co_filename else None
-        warnings.warn_explicit(item.message, item.category, filename, lineno, registry=registry)
+        try:
+            warnings.warn_explicit(item.message, item.category, filename, lineno, registry=registry)
+        except Exception as error:  # a filter's "error"
+            if not (raised and _from_cpp(item.message)):
+                raise
+            error.__context__ = None  # (torch had fetched its error away before warning)
+            _printed(error.with_traceback(None))
+
+
+def _user_frame(frame: Any) -> Any:
+    """The frame of the user's call.  A function of torch written in Python reaches the mode through
+    ``handle_torch_function``, which it calls itself: the user's frame is the one above that function's (where a
+    warning it gives with its ``stacklevel`` points, without the mode).  A function in C++ calls the mode directly."""
+    if frame.f_code is _HANDLE and frame.f_back is not None and frame.f_back.f_back is not None:
+        return frame.f_back.f_back
+    return frame
+
+
+def _from_cpp(message: Any) -> bool:
+    """A warning torch's C++ code gave (``TORCH_WARN``: its text says where in torch's sources)."""
+    return "(Triggered internally at " in str(message)
+
+
+def _printed(error: BaseException) -> None:
+    """What ``PyErr_Print`` does with a warning made an error while another error is raised: kept as the last
+    error (``sys.last_value``...), shown by ``sys.excepthook`` (the traceback-less text torch's users see)."""
+    sys.last_type, sys.last_value, sys.last_traceback = type(error), error, None
+    if sys.version_info >= (3, 12):
+        sys.last_exc = error
+    sys.excepthook(type(error), error, None)

@@ -18,13 +18,13 @@ leaves behind them get an "unknown" answer saying so.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from ..model import Value
+from .passthrough import recorded
 
 NODE_LIMIT = 300  # graphs with more backward functions get no paths
 CALL_LIMIT = 20000  # backward function calls per pass
@@ -102,8 +102,7 @@ def compute(shape: Any, seeds: tuple, labels: dict[int, str], names: Any) -> tup
         return {}, "the gradient given to a root is not a tensor"
     walker = _Walker(shape, labels, names)
     try:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the user saw each op's warnings once, in their own pass
+        with torch.no_grad(), recorded("ignore"):  # the user saw each op's warnings once, in their own pass
             for (fn, output_nr), seed in zip(shape.root_edges, seeds):
                 walker.start(fn, output_nr, seed.detach())
     except _TooMany:
