@@ -79,6 +79,20 @@ def softmax_in_a_loop():
     return x.grad
 
 
+def hook_warns_in_a_loop():
+    """The user's own hook warns (stacklevel 2: torch's frame that called it), a module hook too, three passes."""
+    x = torch.tensor([1.0, -2.0], requires_grad=True)
+    layer = torch.nn.Linear(2, 2).requires_grad_(True)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[0.5, -1.0], [2.0, 0.25]]))
+    layer.register_full_backward_hook(lambda module, gi, go: warnings.warn("module hook ran", RuntimeWarning))
+    for _ in range(3):
+        y = layer(x * 2)
+        y.register_hook(lambda g: warnings.warn("tensor hook ran", stacklevel=2))
+        y.sum().backward()
+    return x.grad, layer.weight.grad
+
+
 def _run(program, mode: str, action: str):
     """(outcome, what stderr shows, sys.last_value's type, the warnings shown: category, text, file and line) of
     ``program`` under the filter ``action``."""
@@ -100,7 +114,7 @@ def _run(program, mode: str, action: str):
 
 @pytest.mark.parametrize("action", ["error", "ignore", "default", "always", "once"])
 @pytest.mark.parametrize("program", [anomaly_error, hook_error, forward_warning, python_warning,
-                                     torch_warnings_twice, softmax_in_a_loop],
+                                     torch_warnings_twice, softmax_in_a_loop, hook_warns_in_a_loop],
                          ids=lambda p: p.__name__)
 @pytest.mark.parametrize("mode", ["lens", "why"])
 def test_warning_filters_as_without_the_lens(program, action, mode):

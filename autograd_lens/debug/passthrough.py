@@ -73,15 +73,26 @@ def warn_again(caught: list, frame: Any, own_file: str, raised: bool = False) ->
         filename, lineno = item.filename, item.lineno
         if os.path.abspath(filename) == here:
             filename, lineno = frame.f_code.co_filename, frame.f_lineno
-        registry = frame.f_globals.setdefault("__warningregistry__", {}) \
-            if filename == frame.f_code.co_filename else None
+        # warnings.warn's registry and module name: of the module the warning is said to come from (the filters
+        # match its name: "default::DeprecationWarning:__main__"; its registry keeps what was shown once)
+        space = frame.f_globals if filename == frame.f_code.co_filename else _globals_of(filename)
+        registry = space.setdefault("__warningregistry__", {}) if space is not None else None
         try:
-            warnings.warn_explicit(item.message, item.category, filename, lineno, registry=registry)
+            warnings.warn_explicit(item.message, item.category, filename, lineno, registry=registry,
+                                   module=space.get("__name__", "<string>") if space is not None else None)
         except Exception as error:  # a filter's "error"
             if not (raised and _from_cpp(item.message)):
                 raise
             error.__context__ = None  # (torch had fetched its error away before warning)
             _printed(error.with_traceback(None))
+
+
+def _globals_of(filename: str) -> dict | None:
+    """The namespace of the loaded module whose file is ``filename`` (None: not one)."""
+    for module in tuple(sys.modules.values()):
+        if getattr(module, "__file__", None) == filename:
+            return vars(module)
+    return None
 
 
 def _user_frame(frame: Any) -> Any:
