@@ -697,7 +697,7 @@ def run(program: Program, mode: str) -> Run:
         with contextlib.redirect_stdout(stdout), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if mode == "lens":
-                with al.Lens(names=namespace) as lens:
+                with al.Lens(names=namespace, **programs.LENS_OPTIONS) as lens:
                     exec(source, namespace)
                 result.lens = lens
             else:

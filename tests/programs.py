@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import functools
 import io
+import os
 import random
 import sys
 import traceback
@@ -524,6 +525,11 @@ def _value_of(namespace: dict, name: str) -> Any:
     return target
 
 
+# The lens's options in the "lens" runs of every campaign: AUTOGRAD_LENS_CAMPAIGN_WHY=1 also records the forward
+# (Lens(why=True): a TorchFunctionMode sees every torch call the program makes, which must change nothing either)
+LENS_OPTIONS = {"why": True} if os.environ.get("AUTOGRAD_LENS_CAMPAIGN_WHY") == "1" else {}
+
+
 def run(program: Program, mode: str, prelude: str = "") -> Run:
     """``program`` run one way; ``prelude``: definitions of another generator's, run after ``PRELUDE``."""
     import autograd_lens as al
@@ -611,7 +617,7 @@ def run(program: Program, mode: str, prelude: str = "") -> Run:
     try:
         with contextlib.redirect_stdout(stdout):
             if mode == "lens":
-                with al.Lens(names=namespace) as lens:
+                with al.Lens(names=namespace, **LENS_OPTIONS) as lens:
                     exec(source, namespace)
                 result.lens = lens
             else:

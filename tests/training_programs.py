@@ -345,7 +345,7 @@ def func_program(seed: int, mode: str) -> dict:
 
     def loss(p: Any) -> Any:
         return functional_call(model, p, (x,)).pow(2).sum()
-    lens = al.Lens(names={"model": model, "x": x}) if mode == "lens" else contextlib.nullcontext()
+    lens = al.Lens(names={"model": model, "x": x}, **programs.LENS_OPTIONS) if mode == "lens" else contextlib.nullcontext()
     patched = [torch.autograd, graph] if mode == "truth" else []
     for module in patched:
         module._engine_run_backward = counting

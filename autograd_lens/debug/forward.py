@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .passthrough import drop_own_frame, recorded, warn_again
+from ..capture.snapshot import hidden_from_user
+from .passthrough import drop_own_frame, readable_all, recorded, warn_again
 
 # Calls that return a plain Python value (or a NumPy array) holding a tensor's numbers.
 VALUE_CALLS = {"item": ".item()", "tolist": ".tolist()", "numpy": ".numpy()", "__float__": "float()",
@@ -145,7 +146,11 @@ class ForwardRecorder(TorchFunctionMode):
         inference = torch.is_inference_mode_enabled()
         # Inside a TorchFunctionMode torch drops some of its warnings (float(x) of a tensor requiring grad, x.T)
         # and places others at this frame: they are caught here and given back from the caller's line.
-        changed = _changed_finite(func, args, kwargs) if self.nonfinite is None else ()
+        # the record's own reads: no subclass's __torch_function__, no mode or profiler sees them; a tensor subclass
+        # with a __torch_dispatch__ of its own (a wrapper) is not read at all: nothing is said of its numbers
+        readable = readable_all(args) and readable_all(kwargs.values())
+        with hidden_from_user() if readable else torch._C.DisableTorchFunction():
+            changed = _changed_finite(func, args, kwargs) if self.nonfinite is None and readable else ()
         caught: list = []
         raised = True
         try:
@@ -156,16 +161,23 @@ class ForwardRecorder(TorchFunctionMode):
             if caught:
                 warn_again(caught, sys._getframe(1), __file__, raised)
         try:
-            if torch.is_anomaly_enabled():
-                drop_own_frame(result, __file__)
-            if self.nonfinite is None:
-                # no graph for the lens's own ops: a saved-tensor hook (checkpoint) must not see them
-                with torch.no_grad():
-                    self._check_finite(func, args, kwargs, result, changed)
-            self._note(func, args, kwargs, result, grad_enabled, inference)
+            readable = readable and readable_all((result,))
+            with hidden_from_user() if readable else torch._C.DisableTorchFunction():
+                self._after(func, args, kwargs, result, grad_enabled, inference, changed if readable else False)
         except Exception as problem:  # never let the recorder change what the user's call returns
             self.failed = self.failed or f"{type(problem).__name__}: {problem}"
         return result
+
+    def _after(self, func: Any, args: tuple, kwargs: dict, result: Any, grad_enabled: bool, inference: bool,
+               changed: Any) -> None:
+        """What the record keeps of a call that returned (``changed`` False: its tensors are not read)."""
+        if torch.is_anomaly_enabled():
+            drop_own_frame(result, __file__)
+        if self.nonfinite is None and changed is not False:
+            # no graph for the lens's own ops: a saved-tensor hook (checkpoint) must not see them
+            with torch.no_grad():
+                self._check_finite(func, args, kwargs, result, changed)
+        self._note(func, args, kwargs, result, grad_enabled, inference)
 
     # ------------------------------------------------------------------ bookkeeping
     def _check_finite(self, func: Any, args: tuple, kwargs: dict, result: Any, changed: tuple = ()) -> None:

@@ -1,6 +1,6 @@
 """What the forward record (:mod:`.forward`) gives back to torch as torch would have had it: the warnings a call
 made inside the recorder's ``TorchFunctionMode`` (warned again from the caller's line, also when the call raised),
-and anomaly mode's forward tracebacks without the recorder's frame."""
+and anomaly mode's forward tracebacks without the recorder's frame; which calls it may read."""
 
 from __future__ import annotations
 
@@ -20,6 +20,19 @@ def _flat(value: Any):
             yield from _flat(item)
     else:
         yield value
+
+
+def readable_all(values: Any) -> bool:
+    """No tensor among ``values`` (nested) is a subclass with a ``__torch_dispatch__`` of its own: reading one runs
+    the user's code, or, with dispatch off, crashes (a wrapper holds no numbers of its own)."""
+    for value in _flat(tuple(values)):
+        if isinstance(value, torch.Tensor) and type(value) is not torch.Tensor \
+                and getattr(type(value), "__torch_dispatch__", None) is not _PLAIN_DISPATCH:
+            return False
+    return True
+
+
+_PLAIN_DISPATCH = torch.Tensor.__torch_dispatch__
 
 
 def drop_own_frame(result: Any, own_file: str) -> None:
