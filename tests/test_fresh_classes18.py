@@ -450,3 +450,115 @@ def test_a_cut_value_went_through_the_calls_of_its_own_branch():
     lens, plain = check(prompt_cache("no_grad"), {"prefix.weight": "no_grad", "prefix.bias": "no_grad"}, static=True)
     assert lens.passes[0].unreached["prefix.weight"].text == \
         "prefix.weight went through linear under no_grad, and this graph uses the result"  # (through the cache)
+
+
+# --- 8. one block applied three times (ALBERT): which forward call each module hook call belongs to ------------------
+
+def test_module_hooks_of_a_block_applied_three_times_name_their_forward_call():
+    """The full hook and pre-hook of the shared block's attention and MLP fire once per forward call, the later call
+    first; which call each belongs to is told by a tensor hook a forward hook put on each call's output."""
+    from test_fresh_classes7 import Run
+
+    def program(run, tags=None):
+        torch.manual_seed(6)
+        model = LM(layers=3, shared=True, kind="sdpa", norm="rms")
+        tokens = torch.randint(0, 11, (2, 5))
+        name(run, model=model)
+        block = model.blocks[0]
+        if run.hooked:
+            block.attn.register_full_backward_hook(run.H("attn_full", lambda m, gi, go: None, lambda a: a[1]))
+            block.mlp.register_full_backward_pre_hook(run.H("mlp_pre", lambda m, go: (go[0] * 0.5,),
+                                                            lambda a: a[1]))
+        calls = {"attn": 0, "mlp": 0}
+        if tags is not None:
+            def tag(kind):
+                def forward_hook(module, args, output):
+                    calls[kind] += 1
+                    output.register_hook(lambda g, k=calls[kind]: tags.append((kind, k, g.clone())))
+                return forward_hook
+            block.attn.register_forward_hook(tag("attn"))
+            block.mlp.register_forward_hook(tag("mlp"))
+        logits = model(tokens[:, :-1], causal(4))
+        run.backward(F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()))
+        run.record(params_of(model))
+    lens, plain = check(program, static=True)
+    tags: list = []
+    program(Run("plain"), tags)
+    (p,) = lens.passes
+    shown = [(c.hook, c.forward_call, c.forward_calls) for c in p.hook_calls]
+    truth = []
+    for call in p.hook_calls:
+        kind = "attn" if call.hook == "attn_full" else "mlp"
+        # grad_output (a tensor hook put on the output by a forward hook sees it after the pre-hook's change)
+        received = call.context[0] if call.kind == "module_full" else call.grad_out[0]
+        (k,) = {k for tagged, k, g in tags if tagged == kind and torch.equal(g, received)}
+        truth.append((call.hook, k, 3))
+    assert shown == truth and len(shown) == 6
+
+
+# --- 9. attention probabilities kept with retain_grad, a cache made under inference_mode --------------------------
+
+def retained(run):
+    """An untied output layer; retain_grad on the attention probabilities of each pass and a hook that edits their
+    gradient in place; two SGD steps (the harness cannot compare sparse gradients: the embedding is dense)."""
+    torch.manual_seed(7)
+    emb, attn, out = nn.Embedding(11, 8), Attention(8, 2), nn.Linear(8, 11)
+    tokens = torch.randint(0, 11, (2, 5))
+    name(run, emb=emb, attn=attn, out=out)
+    opt = torch.optim.SGD([*emb.parameters(), *attn.parameters(), *out.parameters()], lr=0.1)
+    if run.hooked:
+        emb.weight.register_hook(run.H("emb", lambda g: g * 3))
+        attn.probs_hook = lambda: run.H("probs_in_place", lambda g: g.mul_(0.5), target="softmax")
+    kept, probs = [], []
+    original = Attention.forward
+
+    def forward(self, x, mask=None, cache=None, pos0=0):  # keeps the probabilities: retain_grad
+        hook, self.probs_hook = self.probs_hook, None
+        B, T, D = x.shape
+        q, k, v = (t.view(B, T, 2, 4).transpose(1, 2) for t in self.qkv(x).split(D, dim=-1))
+        p = (q @ k.transpose(-2, -1) / 2).masked_fill(~mask, float("-inf")).softmax(-1)
+        p.retain_grad()
+        kept.append(p)
+        if hook is not None:
+            p.register_hook(hook())
+        self.probs_hook = hook
+        return self.proj((p @ v).transpose(1, 2).reshape(B, T, D))
+    for _ in range(2):
+        opt.zero_grad()
+        Attention.forward = forward
+        try:
+            logits = out(attn(emb(tokens[:, :-1]), causal(4)))
+        finally:
+            Attention.forward = original
+        run.backward(F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()))
+        run.record(dict(params_of(attn, "attn"), **params_of(out, "out"), **params_of(emb, "emb")))
+        probs.append(kept[-1].grad.clone())
+        opt.step()
+    return [p.detach().clone() for p in attn.parameters()] + probs  # (retain_grad's .grad: compared too)
+
+
+def test_retained_probabilities_edited_in_place_against_torch():
+    lens, plain = check(retained)
+
+
+def inference_cache(run):
+    """A prompt's cache made under inference_mode, then used in a training pass: torch refuses to save inference
+    tensors for backward (the same error under the lens)."""
+    torch.manual_seed(8)
+    model = LM(layers=1, kind="hand")
+    name(run, model=model)
+    if run.hooked:
+        model.emb.weight.register_hook(run.H("emb", lambda g: g * 2))
+    caches = [[]]
+    with torch.inference_mode():
+        model(torch.randint(0, 11, (1, 3)), causal(3), caches)
+    try:
+        logits = model(torch.randint(0, 11, (1, 2)), causal(2, 5), caches, 3)
+        run.backward(logits.sum())
+    except RuntimeError as problem:
+        return str(problem)
+    run.record(params_of(model))
+
+
+def test_a_cache_made_under_inference_mode_against_torch():
+    assert problems_of(inference_cache) == []
