@@ -206,7 +206,9 @@ def decoder(kind: str, shared: bool = False, norm: str = "layer", rope: bool = F
                                                       ("hand", True, "rms", True)],
                          ids=["hand", "sdpa_rope_rms", "albert_rope"])
 def test_training_a_decoder_against_torch(kind, shared, norm, rope):
-    lens, plain = check(decoder(kind, shared, norm, rope, steps=1 if rope else 2), clipped=("model.norm.weight",))
+    micro, steps = (1, 2) if shared else (2, 1)  # accumulation, or optimizer steps (kept short: ~5 s each)
+    lens, plain = check(decoder(kind, shared, norm, rope, micro, steps), clipped=("model.norm.weight",))
+    assert len(lens.passes) == 2 and all(p.hook_calls for p in lens.passes)
 
 
 # --- 2. KV-cache decoding: generation under no_grad, then a pass through a cache built step by step -----------------
@@ -562,3 +564,36 @@ def inference_cache(run):
 
 def test_a_cache_made_under_inference_mode_against_torch():
     assert problems_of(inference_cache) == []
+
+
+# --- 10. rotary embeddings in place on views, with hooks before and after the writes -------------------------------
+
+def rope_hooks(run):
+    """q and k projected, a hook on the clone rotary writes into (before the writes: it sees the gradient of the old
+    version), on one half (a view written in place) and on the result; a node pre-hook on the last write's node."""
+    torch.manual_seed(9)
+    lin = nn.Linear(4, 8)
+    x = torch.randn(1, 3, 4)
+    name(run, lin=lin)
+    q, k = lin(x).split(4, dim=-1)
+    h = 2
+    angle = torch.arange(3.0)[:, None] / 10 ** (torch.arange(h) / h)
+    out = q.clone()
+    if run.hooked:
+        out.register_hook(run.H("before", lambda g: g * 10))
+    a, b = out[..., :h], out[..., h:]
+    a0 = a.clone()
+    if run.hooked:
+        a0.register_hook(run.H("a0", lambda g: g + 1))
+    a.mul_(angle.cos()).sub_(b * angle.sin())
+    b.mul_(angle.cos()).add_(a0 * angle.sin())
+    if run.hooked:
+        out.register_hook(run.H("after", lambda g: g.flip(-1)))
+        out.grad_fn.register_prehook(run.H("pre", lambda go: (go[0] * 0.5,)))
+    run.backward((out @ k.transpose(-2, -1)).softmax(-1).pow(2).sum())
+    run.record(params_of(lin, "lin"))
+    return out.detach()
+
+
+def test_rotary_in_place_on_views_with_hooks_against_torch():
+    check(rope_hooks, static=True)
