@@ -597,3 +597,34 @@ def rope_hooks(run):
 
 def test_rotary_in_place_on_views_with_hooks_against_torch():
     check(rope_hooks, static=True)
+
+
+# --- 11. hooks that keep the gradients they see (no clone), and the gradient of a block's input kept by reference ---
+
+def kept_references(run):
+    """A hook keeps each attention-probability gradient it sees without copying it, and another edits the kept one
+    of the previous micro-batch in place; a post-accumulate hook keeps ``.grad`` itself; what was kept is returned
+    (compared with the plain run's: the lens must not change what those references see)."""
+    torch.manual_seed(10)
+    model = LM(layers=1, kind="hand", norm="rms")
+    tokens = torch.randint(0, 11, (2, 2, 5))
+    name(run, model=model)
+    seen, grads = [], []
+    if run.hooked:
+        def keep(g):
+            if seen:
+                seen[-1].mul_(-1)  # edits what an earlier call received, after the fact
+            seen.append(g)
+        model.blocks[0].attn.probs_hook = lambda: run.H("keep", keep, target="softmax")
+        model.blocks[0].attn.qkv.weight.register_post_accumulate_grad_hook(
+            run.H("keep_grad", lambda p: grads.append(p.grad), lambda a: a[0].grad.clone()))
+    for m in range(2):
+        logits = model(tokens[m, :, :-1], causal(4))
+        run.backward(F.cross_entropy(logits.flatten(0, 1), tokens[m, :, 1:].flatten()))
+        run.record(params_of(model))
+    return [g.clone() for g in seen + grads] + [model.blocks[0].attn.qkv.weight.grad is g for g in grads]
+
+
+def test_hooks_that_keep_references_against_torch():
+    lens, plain = check(kept_references, static=True)
+    assert plain.out[-2:] == [True, True]  # .grad kept its buffer across the two micro-batches
