@@ -628,3 +628,34 @@ def kept_references(run):
 def test_hooks_that_keep_references_against_torch():
     lens, plain = check(kept_references, static=True)
     assert plain.out[-2:] == [True, True]  # .grad kept its buffer across the two micro-batches
+
+
+# --- 12. a preallocated (static) KV cache written in place step by step, hooks on it --------------------------------
+
+def static_cache(run):
+    """Keys and values written into preallocated zeros (index_copy, a clone written through a slice: CopySlices), each
+    step attending over the filled part; a hook on the cache after each write and on each step's keys."""
+    torch.manual_seed(11)
+    lin = nn.Linear(4, 8)
+    xs = torch.randn(3, 1, 4)
+    name(run, lin=lin)
+    kc, vc = torch.zeros(1, 3, 4), torch.zeros(1, 3, 4)
+    outs = []
+    for t in range(3):
+        k, v = lin(xs[t]).split(4, dim=-1)
+        if run.hooked:
+            k.register_hook(run.H(f"k{t}", lambda g, t=t: g * (t + 1)))
+        kc = kc.index_copy(1, torch.tensor([t]), k[:, None])  # (out of place: the last step's kc is saved)
+        vc = vc.clone()
+        vc[:, t:t + 1] = v[:, None]
+        if run.hooked:
+            vc.register_hook(run.H(f"vc{t}", lambda g: g.clamp(-0.3, 0.3)))
+        p = (k[:, None] * kc[:, :t + 1]).sum(-1).softmax(-1)
+        outs.append((p[..., None] * vc[:, :t + 1]).sum(1))
+    run.backward(torch.stack(outs).pow(2).sum())
+    run.record(params_of(lin, "lin"))
+    return kc.detach(), vc.detach()
+
+
+def test_a_static_cache_written_in_place_against_torch():
+    check(static_cache, static=True)
