@@ -659,3 +659,45 @@ def static_cache(run):
 
 def test_a_static_cache_written_in_place_against_torch():
     check(static_cache, static=True)
+
+
+# --- 13. was costly: the paths of a small transformer were followed 20,000 calls deep before being given up ---------
+# Lens(why=True) writes each leaf's gradient as a sum over the paths from the root, calling backward functions
+# along each; a 2-layer decoder with RMSNorm and rotary embeddings has more path steps than CALL_LIMIT allows, and the
+# walk found out only after 20,001 calls (a 2.5 ms backward took 2.5 s with one thread, 10 s with two on a loaded
+# machine, for the answer "too many paths"). debug/paths.py now counts the steps first (per function, the number of
+# paths from the roots to it) and calls nothing when they are too many.
+
+def test_too_many_paths_are_known_before_any_backward_function_is_called(monkeypatch):
+    import autograd_lens as al
+    from autograd_lens.debug import paths
+
+    calls = []
+    original = paths._Walker._call
+    monkeypatch.setattr(paths._Walker, "_call", lambda self, *args: calls.append(1) or original(self, *args))
+    torch.manual_seed(0)
+    model = LM(kind="sdpa", norm="rms", rope=True)
+    tokens = torch.randint(0, 11, (2, 5))
+    plain = None
+    for why in (False, True):
+        model.zero_grad()
+        with al.Lens(names={"model": model}, why=why) as lens:
+            F.cross_entropy(model(tokens[:, :-1], causal(4)).flatten(0, 1), tokens[:, 1:].flatten()).backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        plain = plain or grads
+    assert all(torch.equal(a, b) for a, b in zip(plain, grads))
+    found = lens.paths_to("model.emb.weight")
+    assert not found.known and "too many" in found.unknown and calls == [], (found.unknown, len(calls))
+    small = LM(layers=1, kind="sdpa", norm="rms", rope=True)
+    with al.Lens(names={"small": small}, why=True) as lens:  # one block: followed, and its sum is autograd's
+        small(tokens[:1, :2]).pow(2).sum().backward()
+    found = lens.paths_to("small.norm.weight")
+    assert found.known and calls and torch.allclose(torch.tensor(found.total.tolist()), small.norm.weight.grad)
+
+
+def test_the_guide_gives_the_path_limits_of_the_code():
+    from autograd_lens.debug import paths
+
+    guide = " ".join((Path(__file__).resolve().parent.parent / "docs" / "guide.md").read_text().split())
+    assert (paths.NODE_LIMIT, paths.CALL_LIMIT) == (300, 20_000)
+    assert "more than 300 backward functions, or whose paths take more than 20,000 calls of them" in guide
