@@ -10,7 +10,12 @@ several passes and optimizer steps.
 
 Each program runs plainly, under a ``Lens``, as "truth" and with its hooks not registered (the harness of
 tests/test_fresh_classes7.py), then through :func:`check` of tests/test_fresh_classes10.py (the cards, the drawing
-and the notes against torch)."""
+and the notes against torch).  Every hook call, value, node gradient, card and note they show was torch's; three
+answers of ``Lens(why=True)`` were not and are fixed: ``torch.empty``'s uninitialized memory (a model built in the
+block) was named where NaN started (section 5, debug/forward.py); a value cut from its graph was said to have gone
+through the calls of a sibling branch thrown away (section 7, debug/forward.py and debug/evidence.py); and the paths
+of a 2-layer decoder were followed for 20,001 backward-function calls before "too many" (section 13,
+debug/paths.py)."""
 
 from __future__ import annotations
 
@@ -361,9 +366,9 @@ def test_a_fully_masked_row_against_torch(kind):
 
 # --- 5. was false: uninitialized memory taken for where NaN started ---------------------------------------------------
 # A model built inside the block (a %%lens cell that builds its transformer) makes every parameter with torch.empty,
-# then writes over it (nn.init). torch.empty returns the memory as it was: it may hold NaN (here, that of NaN tensors just
-# freed). The why answer said "where NaN or inf started: forward: empty (the block's first call to make
-# NaN or inf from finite values ...)" for a program whose values and gradients are all finite (seen first in
+# then writes over it (nn.init). torch.empty returns the memory as it was: it may hold NaN (here, that of NaN tensors
+# just freed). The why answer said "where NaN or inf started: forward: empty (the block's first call to make NaN or
+# inf from finite values ...)" for a program whose values and gradients are all finite (seen first in
 # kv_cache("detached") above, by chance). debug/forward.py now leaves calls returning uninitialized memory out.
 
 def test_uninitialized_memory_is_not_where_nan_started():
