@@ -192,7 +192,8 @@ def _clues(name: str, tensor: torch.Tensor, saved: list, cuts: list, graph_keys:
         clues.append(Clue("requires_grad_false", f"{name} has requires_grad=False (a frozen parameter): autograd "
                                                  "does not track it"))
     used = [cut for cut in cuts if cut.entries & graph_keys]
-    found = next((cut for cut in used if cut.computed_from(tensor)), None)
+    # the longest chain of calls this graph uses (a cut's values that entered it went through their own calls)
+    found = max((cut for cut in used if cut.computed_from(tensor)), key=lambda cut: len(cut.chain), default=None)
     if found is not None:
         clues.append(Clue(found.cause, _cut_text(name, tensor, found), tuple(sorted(found.entries & graph_keys))))
     elif any(not cut.complete for cut in used):

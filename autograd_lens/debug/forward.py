@@ -15,6 +15,7 @@ was called and returns its result unchanged.
 from __future__ import annotations
 
 import cmath
+import dataclasses
 import os
 import sys
 import weakref
@@ -31,6 +32,8 @@ from .passthrough import drop_own_frame, readable_all, recorded, warn_again
 VALUE_CALLS = {"item": ".item()", "tolist": ".tolist()", "numpy": ".numpy()", "__float__": "float()",
                "__int__": "int()", "__index__": "int()", "__array__": "NumPy"}
 DETACHING = {"detach": ".detach()", "detach_": ".detach_()", "data": ".data"}
+# Calls that return memory as it was (it may hold NaN, from a tensor freed before): they make no NaN or inf
+UNINITIALIZED = {"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "empty_permuted"}
 TABLE_LIMIT = 20000  # values followed at most; the oldest are forgotten first
 CUT_LIMIT = 2000  # cuts kept at most (each holds the functions behind it); the oldest are forgotten first
 UPSTREAM_LIMIT = 400  # backward functions walked from a cut to find what it was computed from
@@ -183,6 +186,8 @@ class ForwardRecorder(TorchFunctionMode):
     def _check_finite(self, func: Any, args: tuple, kwargs: dict, result: Any, changed: tuple = ()) -> None:
         """``changed``: the tensors the call wrote in place (``log_``, ``x[i] = v``, ``out=``) that were finite
         before it; the others the call wrote were not, and it is not an origin."""
+        if _func_name(func) in UNINITIALIZED:  # (nn.Linear's torch.empty, then nn.init over it)
+            return
         outputs = [out for out in _flat((result,)) if _floating(out)]
         outputs += [value for value in changed or () if not any(value is out for out in outputs)]
         if not outputs or all(bool(out.isfinite().all()) for out in outputs):
@@ -240,12 +245,11 @@ class ForwardRecorder(TorchFunctionMode):
             if cut is None:
                 return
             cut.parents = tuple(carried)
-        else:
-            first = carried[0]
-            label = name.replace("__get__", ".")
-            if len(first.chain) < CHAIN_LIMIT:
-                first.chain = first.chain + (VALUE_CALLS.get(label, label),)
-            cut = first
+        else:  # a cut of its own, whose chain is this value's (a sibling's calls are not on it)
+            cut, label = carried[0], name.replace("__get__", ".")
+            if len(cut.chain) < CHAIN_LIMIT:
+                cut = self._keep(dataclasses.replace(cut, chain=cut.chain + (VALUE_CALLS.get(label, label),),
+                                                     entries=set(), parents=(cut,)))
         for value in values:
             self._remember(value, cut)
             if isinstance(value, list):
@@ -275,6 +279,9 @@ class ForwardRecorder(TorchFunctionMode):
             cause, how = "non_differentiable", f"{label} (autograd does not differentiate it)"
         cut = Cut(cause=cause, how=how, sources=tuple(weakref.ref(source) for source in sources))
         _upstream(sources, cut)  # e.g. linear(x, weight, bias) under no_grad cuts both parameters
+        return self._keep(cut)
+
+    def _keep(self, cut: Cut) -> Cut:
         self.cuts.append(cut)
         if len(self.cuts) > CUT_LIMIT:
             del self.cuts[0]

@@ -100,6 +100,9 @@ def compute(shape: Any, seeds: tuple, labels: dict[int, str], names: Any) -> tup
         return {}, f"the graph has {len(shape.nodes)} backward functions; paths are followed up to {NODE_LIMIT}"
     if len(seeds) != len(shape.root_edges) or any(not isinstance(seed, torch.Tensor) for seed in seeds):
         return {}, "the gradient given to a root is not a tensor"
+    steps = _steps(shape.root_edges, labels)  # known before any call (each residual block doubles them)
+    if steps > CALL_LIMIT:
+        return {}, f"the paths take up to {steps} backward-function calls, more than {CALL_LIMIT}: too many to follow"
     walker = _Walker(shape, labels, names)
     try:
         with torch.no_grad(), recorded("ignore"):  # the user saw each op's warnings once, in their own pass
@@ -112,6 +115,38 @@ def compute(shape: Any, seeds: tuple, labels: dict[int, str], names: Any) -> tup
 
 class _TooMany(Exception):
     pass
+
+
+def _steps(root_edges: Any, labels: dict[int, str]) -> int:
+    """How many backward-function calls the walk makes, at most: each function once per path from a root to it
+    (counted over the functions in topological order), those refused (user code) not called nor walked past."""
+    functions, order, stack = {}, [], [fn for fn, _ in root_edges]
+    while stack:  # every function the walk could reach, and how many arrows enter each
+        fn = stack.pop()
+        if id(fn) in functions or id(fn) in labels:
+            continue
+        functions[id(fn)] = [fn, 0, bool(_refused(fn))]
+        if not functions[id(fn)][2]:
+            stack.extend(next_fn for next_fn, _ in fn.next_functions if next_fn is not None)
+    entering = dict.fromkeys(functions, 0)
+    for fn, _, refused in functions.values():
+        for next_fn, _ in () if refused else fn.next_functions:
+            if next_fn is not None and id(next_fn) in entering:
+                entering[id(next_fn)] += 1
+    for fn, _ in root_edges:
+        if id(fn) in functions:
+            functions[id(fn)][1] += 1
+    ready, total = [key for key, count in entering.items() if count == 0], 0
+    while ready:
+        fn, paths, refused = functions[ready.pop()]
+        total += 0 if refused else paths
+        for next_fn, _ in () if refused else fn.next_functions:
+            if next_fn is not None and id(next_fn) in entering:
+                functions[id(next_fn)][1] += paths
+                entering[id(next_fn)] -= 1
+                if not entering[id(next_fn)]:
+                    ready.append(id(next_fn))
+    return total
 
 
 class _Walker:
