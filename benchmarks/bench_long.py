@@ -12,7 +12,9 @@ at the end, per step, with the bytes of values the passes keep (``kept_bytes``, 
 
 Cases: a modifying tensor hook on the output (``hook``), the same with ``modules=True`` (``modules``), and a gradient
 penalty (``autograd.grad(create_graph=True)`` then ``backward()``: two passes a step) with that hook (``penalty``).
-The passes are read (``lens.passes``) every 100 steps, as a user looking at the last pass would.
+The passes are read (``lens.passes``) every 100 steps, as a user looking at the last pass would.  Also printed: the
+full (generation 2) collections of Python's collector during the timed loop and their CPU time: each goes through
+everything the Lens holds (its records grow with the passes), and they come rarer as it grows.
 """
 
 from __future__ import annotations
@@ -39,7 +41,11 @@ def loop(case: str, steps: int, traced: bool, memory: bool = False) -> dict:
     x, y = torch.randn(16, 5), torch.randn(16, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     lens = al.Lens(names={"model": model, "x": x, "y": y}, modules=case == "modules") if traced else None
-    times, held = [], {}
+    times, held, full = [], {}, []
+
+    def collected(phase: str, info: dict) -> None:  # full collections: their CPU time
+        if info["generation"] == 2:
+            full.append(time.thread_time() if phase == "start" else time.thread_time() - full.pop())
 
     def step() -> None:
         optimizer.zero_grad()
@@ -58,6 +64,7 @@ def loop(case: str, steps: int, traced: bool, memory: bool = False) -> dict:
     start_bytes = tracemalloc.get_traced_memory()[0]
     if lens is not None:
         lens.__enter__()
+    gc.callbacks.append(collected)
     try:
         for index in range(steps):
             begin = time.thread_time()
@@ -69,13 +76,14 @@ def loop(case: str, steps: int, traced: bool, memory: bool = False) -> dict:
                 gc.collect()
                 held[index] = tracemalloc.get_traced_memory()[0] - start_bytes
     finally:
+        gc.callbacks.remove(collected)
         if lens is not None:
             lens.__exit__(None, None, None)
         if memory:
             tracemalloc.stop()
     kept = sum(p.kept_bytes for p in lens.passes) if lens is not None else 0
     return {"early": statistics.median(times[20:120]), "late": statistics.median(times[-100:]),
-            "held_early": held.get(119, 0), "held_end": held.get(steps - 1, 0), "kept": kept}
+            "full": (len(full), sum(full)), "held_early": held.get(119, 0), "held_end": held.get(steps - 1, 0), "kept": kept}
 
 
 def measure(steps: int = 2000, cases: tuple = CASES) -> dict:
@@ -98,7 +106,8 @@ def main() -> None:
         plain, lens, held = found["plain"], found["lens"], found["held"]
         print(f"{case:8s} lens: early {lens['early'] * 1e3:6.2f} ms, late {lens['late'] * 1e3:6.2f} ms, "
               f"late/early ×{lens['late'] / lens['early']:.2f} (plain loop ×{plain['late'] / plain['early']:.2f}, "
-              f"lens/plain early ×{lens['early'] / plain['early']:.1f}, late ×{lens['late'] / plain['late']:.1f})")
+              f"lens/plain early ×{lens['early'] / plain['early']:.1f}, late ×{lens['late'] / plain['late']:.1f}); "
+              f"full collections {lens['full'][0]}, {lens['full'][1] * 1e3:.0f} ms (plain loop {plain['full'][0]})")
         grown = (held["held_end"] - held["held_early"]) / late_steps
         print(f"{'':8s} held: {held['held_early'] / 120 / 1e3:6.1f} KB/step over the first 120 steps, "
               f"{grown / 1e3:6.1f} KB/step after (late/early ×{grown / (held['held_early'] / 120):.2f}); "
