@@ -7,6 +7,7 @@ start."""
 
 from __future__ import annotations
 
+import bisect
 import weakref
 from typing import Any
 
@@ -24,7 +25,9 @@ def made_by(ranges: list, fn: Any) -> str | None:
         number = fn._sequence_nr()
     except Exception:
         return None
-    made = next((made for first, end, made in ranges if first <= number < end), None)
+    # ``ranges`` is sorted and its ranges do not overlap (one thread's numbers only grow): one look, not one per pass
+    at = bisect.bisect_right(ranges, (number, float("inf"))) - 1
+    made = ranges[at][2] if at >= 0 and ranges[at][0] <= number < ranges[at][1] else None
     return None if made is None else (f"{fn.name()} was made by pass {made} (create_graph=True) while hooks changed or "
                                       "replaced gradients: it computes with what they made, and without them it may "
                                       "differ")
@@ -66,7 +69,7 @@ class Ledger:
         try:
             made = _sequence_nr()
             if made > first and (observer.unhooked.active or observer.replaced):
-                self.made_by_hooked.append((first, made, number))
+                bisect.insort(self.made_by_hooked, (first, made, number))  # (sorted: see made_by)
         except Exception:  # never into the user's backward(): the later passes then say nothing of it
             pass
 

@@ -48,6 +48,7 @@ class ModuleCalls:
         self._open: list[int] = []
         self._same: dict[int, list[int]] = {}  # id(module) -> its calls (checked against the weak reference)
         self.numbers: list[int] = []  # each call's number among the calls of its module (1 for the first)
+        self.ended_at: dict[int, list[int]] = {}  # end number -> the calls that ended there (read per pass: no scan)
         self.unknown = ""  # why calls cannot tell which module made a node, once known
         self._threads = 0
         self._handles: list[Any] = []
@@ -128,7 +129,9 @@ class ModuleCalls:
                 if ref is not None and ref() is module:
                     end = _next_number()
                     for inner in self._open[depth:]:  # calls left open inside it (no end seen) end with it
-                        self.ends[inner] = min(self.ends[inner], end)
+                        if end < self.ends[inner]:  # (open calls end once: then they leave _open)
+                            self.ends[inner] = end
+                            self.ended_at.setdefault(end, []).append(inner)
                     del self._open[depth:]
                     break
         except Exception:  # noqa: BLE001, S110 - a hook of the lens never raises into the user's forward
@@ -166,9 +169,7 @@ def groups_for(graph: Any, calls: ModuleCalls, module_name: Any) -> tuple[Module
     module (``None`` if it has none).
     """
     made: dict[str, int] = {}
-    ended_at: dict[float, list[int]] = {}
-    for index, end in enumerate(calls.ends):
-        ended_at.setdefault(end, []).append(index)
+    ended_at = calls.ended_at  # (not built from calls.ends here: that grew with every call of the block)
     for node in graph.nodes:
         if node.kind == "function":
             index = calls.call_of(node.sequence_nr)
@@ -211,7 +212,7 @@ def _output_boundary(number: int | None, ended_at: dict, calls: ModuleCalls, ind
     hooks, so after the lens noted the end): a boundary numbered exactly where calls ended belongs to the
     outermost of them whose module has backward hooks.  Otherwise (the input side, made inside the call, or a
     forward hook made nodes in between) the call that was running keeps it."""
-    for candidate in ended_at.get(number, ()):  # in start order: outermost first
+    for candidate in sorted(ended_at.get(number, ())):  # in start order: outermost first
         module = calls.module(candidate)
         if module is not None and (getattr(module, "_backward_hooks", None) or getattr(module, "_backward_pre_hooks", None)):
             return candidate
