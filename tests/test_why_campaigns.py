@@ -80,3 +80,42 @@ def test_a_subclass_sees_only_the_programs_calls(lens):
             grad = program()
     assert torch.equal(grad, truth) and Counted.calls == plain
     assert len(plain) > 15  # (the program's own calls: the subclass sees them)
+
+
+def test_a_compiled_module_compiles_under_why():
+    """The forward record is a TorchFunctionMode: dynamo traced its __torch_function__ at every op of a compiled
+    module, could not, and ran the module eagerly (NativeBatchNormBackward0 where torch.compile makes
+    CompiledFunctionBackward).  While dynamo traces, the record now passes each call through as it is."""
+    import torch.nn as nn
+
+    def program():
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        conv, bn = nn.Conv2d(2, 3, 3), nn.BatchNorm2d(3)
+        bn.compile(backend="aot_eager")
+        bn.register_forward_hook(lambda module, inputs, output: output.register_hook(torch.neg) and None)
+        x = torch.randn(2, 2, 6, 6, requires_grad=True)
+        y = torch.relu(bn(conv(x))).sum()
+        names, stack, seen = [], [y.grad_fn], set()
+        while stack:
+            fn = stack.pop()
+            if fn is not None and fn not in seen:
+                seen.add(fn)
+                names.append(fn.name())
+                stack += [next_fn for next_fn, _ in fn.next_functions]
+        y.backward()
+        return names, x.grad, bn.running_mean.clone()
+
+    plain = program()
+    with al.Lens(why=True) as lens:
+        seen = program()
+    assert "CompiledFunctionBackward" in plain[0] and seen[0] == plain[0]
+    assert torch.equal(seen[1], plain[1]) and torch.equal(seen[2], plain[2])
+    assert len(lens.passes) == 1
+
+
+def test_generated_compiled_programs_under_why():
+    import compiled_programs
+
+    program, problems = compiled_programs.check(27601)
+    assert problems == [], (program.source(), problems)

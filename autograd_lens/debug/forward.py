@@ -41,6 +41,9 @@ CHAIN_LIMIT = 6
 _LENS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
+_compiling = torch.compiler.is_compiling  # (dynamo reads it as True while it traces)
+
+
 @dataclass
 class Cut:
     """One place where a value lost its autograd history."""
@@ -143,7 +146,8 @@ class ForwardRecorder(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if sys._getframe(1).f_code.co_filename.startswith(_LENS_DIR):  # the lens's own work
+        # dynamo tracing a compiled region (it compiles as without the lens, unrecorded), or the lens's own work
+        if _compiling() or sys._getframe(1).f_code.co_filename.startswith(_LENS_DIR):
             return func(*args, **kwargs)
         grad_enabled = torch.is_grad_enabled()
         inference = torch.is_inference_mode_enabled()
