@@ -250,10 +250,11 @@ class ForwardRecorder(TorchFunctionMode):
                 return
             cut.parents = tuple(carried)
         else:  # a cut of its own, whose chain is this value's (a sibling's calls are not on it)
-            cut, label = carried[0], name.replace("__get__", ".")
-            if len(cut.chain) < CHAIN_LIMIT:
-                cut = self._keep(dataclasses.replace(cut, chain=cut.chain + (VALUE_CALLS.get(label, label),),
-                                                     entries=set(), parents=(cut,)))
+            distinct = list({id(cut): cut for cut in carried}.values())  # a + b of two cut values: it carries both
+            cut, label = distinct[0], name.replace("__get__", ".")
+            chain = cut.chain + ((VALUE_CALLS.get(label, label),) if len(cut.chain) < CHAIN_LIMIT else ())
+            if chain != cut.chain or len(distinct) > 1:
+                cut = self._keep(dataclasses.replace(cut, chain=chain, entries=set(), parents=tuple(distinct)))
         for value in values:
             self._remember(value, cut)
             if isinstance(value, list):
