@@ -181,8 +181,7 @@ class ForwardRecorder(TorchFunctionMode):
         if torch.is_anomaly_enabled():
             drop_own_frame(result, __file__)
         if self.nonfinite is None and changed is not False:
-            # no graph for the lens's own ops: a saved-tensor hook (checkpoint) must not see them
-            with torch.no_grad():
+            with torch.no_grad():  # no graph for the lens's own ops: a saved-tensor hook (checkpoint) must not see them
                 self._check_finite(func, args, kwargs, result, changed)
         self._note(func, args, kwargs, result, grad_enabled, inference)
 
