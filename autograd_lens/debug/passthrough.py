@@ -24,11 +24,13 @@ def _flat(value: Any):
 
 def readable_all(values: Any) -> bool:
     """No tensor among ``values`` (nested) is a subclass with a ``__torch_dispatch__`` of its own: reading one runs
-    the user's code, or, with dispatch off, crashes (a wrapper holds no numbers of its own)."""
-    for value in _flat(tuple(values)):
-        if isinstance(value, torch.Tensor) and type(value) is not torch.Tensor \
-                and getattr(type(value), "__torch_dispatch__", None) is not _PLAIN_DISPATCH:
-            return False
+    the user's code, or, with dispatch off, crashes (a wrapper holds no numbers of its own).  As the record reads
+    them: each value, and the items of a short list or tuple (a long one, ``torch.tensor(numbers)``, is not read)."""
+    for value in values:
+        for item in value if isinstance(value, (list, tuple)) and len(value) <= 64 else (value,):
+            if isinstance(item, torch.Tensor) and type(item) is not torch.Tensor \
+                    and getattr(type(item), "__torch_dispatch__", None) is not _PLAIN_DISPATCH:
+                return False
     return True
 
 
