@@ -156,14 +156,19 @@ def drawn_grads(lens: al.Lens, index: int = -1) -> dict[str, str]:
     return {labels[node]: text for node, text in last.grads.items() if node in labels}
 
 
-def check(program, unreached: dict | None = None, static: bool = False) -> tuple[al.Lens, object]:
+def check(program, unreached: dict | None = None, static: bool = False,
+          clipped: tuple = ()) -> tuple[al.Lens, object]:
     """Both comparisons, empty; then the program under a Lens that knows its names: each named leaf's grad field at
     the end of each pass is torch's .grad, and the named tensors that got no gradient are ``unreached`` (name -> the
-    reason's code), in every pass.  Returns the named lens and the plain run, for the program's own assertions."""
+    reason's code), in every pass.  Returns the named lens and the plain run, for the program's own assertions.
+    ``clipped``: leaves whose post-accumulate hook edits .grad; the DOT label is laid out at its widest text (the
+    value before the hook), which the SVG replaces by the last one: only their last-step values are compared."""
     assert problems_of(program) == []
     problems, lens, plain = statements(program)
     assert problems == []
-    assert drawing_problems(lens, plain, static) == []
+    assert [problem for problem in drawing_problems(lens, plain, static)
+            if not any(problem.startswith(f"pass {i + 1}: {leaf} drawn with grad") for leaf in clipped
+                       for i in range(len(plain.per)))] == []
     assert len(lens.passes) == len(plain.per)
     for index, (p, grads) in enumerate(zip(lens.passes, plain.per)):
         drawn = drawn_grads(lens, index)

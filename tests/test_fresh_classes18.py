@@ -30,7 +30,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_fresh_classes7 import lens_of, problems_of  # noqa: E402,F401  (the differential harness)
-from test_fresh_classes10 import drawing_problems, drawn_grads, name, named, statements  # noqa: E402  (cards, drawing)
+from test_fresh_classes10 import check, name, named  # noqa: E402  (cards, drawing)
 
 
 @pytest.fixture(autouse=True)
@@ -40,28 +40,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-def check(program, unreached: dict | None = None, static: bool = False, clipped: tuple = ()):
-    """tests/test_fresh_classes10.py's ``check``; the DOT label of a leaf whose post-accumulate hook edits .grad
-    (``clipped``) is laid out at its widest text (the value before the hook), which the SVG replaces by the last
-    one: those leaves are compared at each pass's last step only."""
-    from autograd_lens.format import format_value
-
-    assert problems_of(program) == []
-    problems, lens, plain = statements(program)
-    assert problems == []
-    assert [problem for problem in drawing_problems(lens, plain, static)
-            if not any(problem.startswith(f"pass {i + 1}: {leaf} drawn with grad") for leaf in clipped
-                       for i in range(len(plain.per)))] == []
-    assert len(lens.passes) == len(plain.per)
-    for index, (p, grads) in enumerate(zip(lens.passes, plain.per)):
-        drawn = drawn_grads(lens, index)
-        shown = {name: drawn[name] for name in grads if name in drawn}
-        assert shown == {name: format_value(grads[name], 48) for name in shown}, index
-        assert len(shown) == sum(grad is not None for grad in grads.values()), (sorted(drawn), sorted(grads))
-        assert {name: reason.code for name, reason in p.unreached.items()} == (unreached or {}), p.unreached
-    return lens, plain
 
 
 # --- the model ------------------------------------------------------------------------------------------------------
